@@ -1,0 +1,1 @@
+"""The agent runner: runs inside the sandbox, one per session."""

@@ -1,0 +1,113 @@
+"""THE one definition of the per-session databases. Dependency-free (stdlib
+only): the runner imports it inside the sandbox and the host imports it too.
+
+inbound.db  — written only by the host:  messages_in, delivered, destinations, routing
+outbound.db — written only by the agent: messages_out, processing_ack, session_state, container_state
+
+One writer per file is what makes crash recovery simple: never break it.
+Times are stored as UTC ISO-8601 strings ending in 'Z'.
+"""
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+INBOUND_DDL = """
+CREATE TABLE IF NOT EXISTS messages_in (
+    id            TEXT PRIMARY KEY,
+    seq           INTEGER NOT NULL UNIQUE,
+    kind          TEXT NOT NULL DEFAULT 'chat',      -- chat | task | system | answer
+    timestamp     TEXT NOT NULL,                     -- when it was said (UTC)
+    status        TEXT NOT NULL DEFAULT 'pending',   -- pending | completed | failed
+    process_after TEXT,                              -- not before this time (UTC)
+    recurrence    TEXT,
+    series_id     TEXT,
+    tries         INTEGER NOT NULL DEFAULT 0,
+    trigger       INTEGER NOT NULL DEFAULT 1,        -- 0 = context only, 1 = wake the agent
+    channel_type  TEXT,
+    platform_id   TEXT,
+    thread_id     TEXT,
+    content       TEXT NOT NULL                      -- JSON: text, sender, sender_id, message_id, reply_to, attachments
+);
+CREATE INDEX IF NOT EXISTS idx_messages_in_status ON messages_in (status, seq);
+CREATE TABLE IF NOT EXISTS delivered (
+    message_out_id      TEXT PRIMARY KEY,
+    status              TEXT NOT NULL,               -- delivered | failed
+    platform_message_id TEXT,
+    tries               INTEGER NOT NULL DEFAULT 0,
+    last_error          TEXT,
+    next_try_at         TEXT,
+    delivered_at        TEXT
+);
+CREATE TABLE IF NOT EXISTS destinations (
+    name          TEXT PRIMARY KEY,
+    channel_type  TEXT NOT NULL,
+    platform_id   TEXT NOT NULL,
+    thread_id     TEXT,
+    display_name  TEXT
+);
+CREATE TABLE IF NOT EXISTS routing (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    channel_type  TEXT NOT NULL,
+    platform_id   TEXT NOT NULL,
+    thread_id     TEXT
+);
+"""
+
+OUTBOUND_DDL = """
+CREATE TABLE IF NOT EXISTS messages_out (
+    id            TEXT PRIMARY KEY,
+    seq           INTEGER NOT NULL UNIQUE,
+    in_reply_to   TEXT,                              -- messages_in.id this answers, if any
+    timestamp     TEXT NOT NULL,
+    kind          TEXT NOT NULL DEFAULT 'chat',      -- chat | system
+    channel_type  TEXT,
+    platform_id   TEXT,
+    thread_id     TEXT,
+    content       TEXT NOT NULL                      -- JSON: {op: text|edit|reaction|file|card, ...}
+);
+CREATE TABLE IF NOT EXISTS processing_ack (
+    message_id     TEXT PRIMARY KEY,
+    status         TEXT NOT NULL,                    -- processing | completed | failed
+    status_changed TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_state (
+    key    TEXT PRIMARY KEY,
+    value  TEXT
+);
+CREATE TABLE IF NOT EXISTS container_state (
+    id                       INTEGER PRIMARY KEY CHECK (id = 1),
+    current_tool             TEXT,
+    tool_declared_timeout_ms INTEGER,
+    tool_started_at          TEXT
+);
+"""
+
+INBOUND = "inbound.db"
+OUTBOUND = "outbound.db"
+HEARTBEAT = "heartbeat"
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
+    """Open a session database. The writer side creates the schema; a reader
+    opens read-only and never creates or changes anything."""
+    path = Path(path)
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout,
+                               isolation_level=None, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        ddl = INBOUND_DDL if path.name == INBOUND else OUTBOUND_DDL if path.name == OUTBOUND else None
+        if ddl is None:
+            raise ValueError(f"unknown session database {path.name!r}")
+        conn.executescript(ddl)
+    conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+    conn.row_factory = sqlite3.Row
+    return conn

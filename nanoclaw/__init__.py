@@ -1,0 +1,43 @@
+"""NanoClaw: a self-hosted personal AI-agent host."""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask
+
+__version__ = "0.1.0"
+
+log = logging.getLogger("nanoclaw")
+
+
+def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
+    """The app factory. `settings` defaults to Settings.load() (environment + .env)."""
+    from .config import Settings
+    from .db import bind, database
+
+    settings = settings or Settings.load()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.config["NANOCLAW"] = settings
+    app.config["SECRET_KEY"] = settings.secret_key or "dev-only-not-secret"
+    app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    bind(settings.database_url)
+
+    @app.before_request
+    def _connect():
+        database.connect(reuse_if_open=True)
+
+    @app.teardown_request
+    def _close(_exc):
+        if not database.is_closed():
+            database.close()
+
+    from .web import health
+    app.register_blueprint(health.bp)
+
+    from .cli import nanoclaw_group
+    app.cli.add_command(nanoclaw_group)
+    return app

@@ -1,0 +1,200 @@
+"""One Settings object, built from the environment and `.env`.
+
+The environment wins over `.env`. Every invalid value stops start-up with a
+single line naming the variable and what it accepts (SettingsError).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dotenv import dotenv_values
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+RUNTIMES = ("auto", "docker", "bwrap")
+
+
+class SettingsError(ValueError):
+    """A setting has a value we cannot start with. str() is the one line to print."""
+
+
+def is_valid_timezone(name: str | None) -> bool:
+    if not name or name.startswith(("/", ":")) or ".." in name:
+        return False
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, IsADirectoryError):
+        return False
+    return True
+
+
+def system_timezone() -> str | None:
+    """The host's IANA zone from /etc/timezone or the /etc/localtime link, if any."""
+    try:
+        name = Path("/etc/timezone").read_text().strip()
+        if is_valid_timezone(name):
+            return name
+    except OSError:
+        pass
+    try:
+        target = os.readlink("/etc/localtime")
+    except OSError:
+        return None
+    marker = "zoneinfo/"
+    if marker in target:
+        name = target.split(marker, 1)[1]
+        if is_valid_timezone(name):
+            return name
+    return None
+
+
+def resolve_timezone(env_tz: str | None, dotenv_tz: str | None) -> str:
+    """TZ from the environment, then from .env, then the system's, then UTC.
+
+    A value that is given but is not an IANA name is an error, not a silent
+    fallback: the user asked for it and would otherwise see wrong times.
+    """
+    for source, value in (("TZ", env_tz), ("TZ (in .env)", dotenv_tz)):
+        if value:
+            if not is_valid_timezone(value):
+                raise SettingsError(
+                    f"{source}={value!r} is not an IANA timezone; use a name like "
+                    "'Europe/Berlin', 'America/New_York' or 'UTC'"
+                )
+            return value
+    return system_timezone() or "UTC"
+
+
+def _int(name: str, raw: str, lo: int, hi: int) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name}={raw!r} is not a number; it accepts a whole number from {lo} to {hi}") from None
+    if not lo <= value <= hi:
+        raise SettingsError(f"{name}={raw!r} is out of range; it accepts a whole number from {lo} to {hi}")
+    return value
+
+
+def _database_url(raw: str) -> str:
+    parsed = urlparse(raw)
+    if parsed.scheme == "sqlite" and raw.startswith("sqlite:///") and len(raw) > len("sqlite:///"):
+        return raw
+    if parsed.scheme in ("postgresql", "postgres") and parsed.hostname and parsed.path.strip("/"):
+        return raw
+    raise SettingsError(
+        f"DATABASE_URL={raw!r} is not understood; it accepts sqlite:///PATH or "
+        "postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
+    )
+
+
+def _url(name: str, raw: str) -> str:
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise SettingsError(f"{name}={raw!r} is not a URL; it accepts http(s)://HOST[:PORT][/PATH]")
+    return raw.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    groups_dir: Path
+    database_url: str
+    port: int
+    timezone: str
+    assistant_name: str
+    runtime: str
+    anthropic_api_key: str | None
+    claude_code_oauth_token: str | None
+    anthropic_upstream_url: str
+    max_concurrent_containers: int
+    max_messages_per_prompt: int
+    agent_image: str
+    install_id: str
+    mount_allowlist: Path
+    platform: dict[str, str] = field(default_factory=dict)
+    secret_key: str | None = None
+
+    # Platform settings stay in one dict so adding a platform adds no field here.
+    PLATFORM_VARS = (
+        ("TELEGRAM_BOT_TOKEN", None), ("TELEGRAM_WEBHOOK_SECRET", None),
+        ("TELEGRAM_API_BASE", "https://api.telegram.org"),
+        ("SLACK_BOT_TOKEN", None), ("SLACK_SIGNING_SECRET", None),
+        ("SLACK_API_BASE", "https://slack.com/api"),
+        ("WHATSAPP_TOKEN", None), ("WHATSAPP_APP_SECRET", None), ("WHATSAPP_VERIFY_TOKEN", None),
+        ("WHATSAPP_PHONE_NUMBER_ID", None), ("WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0"),
+        ("DISCORD_BOT_TOKEN", None), ("DISCORD_PUBLIC_KEY", None), ("DISCORD_APPLICATION_ID", None),
+        ("DISCORD_API_BASE", "https://discord.com/api/v10"),
+    )
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.data_dir / "sessions"
+
+    @property
+    def proxy_dir(self) -> Path:
+        return self.data_dir / "proxy"
+
+    @classmethod
+    def load(cls, environ: dict[str, str] | None = None, dotenv_path: Path | None = None) -> "Settings":
+        environ = dict(os.environ if environ is None else environ)
+        if dotenv_path is None:
+            dotenv_path = Path(environ.get("NANOCLAW_ENV_FILE", PROJECT_ROOT / ".env"))
+        dotenv = {k: v for k, v in dotenv_values(dotenv_path).items() if v is not None} if dotenv_path.is_file() else {}
+
+        def get(name: str, default: str | None = None) -> str | None:
+            value = environ.get(name)
+            if value is None or value == "":
+                value = dotenv.get(name)
+            return default if value is None or value == "" else value
+
+        data_dir = Path(get("NANOCLAW_DATA_DIR", str(PROJECT_ROOT / "data"))).expanduser()
+        if not data_dir.is_absolute():
+            data_dir = (PROJECT_ROOT / data_dir).resolve()
+        groups_dir = Path(get("NANOCLAW_GROUPS_DIR", str(PROJECT_ROOT / "groups"))).expanduser()
+        if not groups_dir.is_absolute():
+            groups_dir = (PROJECT_ROOT / groups_dir).resolve()
+
+        runtime = get("NANOCLAW_RUNTIME", "auto")
+        if runtime not in RUNTIMES:
+            raise SettingsError(f"NANOCLAW_RUNTIME={runtime!r} is unknown; it accepts one of: {', '.join(RUNTIMES)}")
+
+        assistant = get("NANOCLAW_ASSISTANT_NAME", "Andy").strip()
+        if not assistant:
+            raise SettingsError("NANOCLAW_ASSISTANT_NAME is empty; it accepts any non-empty name")
+
+        install_id = get("NANOCLAW_INSTALL_ID", "nanoclaw")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,40}", install_id):
+            raise SettingsError(
+                f"NANOCLAW_INSTALL_ID={install_id!r} is not valid; it accepts lower-case letters, digits, '_', '.', '-'"
+            )
+
+        return cls(
+            data_dir=data_dir,
+            groups_dir=groups_dir,
+            database_url=_database_url(get("DATABASE_URL", f"sqlite:///{data_dir / 'nanoclaw.db'}")),
+            port=_int("NANOCLAW_PORT", get("NANOCLAW_PORT", "8080"), 1, 65535),
+            timezone=resolve_timezone(environ.get("TZ") or None, dotenv.get("TZ") or None),
+            assistant_name=assistant,
+            runtime=runtime,
+            anthropic_api_key=get("ANTHROPIC_API_KEY"),
+            claude_code_oauth_token=get("CLAUDE_CODE_OAUTH_TOKEN"),
+            anthropic_upstream_url=_url("ANTHROPIC_UPSTREAM_URL", get("ANTHROPIC_UPSTREAM_URL", "https://api.anthropic.com")),
+            max_concurrent_containers=_int("MAX_CONCURRENT_CONTAINERS", get("MAX_CONCURRENT_CONTAINERS", "5"), 1, 1000),
+            max_messages_per_prompt=_int("MAX_MESSAGES_PER_PROMPT", get("MAX_MESSAGES_PER_PROMPT", "10"), 1, 1000),
+            agent_image=get("NANOCLAW_AGENT_IMAGE", "nanoclaw-agent:latest"),
+            install_id=install_id,
+            mount_allowlist=Path(get("NANOCLAW_MOUNT_ALLOWLIST", "~/.config/nanoclaw/mount-allowlist.json")).expanduser(),
+            platform={
+                name: (_url(name, value) if name.endswith("_API_BASE") else value)
+                for name, default in cls.PLATFORM_VARS
+                if (value := get(name, default)) is not None
+            },
+            secret_key=get("NANOCLAW_SECRET_KEY"),
+        )
+
+
+__all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone", "PROJECT_ROOT"]

@@ -1,0 +1,53 @@
+"""The central database: one peewee handle, bound at start-up from DATABASE_URL.
+
+SQLite runs in WAL mode with foreign keys on and a busy timeout; PostgreSQL is
+the same code through the same models. Nothing here may be SQLite-only SQL.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import peewee
+
+database = peewee.DatabaseProxy()
+
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "foreign_keys": 1,
+    "busy_timeout": 5000,
+    "synchronous": "normal",
+}
+
+
+def open_database(url: str) -> peewee.Database:
+    """A peewee Database for a validated DATABASE_URL (not yet connected)."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = Path(unquote(url[len("sqlite:///"):]))
+        if not path.is_absolute():
+            path = Path("/") / path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
+    return peewee.PostgresqlDatabase(
+        parsed.path.lstrip("/"),
+        user=unquote(parsed.username) if parsed.username else None,
+        password=unquote(parsed.password) if parsed.password else None,
+        host=parsed.hostname,
+        port=parsed.port or 5432,
+        autorollback=True,
+    )
+
+
+def bind(url: str) -> peewee.Database:
+    db = open_database(url)
+    database.initialize(db)
+    return db
+
+
+def is_reachable() -> tuple[bool, str | None]:
+    try:
+        database.execute_sql("SELECT 1")
+        return True, None
+    except Exception as exc:  # any driver error means "not reachable" to a health check
+        return False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,172 @@
+"""Central tables. The schema itself is created by migrations/; these classes
+are how the code reads and writes it."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import peewee as pw
+
+from .db import database
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class JSONField(pw.TextField):
+    def db_value(self, value):
+        return None if value is None else json.dumps(value, sort_keys=True)
+
+    def python_value(self, value):
+        return None if value is None else json.loads(value)
+
+
+class Base(pw.Model):
+    class Meta:
+        database = database
+
+
+class AgentGroup(Base):
+    name = pw.CharField()
+    folder = pw.CharField(unique=True)
+    instructions = pw.TextField(default="")
+    container_config = JSONField(default=dict)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_groups"
+
+
+ENGAGE_MODES = ("pattern", "mention", "mention-sticky")
+SENDER_SCOPES = ("all", "known")
+IGNORED_POLICIES = ("drop", "accumulate")
+UNKNOWN_SENDER_POLICIES = ("strict", "request_approval", "public")
+CHAT_KINDS = ("dm", "group", "thread")
+ROLES = ("owner", "admin")
+
+
+class MessagingGroup(Base):
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    name = pw.CharField(null=True)
+    kind = pw.CharField(default="dm")
+    unknown_sender_policy = pw.CharField(default="request_approval")
+    denied_at = pw.DateTimeField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "messaging_groups"
+        indexes = ((("channel_type", "platform_id"), True),)
+
+
+class Wiring(Base):
+    messaging_group = pw.ForeignKeyField(MessagingGroup, backref="wirings", on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, backref="wirings", on_delete="CASCADE")
+    engage_mode = pw.CharField(default="mention")
+    engage_pattern = pw.CharField(null=True)
+    sender_scope = pw.CharField(default="all")
+    ignored_message_policy = pw.CharField(default="drop")
+    session_mode = pw.CharField(default="shared")
+    priority = pw.IntegerField(default=0)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "messaging_group_agents"
+        indexes = ((("messaging_group", "agent_group"), True),)
+
+
+class User(Base):
+    id = pw.CharField(primary_key=True)  # "<channel>:<platform user id>"
+    name = pw.CharField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "users"
+
+
+class UserRole(Base):
+    user = pw.ForeignKeyField(User, backref="roles", on_delete="CASCADE")
+    role = pw.CharField()
+    agent_group = pw.ForeignKeyField(AgentGroup, null=True, backref="roles", on_delete="CASCADE")
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "user_roles"
+        indexes = ((("user", "role", "agent_group"), True),)
+
+
+class AgentGroupMember(Base):
+    user = pw.ForeignKeyField(User, backref="memberships", on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, backref="members", on_delete="CASCADE")
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_group_members"
+        indexes = ((("user", "agent_group"), True),)
+
+
+class UserDm(Base):
+    user = pw.ForeignKeyField(User, backref="dms", on_delete="CASCADE")
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "user_dms"
+        indexes = ((("user", "channel_type"), True),)
+
+
+class Session(Base):
+    id = pw.CharField(primary_key=True)
+    agent_group = pw.ForeignKeyField(AgentGroup, backref="sessions", on_delete="CASCADE")
+    messaging_group = pw.ForeignKeyField(MessagingGroup, null=True, backref="sessions", on_delete="SET NULL")
+    thread_id = pw.CharField(default="")  # "" = no thread; keeps the UNIQUE portable
+    status = pw.CharField(default="active")
+    created_at = pw.DateTimeField(default=utcnow)
+    last_active_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "sessions"
+        indexes = ((("agent_group", "messaging_group", "thread_id"), True),)
+
+
+class InboundEvent(Base):
+    channel = pw.CharField()
+    event_id = pw.CharField()
+    received_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "inbound_events"
+        indexes = ((("channel", "event_id"), True),)
+
+
+class DroppedMessage(Base):
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    sender_id = pw.CharField(null=True)
+    reason = pw.CharField()
+    content = pw.TextField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "dropped_messages"
+
+
+class AuditLog(Base):
+    at = pw.DateTimeField(default=utcnow)
+    actor = pw.CharField()
+    action = pw.CharField()
+    target = pw.CharField(null=True)
+    detail = JSONField(null=True)
+
+    class Meta:
+        table_name = "audit_log"
+
+
+def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
+    AuditLog.create(actor=actor, action=action, target=target, detail=detail or None)
+
+
+ALL_MODELS = [AgentGroup, MessagingGroup, Wiring, User, UserRole, AgentGroupMember, UserDm, Session,
+              InboundEvent, DroppedMessage, AuditLog]
