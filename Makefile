@@ -27,8 +27,7 @@ migrate: $(STAMP)
 	$(BIN)/flask --app app nanoclaw migrate
 
 run: $(STAMP) migrate
-	@mkdir -p "$${NANOCLAW_DATA_DIR:-data}"
-	exec $(BIN)/supervisord -n -c supervisord.conf
+	exec $(BIN)/python -m nanoclaw.supervise
 
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -28,7 +28,10 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
 
     @app.before_request
     def _connect():
-        database.connect(reuse_if_open=True)
+        try:
+            database.connect(reuse_if_open=True)
+        except Exception as exc:  # /healthz reports it; other routes fail on first query
+            log.warning("database unreachable: %s", str(exc).splitlines()[0] if str(exc) else exc)
 
     @app.teardown_request
     def _close(_exc):

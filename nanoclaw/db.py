@@ -35,7 +35,6 @@ def open_database(url: str) -> peewee.Database:
         password=unquote(parsed.password) if parsed.password else None,
         host=parsed.hostname,
         port=parsed.port or 5432,
-        autorollback=True,
     )
 
 

@@ -1,0 +1,26 @@
+"""gunicorn settings for the `web` program: one gthread worker on loopback.
+
+One worker on purpose: the web process also holds the background scheduler,
+and SQLite is happiest with one writer process.
+"""
+import sys
+
+from nanoclaw.config import Settings, SettingsError
+
+try:
+    _settings = Settings.load()
+except SettingsError as exc:
+    print(f"nanoclaw: cannot start: {exc}", file=sys.stderr)
+    sys.exit(2)
+
+bind = f"127.0.0.1:{_settings.port}"
+workers = 1
+worker_class = "gthread"
+threads = 8
+timeout = 60
+graceful_timeout = 20
+keepalive = 5
+accesslog = "-"
+errorlog = "-"
+# gunicorn's control socket defaults to one path per user; keep ours with our data.
+control_socket = str(_settings.data_dir / "gunicorn.ctl")

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Start (or stop) a throwaway PostgreSQL server on 127.0.0.1 for the test suite.
+# Prints the DATABASE_URL to use on stdout. Idempotent.
+set -euo pipefail
+PGROOT=${NANOCLAW_PG_ROOT:-/tmp/nanoclaw-pg}
+PGPORT=${NANOCLAW_PG_PORT:-54329}
+cmd=${1:-start}
+
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  echo "installing postgresql from Debian's packages..." >&2
+  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+fi
+BIN=$(dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)")
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+case "$cmd" in
+  start)
+    mkdir -p "$PGROOT"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$PGROOT"
+    if [ ! -f "$PGROOT/data/PG_VERSION" ]; then
+      as_pg "$BIN/initdb" -D "$PGROOT/data" -U postgres --auth=trust -E UTF8 >/dev/null
+    fi
+    if ! as_pg "$BIN/pg_ctl" -D "$PGROOT/data" status >/dev/null 2>&1; then
+      as_pg "$BIN/pg_ctl" -D "$PGROOT/data" -l "$PGROOT/server.log" -w \
+        -o "-c listen_addresses=127.0.0.1 -p $PGPORT -k $PGROOT" start >/dev/null
+    fi
+    echo "postgresql://postgres@127.0.0.1:$PGPORT/postgres"
+    ;;
+  stop)
+    as_pg "$BIN/pg_ctl" -D "$PGROOT/data" -m fast stop >/dev/null 2>&1 || true
+    ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

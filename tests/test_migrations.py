@@ -1,0 +1,80 @@
+"""Migrations from empty, re-run, status, and a failure halfway that changes nothing."""
+import pytest
+
+from nanoclaw import migrate
+from nanoclaw.db import database, open_database
+
+CENTRAL_TABLES = {"agent_groups", "messaging_groups", "messaging_group_agents", "users", "user_roles",
+                  "agent_group_members", "user_dms", "sessions", "inbound_events", "dropped_messages",
+                  "audit_log", "schema_version"}
+
+
+@pytest.fixture
+def db(db_url):
+    d = open_database(db_url)
+    d.connect()
+    yield d
+    d.close()
+
+
+def test_from_empty_then_rerun_is_a_no_op(db):
+    assert migrate.current_version(db) == 0
+    applied = migrate.apply_pending(db, log=lambda _l: None)
+    assert [m.version for m in applied] == [m.version for m in migrate.discover()]
+    assert CENTRAL_TABLES <= set(db.get_tables())
+    assert migrate.apply_pending(db, log=lambda _l: None) == []
+    assert migrate.current_version(db) == max(m.version for m in migrate.discover())
+
+
+def write(directory, name, body):
+    (directory / name).write_text(body)
+
+
+def test_failed_migration_leaves_schema_unchanged(db, tmp_path):
+    mdir = tmp_path / "migrations"
+    mdir.mkdir()
+    write(mdir, "0001_first.py", "def upgrade(db, sql):\n"
+          "    db.execute_sql('CREATE TABLE first_t (id {pk})'.format(pk=sql.pk))\n")
+    write(mdir, "0002_breaks.py", "def upgrade(db, sql):\n"
+          "    db.execute_sql('CREATE TABLE half_t (id {pk})'.format(pk=sql.pk))\n"
+          "    db.execute_sql('INSERT INTO first_t DEFAULT VALUES')\n"
+          "    db.execute_sql('ALTER TABLE first_t ADD COLUMN note VARCHAR(10)')\n"
+          "    raise RuntimeError('boom halfway')\n")
+    write(mdir, "0003_after.py", "def upgrade(db, sql):\n"
+          "    db.execute_sql('CREATE TABLE after_t (id {pk})'.format(pk=sql.pk))\n")
+    with pytest.raises(migrate.MigrationError, match="0002_breaks failed and was rolled back: boom halfway"):
+        migrate.apply_pending(db, mdir, log=lambda _l: None)
+    tables = set(db.get_tables())
+    assert "first_t" in tables
+    assert "half_t" not in tables and "after_t" not in tables
+    assert [c.name for c in db.get_columns("first_t")] == ["id"]
+    assert db.execute_sql("SELECT COUNT(*) FROM first_t").fetchone()[0] == 0
+    assert migrate.applied_versions(db) == {1: "first"}
+    assert [m.name for m in migrate.pending(db, mdir)] == ["breaks", "after"]
+
+
+def test_status_lists_applied_and_pending(cli):
+    result = cli("migrate", "--status")
+    assert result.exit_code == 0
+    assert "0001_initial  applied" in result.output
+
+
+def test_migrate_command_is_idempotent(cli):
+    result = cli("migrate")
+    assert result.exit_code == 0
+    assert "nothing to do" in result.output
+
+
+def test_commands_refuse_before_migration(make_settings, sqlite_url):
+    from nanoclaw import create_app
+    app = create_app(make_settings(DATABASE_URL=sqlite_url))
+    result = app.test_cli_runner().invoke(args=["nanoclaw", "agent", "list"])
+    assert result.exit_code == 2
+    assert "migration(s) pending; run: flask --app app nanoclaw migrate" in result.output
+    database.close()
+
+
+def test_sqlite_runs_wal_with_foreign_keys(sqlite_app):
+    assert database.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert database.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert database.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 5000
