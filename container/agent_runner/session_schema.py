@@ -102,11 +102,13 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
                                isolation_level=None, check_same_thread=False)
     else:
         conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
         ddl = INBOUND_DDL if path.name == INBOUND else OUTBOUND_DDL if path.name == OUTBOUND else None
         if ddl is None:
             raise ValueError(f"unknown session database {path.name!r}")
+        # inbound.db keeps a rollback journal: its reader (the agent, another uid) then needs only
+        # read access to the file, never write access to a -shm file the host created.
+        conn.execute(f"PRAGMA journal_mode={'DELETE' if path.name == INBOUND else 'WAL'}")
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(ddl)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.row_factory = sqlite3.Row
