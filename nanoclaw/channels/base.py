@@ -1,0 +1,107 @@
+"""The adapter shape every platform module follows, and the registry that finds them.
+
+Inbound: a platform module turns a verified request into InboundEvents.
+Outbound: delivery calls send_text / edit_text / react / send_file / send_card on the
+adapter named by the row's channel_type. Adding a platform is adding a module that
+registers itself here; core code never imports a platform by name.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..sessions.store import Target
+
+
+@dataclass(frozen=True)
+class ReplyTo:
+    message_id: str
+    sender_name: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True)
+class InboundEvent:
+    channel: str
+    event_id: str                    # the platform's id for dedup
+    chat_id: str
+    kind: str                        # dm | group | thread
+    sender_id: str                   # platform user id (the user is f"{channel}:{sender_id}")
+    sender_name: str
+    text: str
+    timestamp: str                   # UTC ISO
+    thread_id: str | None = None
+    message_id: str | None = None
+    mentioned: bool = False          # platform-confirmed mention of this bot (a DM counts)
+    sender_is_bot: bool = False
+    from_self: bool = False          # our own bot's message: never routed back in
+    reply_to: ReplyTo | None = None
+    attachments: tuple[dict, ...] = ()
+
+    @property
+    def user_id(self) -> str:
+        return f"{self.channel}:{self.sender_id}"
+
+    def content(self) -> dict:
+        """The JSON stored in messages_in.content (what the runner formats)."""
+        body = {"text": self.text, "sender": self.sender_name, "sender_id": self.user_id,
+                "message_id": self.message_id}
+        if self.reply_to:
+            body["reply_to"] = {"id": self.reply_to.message_id, "sender": self.reply_to.sender_name,
+                                "text": self.reply_to.text}
+        if self.attachments:
+            body["attachments"] = list(self.attachments)
+        return body
+
+
+@dataclass(frozen=True)
+class Card:
+    title: str
+    body: str
+    buttons: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (label, action id)
+
+
+class DeliveryError(Exception):
+    """A platform refused or failed. retry_after: the platform's own wait (429)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+class Adapter(Protocol):
+    name: str
+
+    def send_text(self, target: Target, text: str) -> str | None: ...
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None: ...
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None: ...
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None: ...
+    def send_card(self, target: Target, card: Card) -> str | None: ...
+
+
+_FACTORIES: dict[str, type] = {}
+_INSTANCES: dict[tuple[str, int], Adapter] = {}
+
+
+def register(name: str):
+    def decorate(cls):
+        cls.name = name
+        _FACTORIES[name] = cls
+        return cls
+    return decorate
+
+
+def get_adapter(name: str, settings) -> Adapter:
+    """The adapter for a channel, loading its module (nanoclaw.channels.<name>) on first use."""
+    if name not in _FACTORIES:
+        try:
+            importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError:
+            raise DeliveryError(f"no channel adapter named {name!r}", permanent=True) from None
+    key = (name, id(settings))
+    if key not in _INSTANCES:
+        _INSTANCES[key] = _FACTORIES[name](settings)
+    return _INSTANCES[key]

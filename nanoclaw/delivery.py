@@ -1,0 +1,179 @@
+"""Outbound rows → channel adapters, with claims, retries and failure notices.
+
+The agent writes messages_out (its file); the host records every outcome in
+`delivered` (the host's inbound.db). A row is claimed by inserting its
+`delivered` row first, so two host processes never send the same row.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from .channels.base import Card, DeliveryError, get_adapter
+from .security import UnsafePath, contained
+from .sessions import session_schema as schema
+from .sessions.store import Target, allowed_targets
+
+log = logging.getLogger("nanoclaw.delivery")
+
+MAX_TRIES = 3
+BASE_BACKOFF_S = 1.0
+
+
+def backoff(tries: int, retry_after: float | None) -> float:
+    """Seconds before the next try: the platform's own wait if it gave one, else 1 s, 2 s, 4 s…"""
+    return max(retry_after or 0.0, BASE_BACKOFF_S * 2 ** max(tries - 1, 0))
+
+
+def _iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    id: str
+    seq: int
+    in_reply_to: str | None
+    target: Target
+    op: dict
+
+
+def _open(path: Path) -> sqlite3.Connection | None:
+    """inbound.db (ours, writable) with the agent's outbound.db attached read-only."""
+    outbound = path / schema.OUTBOUND
+    if not outbound.exists():
+        return None
+    conn = schema.connect(path / schema.INBOUND)
+    conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
+    return conn
+
+
+def sync_acks(conn: sqlite3.Connection) -> None:
+    """Copy the agent's finished claims into messages_in.status (the host's record)."""
+    conn.execute("UPDATE messages_in SET status = (SELECT a.status FROM ob.processing_ack a "
+                 "WHERE a.message_id = messages_in.id) WHERE status = 'pending' AND id IN "
+                 "(SELECT message_id FROM ob.processing_ack WHERE status IN ('completed', 'failed'))")
+
+
+def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
+    rows = conn.execute(
+        "SELECT o.id, o.seq, o.in_reply_to, o.channel_type, o.platform_id, o.thread_id, o.content "
+        "FROM ob.messages_out o LEFT JOIN delivered d ON d.message_out_id = o.id "
+        "WHERE d.message_out_id IS NULL OR (d.status = 'retry' AND d.next_try_at <= ?) ORDER BY o.seq",
+        (now,)).fetchall()
+    out = []
+    for r in rows:
+        try:
+            op = json.loads(r["content"])
+        except ValueError:
+            op = {"op": "invalid"}
+        out.append(Outgoing(r["id"], r["seq"], r["in_reply_to"],
+                            Target(r["channel_type"] or "", r["platform_id"] or "", r["thread_id"]), op))
+    return out
+
+
+def claim(conn: sqlite3.Connection, row_id: str) -> bool:
+    cur = conn.execute(
+        "INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0) "
+        "ON CONFLICT (message_out_id) DO UPDATE SET status = 'sending' WHERE delivered.status = 'retry'",
+        (row_id,))
+    return cur.rowcount == 1
+
+
+def platform_id_of(conn: sqlite3.Connection, seq: int) -> str | None:
+    row = conn.execute("SELECT d.platform_message_id FROM ob.messages_out o JOIN delivered d "
+                       "ON d.message_out_id = o.id WHERE o.seq = ? AND d.status = 'delivered'", (seq,)).fetchone()
+    return row[0] if row else None
+
+
+def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
+    """Hand one row to its adapter; returns the platform message id, if any."""
+    op, kind = row.op, row.op.get("op")
+    if kind == "text":
+        return adapter.send_text(row.target, op["text"])
+    if kind in ("edit", "reaction"):
+        pid = platform_id_of(conn, int(op.get("target_seq", -1)))
+        if pid is None:
+            raise DeliveryError(f"message #{op.get('target_seq')} was never delivered", permanent=True)
+        if kind == "edit":
+            adapter.edit_text(row.target, pid, op["text"])
+        else:
+            adapter.react(row.target, pid, op["emoji"])
+        return pid
+    if kind == "file":
+        try:
+            path = contained(session_path / "outbox", op["path"].removeprefix("outbox/"))
+        except (UnsafePath, KeyError) as exc:
+            raise DeliveryError(f"file refused: {exc}", permanent=True) from None
+        return adapter.send_file(row.target, path, op.get("text"))
+    if kind == "card":
+        card = Card(op.get("title", ""), op.get("body", ""),
+                    tuple((b["label"], b["action"]) for b in op.get("buttons", [])))
+        return adapter.send_card(row.target, card)
+    raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
+
+
+def deliver_session(session_path: Path, settings, now: datetime | None = None) -> int:
+    """Deliver every due row of one session. Returns how many were delivered."""
+    conn = _open(session_path)
+    if conn is None:
+        return 0
+    now = now or datetime.now(timezone.utc)
+    delivered = 0
+    try:
+        sync_acks(conn)
+        rows = due_rows(conn, _iso(now))
+        allowed = allowed_targets(session_path) if rows else set()
+        for row in rows:
+            if not claim(conn, row.id):
+                continue
+            try:
+                if row.target not in allowed:
+                    raise DeliveryError(f"target {row.target} is not this session's chat or destination",
+                                        permanent=True)
+                adapter = get_adapter(row.target.channel_type, settings)
+                platform_id = perform(adapter, conn, session_path, row)
+            except Exception as exc:  # any adapter failure keeps the row for a retry
+                _failed(conn, settings, row, exc, now)
+                continue
+            conn.execute("UPDATE delivered SET status = 'delivered', platform_message_id = ?, "
+                         "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
+                         (platform_id, _iso(datetime.now(timezone.utc)), row.id))
+            delivered += 1
+    finally:
+        conn.close()
+    return delivered
+
+
+def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> None:
+    tries = conn.execute("SELECT tries FROM delivered WHERE message_out_id = ?", (row.id,)).fetchone()[0] + 1
+    permanent = isinstance(exc, DeliveryError) and exc.permanent
+    retry_after = exc.retry_after if isinstance(exc, DeliveryError) else None
+    reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    if permanent or tries >= MAX_TRIES:
+        conn.execute("UPDATE delivered SET status = 'failed', tries = ?, last_error = ? WHERE message_out_id = ?",
+                     (tries, reason, row.id))
+        log.error("delivery of %s to %s failed for good after %d tries: %s", row.id, row.target, tries, reason)
+        _tell_user(conn, settings, row, reason)
+        return
+    wait = backoff(tries, retry_after)
+    conn.execute("UPDATE delivered SET status = 'retry', tries = ?, last_error = ?, next_try_at = ? "
+                 "WHERE message_out_id = ?", (tries, reason, _iso(now + timedelta(seconds=wait)), row.id))
+    log.warning("delivery of %s to %s failed (try %d), retrying in %.1fs: %s", row.id, row.target, tries, wait, reason)
+
+
+def _tell_user(conn, settings, row: Outgoing, reason: str) -> None:
+    """Best effort: say in the session's own chat that a reply could not be delivered."""
+    home = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing").fetchone()
+    if home is None:
+        return
+    target = Target(*home)
+    try:
+        adapter = get_adapter(target.channel_type, settings)
+        adapter.send_text(target, f"(I could not deliver a reply: {reason})")
+    except Exception as exc:  # the platform itself is down; the log line above is all we can do
+        log.error("could not tell %s about the failed delivery: %s", target, exc)

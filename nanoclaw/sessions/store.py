@@ -1,0 +1,122 @@
+"""Host-side reads and writes of a session folder.
+
+The host writes inbound.db only; it reads outbound.db (the agent's file) read-only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import session_schema as schema
+
+SANDBOX_UID = 1000
+
+
+@dataclass(frozen=True)
+class Target:
+    channel_type: str
+    platform_id: str
+    thread_id: str | None = None
+
+
+def session_path(sessions_dir: Path, folder: str, session_id: str) -> Path:
+    return sessions_dir / folder / session_id
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def prepare(path: Path, routing: Target) -> None:
+    """Create the folder layout and inbound.db; (re)write the routing row."""
+    for sub in ("inbox", "outbox", "home"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    with _inbound(path) as conn:
+        conn.execute("INSERT INTO routing (id, channel_type, platform_id, thread_id) VALUES (1, ?, ?, ?) "
+                     "ON CONFLICT (id) DO UPDATE SET channel_type = excluded.channel_type, "
+                     "platform_id = excluded.platform_id, thread_id = excluded.thread_id",
+                     (routing.channel_type, routing.platform_id, routing.thread_id))
+    _hand_to_sandbox_user(path)
+
+
+def _hand_to_sandbox_user(path: Path) -> None:
+    """The agent (uid 1000) writes outbound.db, heartbeat, outbox/ and home/ here; inbound.db stays
+    ours (root-owned, world-readable) so the agent cannot write the host's file."""
+    if os.geteuid() != 0:
+        return
+    for p in (path, path / "outbox", path / "home"):
+        os.chown(p, SANDBOX_UID, SANDBOX_UID)
+    for p in (path / "inbox", *[path / f"{schema.INBOUND}{s}" for s in ("", "-wal", "-shm")]):
+        if p.exists():
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+
+
+class _inbound:
+    """Context manager: a short write transaction on inbound.db (BEGIN IMMEDIATE so seq is safe)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn = schema.connect(self.path / schema.INBOUND)
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type, *_):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        self.conn.close()
+
+
+def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
+                  trigger: bool = True, timestamp: str | None = None, process_after: str | None = None,
+                  message_id: str | None = None) -> str:
+    """Append one messages_in row; returns its id."""
+    message_id = message_id or uuid.uuid4().hex
+    with _inbound(path) as conn:
+        if conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone():
+            return message_id  # a platform retry: written once, whatever happens
+        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_in").fetchone()[0]
+        conn.execute(
+            "INSERT INTO messages_in (id, seq, kind, timestamp, status, process_after, trigger,"
+            " channel_type, platform_id, thread_id, content) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+            (message_id, seq, kind, timestamp or schema.utc_now_iso(), process_after, 1 if trigger else 0,
+             target and target.channel_type, target and target.platform_id, target and target.thread_id,
+             json.dumps(content)))
+    return message_id
+
+
+def set_destination(path: Path, name: str, target: Target, display_name: str | None = None) -> None:
+    with _inbound(path) as conn:
+        conn.execute("INSERT OR REPLACE INTO destinations (name, channel_type, platform_id, thread_id, display_name)"
+                     " VALUES (?, ?, ?, ?, ?)",
+                     (name, target.channel_type, target.platform_id, target.thread_id, display_name))
+
+
+def allowed_targets(path: Path) -> set[Target]:
+    """The session's routing plus its named destinations: the only places its rows may go."""
+    conn = schema.connect(path / schema.INBOUND)
+    try:
+        rows = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing "
+                            "UNION SELECT channel_type, platform_id, thread_id FROM destinations").fetchall()
+    finally:
+        conn.close()
+    return {Target(r[0], r[1], r[2]) for r in rows}
+
+
+def has_due_trigger(path: Path, now_iso: str | None = None) -> bool:
+    """Is there a triggering pending message that is due? (decides whether to wake)."""
+    db = path / schema.INBOUND
+    if not db.exists():
+        return False
+    conn = schema.connect(db, readonly=True)
+    try:
+        row = conn.execute("SELECT 1 FROM messages_in WHERE status = 'pending' AND trigger = 1 AND "
+                           "(process_after IS NULL OR process_after <= ?) LIMIT 1",
+                           (now_iso or schema.utc_now_iso(),)).fetchone()
+    finally:
+        conn.close()
+    return row is not None

@@ -1,0 +1,104 @@
+"""Routing decisions (pure) and the pipeline's writes (central DB on both engines + session files)."""
+import json
+
+import pytest
+
+from nanoclaw.channels.base import InboundEvent
+from nanoclaw.models import DroppedMessage, Session
+from nanoclaw.router import engages, route, sender_admitted, session_thread
+from nanoclaw.sessions import session_schema as schema
+
+
+@pytest.mark.parametrize("mode, pattern, text, mentioned, dm, sticky, expected", [
+    ("pattern", ".", "anything", False, False, False, True),
+    ("pattern", ".", "", False, False, False, False),
+    ("pattern", r"^@?andy\b", "andy, hi", False, False, False, True),
+    ("pattern", r"^@?andy\b", "hi andy", False, False, False, False),
+    ("pattern", "(", "x", False, False, False, False),
+    ("mention", None, "hello", True, False, False, True),
+    ("mention", None, "hello", False, False, False, False),
+    ("mention", None, "hello", False, True, False, True),
+    ("mention-sticky", None, "follow-up", False, False, True, True),
+    ("mention-sticky", None, "follow-up", False, False, False, False),
+    ("mention-sticky", None, "@andy", True, False, False, True),
+])
+def test_engages(mode, pattern, text, mentioned, dm, sticky, expected):
+    assert engages(mode, pattern, text=text, mentioned=mentioned, is_dm=dm, sticky_session=sticky) is expected
+
+
+def test_sender_gate():
+    assert sender_admitted("strict", True) == (True, None)
+    assert sender_admitted("strict", False) == (False, "unknown_sender_strict")
+    assert sender_admitted("request_approval", False) == (False, "unknown_sender_request_approval")
+    assert sender_admitted("public", False) == (True, None)
+
+
+def test_session_thread():
+    assert session_thread("thread", "T1") == "T1"
+    assert session_thread("group", "T1") == ""
+    assert session_thread("dm", None) == ""
+
+
+def event(i, text="hello", chat="42", sender="42", mentioned=False, **kw):
+    return InboundEvent(channel="telegram", event_id=str(i), chat_id=chat, kind="dm", sender_id=sender,
+                        sender_name="Me", text=text, timestamp="2024-01-01T00:00:00.000Z",
+                        message_id=str(100 + i), mentioned=mentioned, **kw)
+
+
+def rows(app, folder, session_id):
+    path = app.config["NANOCLAW"].sessions_dir / folder / session_id / schema.INBOUND
+    conn = schema.connect(path, readonly=True)
+    try:
+        return [(r["trigger"], json.loads(r["content"])["text"]) for r in
+                conn.execute("SELECT * FROM messages_in ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+def test_dm_from_owner_is_written_once_and_wakes(cli, app):
+    cli("agent", "create", "Andy")
+    cli("user", "add", "telegram:42", "--role", "owner")
+    cli("wire", "telegram", "42", "andy")
+    woken = []
+    settings = app.config["NANOCLAW"]
+    result = route(event(1), settings, wake=woken.append)
+    assert [(f, t) for f, _, t in result.written] == [("andy", True)]
+    again = route(event(1), settings, wake=woken.append)
+    assert again.duplicate and len(woken) == 1
+    session = Session.get()
+    assert rows(app, "andy", session.id) == [(1, "hello")]
+
+
+def test_unwired_and_unknown_are_dropped_with_reasons(cli, app):
+    settings = app.config["NANOCLAW"]
+    assert route(event(1, chat="999"), settings).dropped == "no_agent_wired"
+    cli("agent", "create", "Andy")
+    cli("wire", "telegram", "42", "andy")
+    assert route(event(2, sender="7"), settings).dropped == "unknown_sender_request_approval"
+    cli("wire", "telegram", "42", "andy", "--unknown-senders", "strict")
+    assert route(event(3, sender="7"), settings).dropped == "unknown_sender_strict"
+    reasons = [d.reason for d in DroppedMessage.select().order_by(DroppedMessage.id)]
+    assert reasons == ["no_agent_wired", "unknown_sender_request_approval", "unknown_sender_strict"]
+    assert Session.select().count() == 0
+
+
+def test_fan_out_accumulate_and_trigger(cli, app):
+    settings = app.config["NANOCLAW"]
+    cli("agent", "create", "Andy")
+    cli("agent", "create", "Bea")
+    cli("wire", "telegram", "-5", "andy", "--kind", "group", "--ignored", "accumulate", "--unknown-senders", "public")
+    cli("wire", "telegram", "-5", "bea", "--engage", "pattern", "--pattern", "(?i)bea")
+    route(event(1, "chatter", chat="-5"), settings)
+    route(event(2, "hey Bea", chat="-5"), settings)
+    route(event(3, "@andy answer", chat="-5", mentioned=True), settings)
+    andy = Session.get(Session.agent_group == 1)
+    bea = Session.get(Session.agent_group == 2)
+    assert rows(app, "andy", andy.id) == [(0, "chatter"), (0, "hey Bea"), (1, "@andy answer")]
+    assert rows(app, "bea", bea.id) == [(1, "hey Bea")]
+
+
+def test_own_messages_never_routed(cli, app):
+    cli("agent", "create", "Andy")
+    cli("wire", "telegram", "42", "andy", "--unknown-senders", "public")
+    assert route(event(1, from_self=True), app.config["NANOCLAW"]).dropped == "own_message"
+    assert Session.select().count() == 0
