@@ -38,8 +38,9 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
         if not database.is_closed():
             database.close()
 
-    from .web import health
+    from .web import health, webhooks
     app.register_blueprint(health.bp)
+    app.register_blueprint(webhooks.bp)
 
     from .cli import nanoclaw_group
     app.cli.add_command(nanoclaw_group)

@@ -63,6 +63,43 @@ class Card:
     buttons: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (label, action id)
 
 
+@dataclass(frozen=True)
+class Action:
+    """A button click: `<prefix>-<id>:<value>` (fits Telegram's 64-byte callback_data)."""
+    channel: str
+    action_id: str
+    user_id: str                      # "<channel>:<platform user id>" of whoever clicked
+    chat_id: str | None = None
+    message_id: str | None = None     # the card's platform message id (to edit it in place)
+    event_id: str | None = None       # for dedup
+    raw: dict | None = None           # what the platform needs to acknowledge it (e.g. callback id)
+
+    @property
+    def prefix(self) -> str:
+        return self.action_id.split("-", 1)[0]
+
+
+@dataclass
+class Parsed:
+    """What one webhook request carried."""
+    events: list[InboundEvent] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    response: tuple[object, int] | None = None   # a body the platform expects back (challenge, PONG)
+
+
+class WebhookRefused(Exception):
+    """Verification failed: answer `status` and store nothing."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class MalformedPayload(ValueError):
+    """The request was authentic but not understood: 400."""
+
+
 class DeliveryError(Exception):
     """A platform refused or failed. retry_after: the platform's own wait (429)."""
 
@@ -73,6 +110,9 @@ class DeliveryError(Exception):
 
 
 class Adapter(Protocol):
+    """Outbound operations every platform implements. Platforms that receive webhooks also have
+    `handle_webhook(kind, method, headers, query, body: bytes) -> Parsed` (verify the raw body
+    first: raise WebhookRefused / MalformedPayload) and `acknowledge_action(action, text)`."""
     name: str
 
     def send_text(self, target: Target, text: str) -> str | None: ...

@@ -1,0 +1,67 @@
+"""POST /webhooks/<channel>[/<kind>]: verify on the raw body, parse, dedup, route, ack.
+
+The acknowledgement never waits for an agent: routing only writes, and a wake
+runs on a background thread. CSRF does not apply here; the platform's signature
+is the authentication.
+"""
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, current_app, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from .. import actions, router
+from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
+
+bp = Blueprint("webhooks", __name__)
+log = logging.getLogger("nanoclaw.webhooks")
+
+
+def _wake_async(app):
+    waker = app.extensions.get("nanoclaw.waker")
+    if waker is None:
+        return None
+    return lambda session: waker(session.agent_group.folder, session.id)
+
+
+@bp.route("/webhooks/<channel>", methods=["GET", "POST"], defaults={"kind": ""})
+@bp.route("/webhooks/<channel>/<kind>", methods=["GET", "POST"])
+def webhook(channel: str, kind: str):
+    settings = current_app.config["NANOCLAW"]
+    try:
+        adapter = get_adapter(channel, settings)
+    except DeliveryError:
+        return jsonify(error=f"unknown channel {channel!r}"), 404
+    if not hasattr(adapter, "handle_webhook") or channel == "cli":
+        return jsonify(error=f"channel {channel!r} takes no webhooks"), 404
+    try:
+        body = request.get_data(cache=True)
+    except RequestEntityTooLarge:
+        log.warning("%s webhook refused: body over 1 MiB", channel)
+        return jsonify(error="payload too large"), 413
+    try:
+        parsed = adapter.handle_webhook(kind, request.method, request.headers, request.args, body)
+    except WebhookRefused as exc:
+        log.warning("%s webhook refused (%d): %s", channel, exc.status, exc.reason)
+        return jsonify(error=exc.reason), exc.status
+    except MalformedPayload as exc:
+        log.warning("%s webhook malformed: %s", channel, exc)
+        return jsonify(error=f"malformed payload: {exc}"), 400
+    wake = _wake_async(current_app)
+    for event in parsed.events:
+        result = router.route(event, settings, wake=wake)
+        if result.duplicate:
+            log.info("%s event %s seen before; acknowledged and ignored", channel, event.event_id)
+    for action in parsed.actions:
+        try:
+            reply = actions.dispatch(action, settings)
+        except Exception:
+            log.exception("action %s failed", action.action_id)
+            reply = "Something went wrong handling that button."
+        if hasattr(adapter, "acknowledge_action"):
+            adapter.acknowledge_action(action, reply)
+    if parsed.response is not None:
+        body, status = parsed.response
+        return (jsonify(body) if isinstance(body, (dict, list)) else body), status
+    return "", 200
