@@ -54,13 +54,19 @@ def webhook(channel: str, kind: str):
         if result.duplicate:
             log.info("%s event %s seen before; acknowledged and ignored", channel, event.event_id)
     for action in parsed.actions:
+        # a platform's redelivery of the same click is acknowledged and not run twice
+        if action.event_id and not router.record_event(channel, f"action:{action.event_id}"):
+            log.info("%s action %s seen before; acknowledged and ignored", channel, action.event_id)
+            continue
         try:
             reply = actions.dispatch(action, settings)
         except Exception:
             log.exception("action %s failed", action.action_id)
             reply = "Something went wrong handling that button."
         if hasattr(adapter, "acknowledge_action"):
-            adapter.acknowledge_action(action, reply)
+            answer = adapter.acknowledge_action(action, reply)
+            if answer is not None:  # platforms that take the acknowledgement in the HTTP response (Discord)
+                parsed.response = answer
     if parsed.response is not None:
         body, status = parsed.response
         return (jsonify(body) if isinstance(body, (dict, list)) else body), status
