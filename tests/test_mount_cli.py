@@ -1,0 +1,58 @@
+"""`mount add|list|remove`: validated against the allowlist, read-only by default, warned when rw."""
+import json
+
+import pytest
+
+from nanoclaw.models import AgentGroup
+
+
+@pytest.fixture
+def allowed(app, tmp_path):
+    root = tmp_path / "notes"
+    (root / "vault").mkdir(parents=True)
+    (root / ".ssh").mkdir()
+    app.config["NANOCLAW"].mount_allowlist.write_text(json.dumps(
+        {"allowedRoots": [{"path": str(root), "allowReadWrite": True, "description": "notes"}]}))
+    return root
+
+
+def test_add_list_remove(cli, allowed):
+    cli("agent", "create", "Andy")
+    result = cli("mount", "add", "andy", str(allowed / "vault"))
+    assert result.exit_code == 0, result.output
+    assert "/workspace/extra/vault (read-only)" in result.output
+    assert AgentGroup.get().container_config["mounts"] == [
+        {"host_path": str(allowed / "vault"), "name": "vault", "readwrite": False}]
+    listing = cli("mount", "list").output.splitlines()
+    assert listing[1].split() == ["andy", "vault", "ro", str(allowed / "vault")]
+    assert cli("mount", "remove", "andy", "vault").exit_code == 0
+    assert AgentGroup.get().container_config["mounts"] == []
+
+
+def test_read_write_prints_a_warning(cli, allowed):
+    cli("agent", "create", "Andy")
+    result = cli("mount", "add", "andy", str(allowed / "vault"), "--rw", "--name", "notes")
+    assert result.exit_code == 0
+    assert "warning: read-write: the agent can create, change and delete any file" in result.output
+
+
+def test_refusals_are_one_line(cli, allowed, tmp_path):
+    cli("agent", "create", "Andy")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for args in (["mount", "add", "andy", str(outside)],
+                 ["mount", "add", "andy", str(allowed / ".ssh")],
+                 ["mount", "add", "andy", str(allowed / "vault"), "--name", "../x"],
+                 ["mount", "add", "ghost", str(allowed / "vault")],
+                 ["mount", "remove", "andy", "nothing"]):
+        result = cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: ")
+    assert AgentGroup.get().container_config.get("mounts", []) == []
+
+
+def test_missing_allowlist_says_how_to_create_it(cli, app):
+    cli("agent", "create", "Andy")
+    result = cli("mount", "add", "andy", "/tmp")
+    assert result.exit_code == 2
+    assert "allowedRoots" in result.output
