@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import actions, router
@@ -69,5 +69,8 @@ def webhook(channel: str, kind: str):
                 parsed.response = answer
     if parsed.response is not None:
         body, status = parsed.response
-        return (jsonify(body) if isinstance(body, (dict, list)) else body), status
+        if isinstance(body, (dict, list)):
+            return jsonify(body), status
+        # an echoed string (WhatsApp's hub.challenge) is plain text, never HTML a browser would render
+        return Response(body, status, mimetype="text/plain")
     return "", 200
