@@ -1,0 +1,161 @@
+"""Docker runtime: one container per session, through the docker SDK.
+
+No network (network_mode none), user 1000:1000, read-only root with tmpfs /tmp, all
+capabilities dropped, memory/cpu/pids limits, the mounts of base.py. Containers are not
+auto-removed, so a crashed one can be inspected (`docker logs NAME`); stop() removes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import Mount as DockerMount
+
+from .base import (GLOBAL_TARGET, GROUP_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
+                   SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
+                   prepare_session, sandbox_env)
+
+log = logging.getLogger("nanoclaw.runtime.docker")
+
+# The engine scripts/docker-engine.sh starts; tried when DOCKER_HOST is not set.
+OWN_ENGINE = "unix:///run/nanoclaw-docker/docker.sock"
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+
+
+def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
+    """A client for the engine that answers a ping, and where it is.
+
+    DOCKER_HOST wins when set; otherwise the system engine, then NanoClaw's own.
+    """
+    from_env = bool(os.environ.get("DOCKER_HOST"))
+    candidates = [os.environ["DOCKER_HOST"]] if from_env else [DEFAULT_ENGINE, OWN_ENGINE]
+    for url in candidates:
+        try:
+            # from_env also honours DOCKER_TLS_VERIFY / DOCKER_CERT_PATH for a remote engine.
+            client = docker.from_env(timeout=timeout) if from_env else docker.DockerClient(base_url=url, timeout=timeout)
+            client.ping()
+        except (DockerException, OSError):
+            continue
+        client.api.timeout = 120  # the ping was short; real calls (create, stop) may take longer
+        return client, url
+    return None, " or ".join(candidates)
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give the sandbox user the folder it writes in (only entries it does not own yet)."""
+    if os.geteuid() != 0:
+        return  # an unprivileged host user cannot chown; its uid is usually the sandbox's anyway
+    for dirpath, dirnames, filenames in os.walk(root):
+        for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            st = os.lstat(entry)
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.lchown(entry, uid, gid)
+
+
+def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
+    def bind(host: Path, target: str, ro: bool) -> DockerMount:
+        return DockerMount(target=target, source=str(Path(host).resolve()), type="bind", read_only=ro)
+
+    mounts = [
+        bind(spec.session_dir, SESSION_TARGET, False),
+        bind(spec.group_dir, GROUP_TARGET, False),
+        bind(spec.runner_dir, RUNNER_TARGET, True),
+        bind(spec.proxy_dir, PROXY_TARGET, True),
+    ]
+    if spec.global_dir is not None:
+        mounts.append(bind(spec.global_dir, GLOBAL_TARGET, True))
+    mounts += [bind(m.host, extra_target(m), m.readonly) for m in spec.extra_mounts]
+    return mounts
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, client: docker.DockerClient, *, image: str, secrets=()):
+        self.client = client
+        self.image = image
+        self.secrets = list(secrets)
+        self._locks = NameLocks()
+
+    def _get(self, name: str):
+        try:
+            return self.client.containers.get(name)
+        except NotFound:
+            return None
+
+    def start(self, spec: SandboxSpec) -> None:
+        check_spec(spec, self.secrets)
+        with self._locks(spec.name):
+            existing = self._get(spec.name)
+            if existing is not None:
+                if existing.status in ("running", "restarting"):
+                    return
+                # A dead one keeps the name: say how it ended, then make room.
+                log.warning("sandbox %s had exited (%s); last output:\n%s", spec.name, existing.status,
+                            self._tail(existing))
+                existing.remove(force=True)
+            prepare_session(spec)
+            chown_tree(spec.session_dir, spec.uid, spec.gid)
+            chown_tree(spec.group_dir, spec.uid, spec.gid)
+            try:
+                self.client.containers.run(
+                    self.image,
+                    command=list(spec.command),
+                    name=spec.name,
+                    detach=True,
+                    auto_remove=False,
+                    init=True,
+                    user=f"{spec.uid}:{spec.gid}",
+                    environment=sandbox_env(spec),
+                    working_dir=GROUP_TARGET,
+                    network_mode="none",
+                    mem_limit=f"{spec.memory_mb}m",
+                    memswap_limit=f"{spec.memory_mb}m",
+                    nano_cpus=int(spec.cpus * 1e9),
+                    pids_limit=spec.pids,
+                    labels=dict(spec.labels),
+                    mounts=docker_mounts(spec),
+                    read_only=True,
+                    tmpfs={"/tmp": "rw,nosuid,nodev,size=512m", "/var/tmp": "rw,nosuid,nodev,size=64m"},
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                )
+            except APIError as exc:
+                # Another process won the race for the name: that one is the sandbox.
+                if exc.status_code == 409 and self.is_running(spec.name):
+                    return
+                raise
+
+    def is_running(self, name: str) -> bool:
+        container = self._get(name)
+        return container is not None and container.status in ("running", "restarting")
+
+    def stop(self, name: str, timeout: float = 5) -> None:
+        container = self._get(name)
+        if container is None:
+            return
+        try:
+            if container.status in ("running", "restarting", "paused"):
+                container.stop(timeout=max(0, int(round(timeout))))
+            container.remove(force=True)
+        except NotFound:
+            pass
+
+    def list_sandboxes(self, install_id: str) -> list[str]:
+        found = self.client.containers.list(filters={"label": f"{INSTALL_LABEL}={install_id}",
+                                                     "status": "running"})
+        return sorted(c.name for c in found)
+
+    def logs(self, name: str) -> str:
+        container = self._get(name)
+        return self._tail(container) if container is not None else ""
+
+    @staticmethod
+    def _tail(container, lines: int = 200) -> str:
+        try:
+            return container.logs(tail=lines).decode("utf-8", "replace")
+        except (APIError, NotFound):
+            return ""

@@ -1,0 +1,177 @@
+"""Build the agent image: a Debian base made by debootstrap (no Docker Hub needed), then
+container/Dockerfile with claude-agent-sdk + mcp pinned by requirements.txt.
+
+The build context is assembled in a temporary folder so only what the image needs is sent:
+Dockerfile, constraints.txt (= requirements.txt: the image gets the host's versions),
+build-ca/ca.crt (only when an extra CA bundle is given, e.g. behind an intercepting proxy)
+and agent_runner/ (a fallback copy; at run time the live code is bind-mounted).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from docker.errors import ImageNotFound
+
+from ..config import PROJECT_ROOT
+
+BASE_IMAGE = "nanoclaw-debian-base:bookworm"
+SUITE = "bookworm"
+FALLBACK_MIRROR = "http://deb.debian.org/debian"
+DOCKERFILE = PROJECT_ROOT / "container" / "Dockerfile"
+RUNNER_DIR = PROJECT_ROOT / "container" / "agent_runner"
+REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
+BASE_SCRIPT = PROJECT_ROOT / "scripts" / "debian-base.sh"
+AGENT_PACKAGES = "claude-agent-sdk mcp"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class ImageBuildError(RuntimeError):
+    """The build failed; str() carries the builder's last words."""
+
+
+# --- the host's Debian mirror (pure parsing + one reader) -------------------------------
+
+def mirror_from_sources(one_line: str, deb822: list[str], suite: str = SUITE) -> str | None:
+    """The first `deb` URI that serves `suite` itself (not -security/-updates), from apt sources.
+
+    one_line: the classic format (`deb [opts] URI SUITE COMPONENTS…`); deb822: `.sources` texts.
+    """
+    for line in one_line.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
+        if m and m.group(2) == suite:
+            return m.group(1).rstrip("/")
+    for text in deb822:
+        for stanza in re.split(r"\n\s*\n", text):
+            fields: dict[str, str] = {}
+            for raw in stanza.splitlines():
+                if raw.startswith("#") or ":" not in raw:
+                    continue
+                key, _, value = raw.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if fields.get("enabled", "yes").lower() == "no":
+                continue
+            if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
+                uris = fields.get("uris", "").split()
+                if uris:
+                    return uris[0].rstrip("/")
+    return None
+
+
+def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
+    def read(p: Path) -> str:
+        try:
+            return p.read_text()
+        except OSError:
+            return ""
+    listd = etc_apt / "sources.list.d"
+    one_line = read(etc_apt / "sources.list") + "\n" + "\n".join(read(p) for p in sorted(listd.glob("*.list")))
+    deb822 = [read(p) for p in sorted(listd.glob("*.sources"))]
+    return mirror_from_sources(one_line, deb822) or FALLBACK_MIRROR
+
+
+# --- images ------------------------------------------------------------------------------
+
+def _client(client=None):
+    if client is not None:
+        return client
+    from .docker import connect
+    found, where = connect()
+    if found is None:
+        raise ImageBuildError(f"no Docker engine answers ({where}); start one with scripts/docker-engine.sh start "
+                              "and set DOCKER_HOST=unix:///run/nanoclaw-docker/docker.sock")
+    return found
+
+
+def _has_image(client, name: str) -> bool:
+    try:
+        client.images.get(name)
+        return True
+    except ImageNotFound:
+        return False
+
+
+def image_exists(settings, *, client=None) -> bool:
+    return _has_image(_client(client), settings.agent_image)
+
+
+def build_base(client, progress: Callable[[str], None], *, name: str = BASE_IMAGE, mirror: str | None = None) -> None:
+    """debootstrap a minimal bookworm and import it (scripts/debian-base.sh)."""
+    mirror = mirror or host_apt_mirror()
+    progress(f"building the base image {name} with debootstrap from {mirror} (about a minute)")
+    env = {**os.environ, "DOCKER_HOST": _docker_host_of(client)}
+    proc = subprocess.Popen([str(BASE_SCRIPT), name, mirror, SUITE], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = (tail + [line])[-20:]
+        progress(line)
+    if proc.wait() != 0:
+        raise ImageBuildError(f"building the base image failed (exit {proc.returncode}):\n" + "\n".join(tail))
+
+
+def _docker_host_of(client) -> str:
+    """The DOCKER_HOST a CLI needs to reach the same engine as `client`."""
+    from .docker import DEFAULT_ENGINE
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    url = client.api.base_url
+    if url.startswith("http+docker://"):  # a unix socket; the SDK hides which one
+        adapter = client.api.get_adapter(url)
+        path = getattr(adapter, "socket_path", None)
+        return f"unix://{path}" if path else DEFAULT_ENGINE
+    return url
+
+
+def make_context(dest: Path, ca_bundle: Path | None) -> None:
+    shutil.copy(DOCKERFILE, dest / "Dockerfile")
+    shutil.copy(REQUIREMENTS, dest / "constraints.txt")
+    (dest / "build-ca").mkdir()
+    if ca_bundle is not None:
+        text = Path(ca_bundle).read_text(errors="replace")
+        if "BEGIN CERTIFICATE" not in text:
+            raise ImageBuildError(f"{ca_bundle} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+        (dest / "build-ca" / "ca.crt").write_text(text)
+    shutil.copytree(RUNNER_DIR, dest / "agent_runner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def build_image(settings, *, ca_bundle: Path | None = None, progress: Callable[[str], None] = print,
+                client=None) -> dict[str, float]:
+    """Build settings.agent_image (and the base first if missing). Returns seconds per stage.
+
+    The build step uses the host network (an engine started with --bridge=none has no other),
+    only to reach PyPI; the agent containers themselves always run with network "none".
+    """
+    client = _client(client)
+    timings: dict[str, float] = {}
+    if not _has_image(client, BASE_IMAGE):
+        started = time.monotonic()
+        build_base(client, progress)
+        timings["base"] = time.monotonic() - started
+    started = time.monotonic()
+    progress(f"building {settings.agent_image} from container/Dockerfile"
+             + (f" trusting the CA bundle {ca_bundle} for the build" if ca_bundle else ""))
+    with tempfile.TemporaryDirectory(prefix="nanoclaw-image-") as ctx:
+        make_context(Path(ctx), ca_bundle)
+        last: list[str] = []
+        for chunk in client.api.build(path=ctx, tag=settings.agent_image, rm=True, forcerm=True, pull=False,
+                                      network_mode="host", decode=True, buildargs={"BASE_IMAGE": BASE_IMAGE,
+                                                              "AGENT_PACKAGES": AGENT_PACKAGES}):
+            if "error" in chunk:
+                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))
+            text = ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
+            for line in text.splitlines():
+                if line.strip():
+                    last = (last + [line])[-20:]
+                    progress(line)
+    timings["image"] = time.monotonic() - started
+    progress(f"built {settings.agent_image} in {timings['image']:.0f}s")
+    return timings
