@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
 from ..sessions.store import Target
+
+
+def iso_utc(epoch_seconds: float) -> str:
+    """A platform's epoch timestamp as UTC ISO 8601 with milliseconds and Z (InboundEvent.timestamp)."""
+    dt = datetime.fromtimestamp(float(epoch_seconds), tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
 @dataclass(frozen=True)
