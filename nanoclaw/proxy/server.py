@@ -1,0 +1,213 @@
+"""ProxyServer: keeps one listener per agent group, following the list of groups.
+
+In-process (threads) for tests and the `chat` command; `serve_forever` is the
+blocking entry of the supervisord `proxy` program. Groups added later get a
+socket within one rescan (~2 s, or at once on SIGHUP); deleted groups lose
+theirs. If another live proxy already serves a group's socket, we leave it
+alone and take over only once it stops answering.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ..security import folder_problem
+from .door import Door, Route, RouteTable, refuse_connect
+from .model_api import ModelApi
+from .sockets import FolderListener, SocketInUse, is_live, prepare_dir, socket_path
+
+RESCAN_S = 2.0
+
+
+def plan(wanted: Iterable[str], served: Iterable[str]) -> tuple[set[str], set[str]]:
+    """(folders to open, folders to close). Pure, so the sync rule is testable alone."""
+    wanted, served = set(wanted), set(served)
+    return wanted - served, served - wanted
+
+
+class ProxyServer:
+    def __init__(self, settings, list_folders: Callable[[], Iterable[str]], *,
+                 rescan_interval: float = RESCAN_S, logger: logging.Logger | None = None,
+                 extra_routes: Iterable[tuple[str, Route]] = ()):
+        self.settings = settings
+        self.proxy_dir = Path(settings.proxy_dir)
+        self.list_folders = list_folders
+        self.rescan_interval = rescan_interval
+        self.log = logger or logging.getLogger("nanoclaw.proxy")
+        self.model_api = ModelApi.from_settings(settings)
+        # Checked in order: credential routes (later) come before the model route.
+        self.door = Door(RouteTable((*tuple(extra_routes), ("/v1/", self.model_api))),
+                         egress=refuse_connect, logger=self.log)
+        self._listeners: dict[str, FolderListener] = {}
+        self._deferred: set[str] = set()  # served by another live process
+        self._pinned: set[str] = set()  # ensure_socket() asked for these
+        self._warned: set[str] = set()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        if not self.model_api.credential:
+            self.log.warning("neither ANTHROPIC_API_KEY nor CLAUDE_CODE_OAUTH_TOKEN is set: "
+                             "model calls go to %s without credentials", settings.anthropic_upstream_url)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> "ProxyServer":
+        self.sync()
+        self._thread = threading.Thread(target=self._rescan_loop, name="proxy-rescan", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        with self._lock:
+            for folder in list(self._listeners):
+                self._close(folder)
+        self.model_api.close()
+
+    def __enter__(self) -> "ProxyServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def rescan_now(self) -> None:
+        """Rescan without waiting for the next tick (SIGHUP)."""
+        self._wake.set()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def socket_path(self, folder: str) -> Path:
+        return socket_path(self.proxy_dir, folder)
+
+    @property
+    def served(self) -> set[str]:
+        with self._lock:
+            return set(self._listeners)
+
+    def ensure_socket(self, folder: str) -> Path:
+        """Open this group's socket now (if no live proxy has it) and keep it while we run."""
+        with self._lock:
+            self._pinned.add(folder)
+            self._open(folder)
+        return self.socket_path(folder)
+
+    def wait_ready(self, folder: str, timeout: float = 10.0) -> bool:
+        """True once something accepts connections on this group's socket."""
+        path = self.socket_path(folder)
+        deadline = time.monotonic() + timeout
+        while True:
+            if path.exists() and is_live(path):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            self._wake.set()
+            time.sleep(0.05)
+
+    # -- sync ----------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Make the open sockets match list_folders() (plus pinned folders)."""
+        try:
+            listed = list(self.list_folders())
+        except Exception as exc:  # a DB hiccup must not close every group's door
+            self.log.warning("proxy: cannot list agent groups (%s); keeping the current sockets", exc)
+            return
+        wanted = set()
+        for folder in listed:
+            problem = folder_problem(folder)
+            if problem:
+                if folder not in self._warned:
+                    self._warned.add(folder)
+                    self.log.warning("proxy: no socket for agent group: %s", problem)
+                continue
+            wanted.add(folder)
+        with self._lock:
+            wanted |= self._pinned
+            # A listener whose file vanished (data dir wiped) is reopened; a deferred
+            # folder is retried in case the other proxy went away.
+            for folder, listener in list(self._listeners.items()):
+                if not listener.still_ours():
+                    self.log.warning("proxy: socket for %s disappeared; reopening", folder)
+                    self._close(folder)
+            to_open, to_close = plan(wanted, self._listeners)
+            for folder in to_close:
+                self._close(folder, remove_dir=True)
+            self._deferred &= wanted
+            for folder in to_open:
+                self._open(folder)
+
+    def _open(self, folder: str) -> None:
+        if folder in self._listeners or self._stopping.is_set():
+            return
+        path = self.socket_path(folder)
+        try:
+            prepare_dir(self.proxy_dir, folder)
+            listener = FolderListener(path, folder, self.door).start()
+        except SocketInUse:
+            if folder not in self._deferred:
+                self._deferred.add(folder)
+                self.log.warning("proxy: %s is served by another live proxy; leaving it alone", path)
+            return
+        except Exception as exc:
+            self.log.error("proxy: cannot open the socket for %s: %s", folder, exc)
+            return
+        self._deferred.discard(folder)
+        self._listeners[folder] = listener
+        self.log.info("proxy: listening for agent group %s on %s", folder, path)
+
+    def _close(self, folder: str, remove_dir: bool = False) -> None:
+        listener = self._listeners.pop(folder, None)
+        if listener is None:
+            return
+        listener.stop()
+        if remove_dir:
+            try:
+                listener.path.parent.rmdir()  # only if empty
+            except OSError:
+                pass
+        self.log.info("proxy: closed the socket of agent group %s", folder)
+
+    def _rescan_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.rescan_interval)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.sync()
+            except Exception:  # keep the door open whatever one scan did
+                self.log.exception("proxy: rescan failed")
+
+
+def serve_forever(settings, list_folders: Callable[[], Iterable[str]],
+                  logger: logging.Logger | None = None, *, rescan_interval: float = RESCAN_S) -> None:
+    """The supervisord `proxy` program: run until SIGTERM/SIGINT; SIGHUP rescans at once.
+
+    Call from the main thread (signal handlers). list_folders is called from the
+    rescan thread, so it must open its own DB connection if it needs one.
+    """
+    log = logger or logging.getLogger("nanoclaw.proxy")
+    stop = threading.Event()
+    server = ProxyServer(settings, list_folders, logger=log, rescan_interval=rescan_interval)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGHUP, lambda *_: server.rescan_now())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server.start()
+    log.info("proxy: serving %d agent group(s) under %s", len(server.served), server.proxy_dir)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        log.info("proxy: stopped")
