@@ -1,0 +1,361 @@
+"""WhatsApp Cloud API: signed webhooks in, Graph API `/{phone-number-id}/messages` out.
+
+Inbound: `GET /webhooks/whatsapp` answers Meta's subscription check; `POST` is verified with
+`X-Hub-Signature-256` (HMAC-SHA256 of the raw body with the app secret) before anything is
+parsed. Every WhatsApp chat is a DM with the sender's wa_id, so every message counts as
+addressed to the bot. Taps on our reply buttons or list rows come back as Actions.
+
+Outbound limits that shape the code: text 4096 chars; reply buttons ≤ 3 with titles ≤ 20
+chars; list rows ≤ 10 with titles ≤ 24 chars; interactive bodies ≤ 1024 chars. WhatsApp
+cannot edit a sent message, so an edit is sent as a new message marked "(edited) ".
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import mimetypes
+from datetime import datetime, timezone
+from pathlib import Path
+
+import requests
+
+from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
+                   register)
+from .text import split_text
+from ..sessions.store import Target
+
+log = logging.getLogger("nanoclaw.channels.whatsapp")
+
+CHANNEL = "whatsapp"
+TEXT_LIMIT = 4096
+INTERACTIVE_BODY_LIMIT = 1024
+HEADER_LIMIT = 60
+MAX_BUTTONS = 3
+BUTTON_TITLE_LIMIT = 20
+LIST_ROWS_LIMIT = 10
+ROW_TITLE_LIMIT = 24
+ROW_DESCRIPTION_LIMIT = 72
+ROW_ID_LIMIT = 200
+CAPTION_LIMIT = 1024
+DOCUMENT_SIZE_LIMIT = 100 * 1024 * 1024
+EDIT_PREFIX = "(edited) "
+# Graph error codes that mean "slow down": app/throughput/pair rate limits.
+RATE_LIMIT_CODES = {4, 80007, 130429, 131056}
+DEFAULT_RETRY_AFTER_S = 30.0
+MEDIA_TYPES = ("image", "document", "audio", "video", "sticker")
+
+
+# --- inbound: verification (pure) -------------------------------------------------------------
+
+def signature_valid(app_secret: str, body: bytes, header: str | None) -> bool:
+    """`X-Hub-Signature-256: sha256=<hex>` over the raw body, compared in constant time."""
+    if not header or not header.startswith("sha256="):
+        return False
+    expected = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header[len("sha256="):].strip().lower())
+
+
+def subscription_challenge(query, verify_token: str | None) -> str:
+    """Meta's GET check: echo hub.challenge when the mode and our verify token match."""
+    if (not verify_token or query.get("hub.mode") != "subscribe"
+            or not hmac.compare_digest(query.get("hub.verify_token", "").encode(), verify_token.encode())):
+        raise WebhookRefused(403, "subscription verification failed")
+    challenge = query.get("hub.challenge")
+    if not challenge:
+        raise MalformedPayload("hub.challenge missing")
+    return challenge
+
+
+# --- inbound: parsing (pure) -----------------------------------------------------------------
+
+def _iso(unix_seconds) -> str:
+    try:
+        dt = datetime.fromtimestamp(int(unix_seconds), tz=timezone.utc)
+    except (TypeError, ValueError, OverflowError):
+        dt = datetime.now(timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _message_text(message: dict) -> tuple[str, tuple[dict, ...]] | None:
+    """(text, attachments) for the message types a person writes; None for the rest."""
+    kind = message.get("type")
+    if kind == "text":
+        return (message.get("text") or {}).get("body", ""), ()
+    if kind == "button":  # a quick-reply button of a template message
+        return (message.get("button") or {}).get("text", ""), ()
+    if kind in MEDIA_TYPES:
+        media = message.get(kind) or {}
+        attachment = {"type": kind, "media_id": media.get("id"), "mime_type": media.get("mime_type"),
+                      "filename": media.get("filename")}
+        return media.get("caption") or f"[{kind}]", ({k: v for k, v in attachment.items() if v},)
+    if kind == "location":
+        loc = message.get("location") or {}
+        where = ", ".join(str(loc[k]) for k in ("name", "address") if loc.get(k))
+        return f"[location {loc.get('latitude')},{loc.get('longitude')}{' ' + where if where else ''}]", ()
+    return None
+
+
+def parse_message(message: dict, names: dict[str, str]) -> InboundEvent | Action | None:
+    """One entry of `value.messages` → an event, a button/list Action, or None (ignored type)."""
+    try:
+        wamid, sender = str(message["id"]), str(message["from"])
+    except (KeyError, TypeError):
+        raise MalformedPayload("a message without id or from") from None
+    context = message.get("context") or {}
+    if message.get("type") == "interactive":
+        interactive = message.get("interactive") or {}
+        choice = interactive.get(interactive.get("type")) if interactive.get("type") in (
+            "button_reply", "list_reply") else None
+        if not choice or not choice.get("id"):
+            return None
+        return Action(channel=CHANNEL, action_id=str(choice["id"]), user_id=f"{CHANNEL}:{sender}", chat_id=sender,
+                      message_id=context.get("id"), event_id=wamid, raw={"title": choice.get("title")})
+    content = _message_text(message)
+    if content is None:
+        log.info("ignored WhatsApp message %s of type %r", wamid, message.get("type"))
+        return None
+    text, attachments = content
+    return InboundEvent(
+        channel=CHANNEL, event_id=wamid, chat_id=sender, kind="dm", sender_id=sender,
+        sender_name=names.get(sender) or sender, text=text, timestamp=_iso(message.get("timestamp")),
+        message_id=wamid, mentioned=True,  # WhatsApp has no mentions: every chat is a DM with us
+        reply_to=ReplyTo(str(context["id"])) if context.get("id") else None, attachments=attachments)
+
+
+def parse_payload(payload) -> Parsed:
+    """A webhook body → events and actions. `statuses` (sent/delivered/read) are acknowledged only."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
+        raise MalformedPayload("expected an object with an entry list")
+    parsed = Parsed()
+    for entry in payload["entry"]:
+        changes = entry.get("changes") if isinstance(entry, dict) else None
+        if not isinstance(changes, list):
+            raise MalformedPayload("an entry without a changes list")
+        for change in changes:
+            if not isinstance(change, dict) or not isinstance(change.get("value"), dict):
+                raise MalformedPayload("a change without a value object")
+            if change.get("field") != "messages":
+                continue
+            value = change["value"]
+            for status in value.get("statuses") or []:  # sent/delivered/read receipts: nothing to route
+                if isinstance(status, dict) and status.get("status") == "failed":
+                    log.warning("WhatsApp reports message %s failed: %s", status.get("id"), status.get("errors"))
+            names = {str(c.get("wa_id")): (c.get("profile") or {}).get("name")
+                     for c in value.get("contacts") or [] if isinstance(c, dict)}
+            for message in value.get("messages") or []:
+                if not isinstance(message, dict):
+                    raise MalformedPayload("a message that is not an object")
+                item = parse_message(message, names)
+                if isinstance(item, Action):
+                    parsed.actions.append(item)
+                elif item is not None:
+                    parsed.events.append(item)
+    return parsed
+
+
+# --- outbound: request bodies (pure) ---------------------------------------------------------
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def _titles(labels: list[str], limit: int) -> list[str]:
+    """Clipped labels; WhatsApp rejects two equal titles in one message, so number clashes."""
+    titles = [_clip(label.strip() or "?", limit) for label in labels]
+    if len(set(titles)) < len(titles):
+        titles = [_clip(f"{i}. {label.strip()}", limit) for i, label in enumerate(labels, 1)]
+    return titles
+
+
+def message_body(to: str, kind: str, content: dict, reply_to: str | None = None) -> dict:
+    body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to, "type": kind,
+            kind: content}
+    if reply_to:
+        body["context"] = {"message_id": reply_to}
+    return body
+
+
+def card_bodies(to: str, card: Card) -> list[dict]:
+    """The messages that show a card: overflow text first, then one interactive message per ≤ 10
+    options (reply buttons when there are at most 3, else a list)."""
+    titled = "\n".join(p for p in (f"*{card.title}*" if card.title else "", card.body) if p)
+    if not card.buttons:
+        return [message_body(to, "text", {"preview_url": False, "body": c})
+                for c in split_text(titled, TEXT_LIMIT) or ["…"]]
+    header = card.title.strip() if card.title and len(card.title) <= HEADER_LIMIT else ""
+    chunks = split_text(card.body if header else titled, INTERACTIVE_BODY_LIMIT) or [card.title or "…"]
+    bodies = [message_body(to, "text", {"preview_url": False, "body": c}) for c in chunks[:-1]]
+    for label, action_id in card.buttons:
+        if len(action_id) > ROW_ID_LIMIT:
+            raise DeliveryError(f"action id {action_id[:20]!r}… is longer than WhatsApp allows", permanent=True)
+    groups = [card.buttons[i:i + LIST_ROWS_LIMIT] for i in range(0, len(card.buttons), LIST_ROWS_LIMIT)]
+    for n, group in enumerate(groups):
+        interactive: dict = {"body": {"text": chunks[-1] if n == 0 else f"(more options {n + 1}/{len(groups)})"}}
+        if header and n == 0:
+            interactive["header"] = {"type": "text", "text": header}
+        labels = [label for label, _ in group]
+        if len(card.buttons) <= MAX_BUTTONS:
+            interactive["type"] = "button"
+            interactive["action"] = {"buttons": [
+                {"type": "reply", "reply": {"id": action_id, "title": title}}
+                for (_, action_id), title in zip(group, _titles(labels, BUTTON_TITLE_LIMIT))]}
+        else:
+            rows = []
+            for (label, action_id), title in zip(group, _titles(labels, ROW_TITLE_LIMIT)):
+                row = {"id": action_id, "title": title}
+                if title != label.strip():  # the whole label stays readable under the clipped title
+                    row["description"] = _clip(label.strip(), ROW_DESCRIPTION_LIMIT)
+                rows.append(row)
+            interactive["type"] = "list"
+            interactive["action"] = {"button": "Choose", "sections": [{"title": _clip(card.title or "Options", 24),
+                                                                       "rows": rows}]}
+        bodies.append(message_body(to, "interactive", interactive))
+    return bodies
+
+
+def _retry_after(headers) -> float | None:
+    try:
+        return float(headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None
+
+
+def error_for(status: int, payload, headers) -> DeliveryError:
+    """Graph's answer → DeliveryError: rate limits carry retry_after, other 4xx are permanent."""
+    err = payload.get("error") if isinstance(payload, dict) else None
+    err = err if isinstance(err, dict) else {}
+    code, message = err.get("code"), err.get("message") or f"HTTP {status}"
+    text = f"WhatsApp API error {status}" + (f" (code {code})" if code is not None else "") + f": {message}"
+    if status == 429 or code in RATE_LIMIT_CODES:
+        return DeliveryError(text, retry_after=_retry_after(headers) or DEFAULT_RETRY_AFTER_S)
+    if 400 <= status < 500 and status != 408:
+        return DeliveryError(text, permanent=True)
+    return DeliveryError(text)
+
+
+# --- the adapter (effects) ---------------------------------------------------------------------
+
+@register(CHANNEL)
+class WhatsAppAdapter:
+    timeout = (5, 30)
+
+    def __init__(self, settings):
+        self.settings = settings
+
+    def _setting(self, name: str) -> str:
+        value = self.settings.platform.get(name)
+        if not value:
+            raise DeliveryError(f"{name} is not set", permanent=True)
+        return value
+
+    # inbound
+
+    def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind:
+            raise WebhookRefused(404, f"no WhatsApp webhook named {kind!r}")
+        if method == "GET":
+            challenge = subscription_challenge(query, self.settings.platform.get("WHATSAPP_VERIFY_TOKEN"))
+            return Parsed(response=(challenge, 200))
+        secret = self.settings.platform.get("WHATSAPP_APP_SECRET")
+        if not secret:
+            raise WebhookRefused(403, "WHATSAPP_APP_SECRET is not set; refusing unverifiable webhooks")
+        if not signature_valid(secret, body, headers.get("X-Hub-Signature-256")):
+            raise WebhookRefused(401, "bad or missing X-Hub-Signature-256")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise MalformedPayload("body is not JSON") from None
+        return parse_payload(payload)
+
+    def acknowledge_action(self, action: Action, text: str | None) -> None:
+        """Answer the tap in the chat, quoting the card it came from."""
+        if not text or not action.chat_id:
+            return None
+        try:
+            self._post_message(message_body(action.chat_id, "text", {"preview_url": False, "body": text[:TEXT_LIMIT]},
+                                            reply_to=action.message_id))
+        except DeliveryError as exc:
+            log.warning("could not acknowledge WhatsApp action %s: %s", action.action_id, exc)
+        return None
+
+    # outbound
+
+    def _url(self, path: str) -> str:
+        base = self.settings.platform.get("WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0")
+        return f"{base}/{self._setting('WHATSAPP_PHONE_NUMBER_ID')}/{path}"
+
+    def _call(self, path: str, **kwargs) -> dict:
+        headers = {"Authorization": f"Bearer {self._setting('WHATSAPP_TOKEN')}"}
+        try:
+            resp = requests.post(self._url(path), headers=headers, timeout=kwargs.pop("timeout", self.timeout),
+                                 **kwargs)
+        except requests.RequestException as exc:
+            raise DeliveryError(f"WhatsApp API unreachable: {type(exc).__name__}") from None
+        try:
+            payload = resp.json()
+        except ValueError:
+            payload = None
+        if resp.status_code >= 400 or not isinstance(payload, dict):
+            raise error_for(resp.status_code, payload, resp.headers)
+        return payload
+
+    def _post_message(self, body: dict) -> str | None:
+        messages = self._call("messages", json=body).get("messages") or [{}]
+        return messages[0].get("id")
+
+    def send_text(self, target: Target, text: str) -> str | None:
+        first = None
+        for chunk in split_text(text, TEXT_LIMIT):
+            wamid = self._post_message(message_body(target.platform_id, "text",
+                                                    {"preview_url": False, "body": chunk}))
+            first = first or wamid
+        return first
+
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
+        # WhatsApp has no edit: the correction arrives as a new message, quoting the old one.
+        chunks = split_text(EDIT_PREFIX + text, TEXT_LIMIT)
+        for i, chunk in enumerate(chunks):
+            self._post_message(message_body(target.platform_id, "text", {"preview_url": False, "body": chunk},
+                                            reply_to=platform_message_id if i == 0 else None))
+
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
+        self._post_message(message_body(target.platform_id, "reaction",
+                                        {"message_id": platform_message_id, "emoji": emoji}))
+
+    def send_card(self, target: Target, card: Card) -> str | None:
+        """Returns the id of the first message with buttons: a tap's context.id names it."""
+        card_id = None
+        for body in card_bodies(target.platform_id, card):
+            wamid = self._post_message(body)
+            if card_id is None and (body["type"] == "interactive" or not card.buttons):
+                card_id = wamid
+        return card_id
+
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        size = path.stat().st_size
+        if size > DOCUMENT_SIZE_LIMIT:
+            raise DeliveryError(f"{path.name} is {size} bytes; WhatsApp documents are limited to 100 MB",
+                                permanent=True)
+        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        with path.open("rb") as fh:
+            media = self._call("media", data={"messaging_product": "whatsapp", "type": mime},
+                               files={"file": (path.name, fh, mime)}, timeout=(5, 300))
+        if not media.get("id"):
+            raise DeliveryError("WhatsApp media upload returned no id")
+        document = {"id": media["id"], "filename": path.name}
+        long_caption = caption and len(caption) > CAPTION_LIMIT
+        if caption and not long_caption:
+            document["caption"] = caption
+        wamid = self._post_message(message_body(target.platform_id, "document", document))
+        if long_caption:
+            self.send_text(target, caption)
+        return wamid
+
+    def typing(self, target: Target, message_id: str | None = None) -> None:
+        """Mark the user's message read and show "typing…" (WhatsApp ties both to a message id)."""
+        if not message_id:
+            return None
+        self._call("messages", json={"messaging_product": "whatsapp", "status": "read", "message_id": message_id,
+                                     "typing_indicator": {"type": "text"}})

@@ -1,0 +1,92 @@
+"""A fake WhatsApp Cloud API (Graph) on 127.0.0.1: `/{phone-number-id}/messages` and `/media`.
+
+It checks what Graph checks for the calls we make (the bearer token, the phone number id,
+text and interactive limits) and answers in Graph's shape, errors included.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from .platform_server import FakePlatform, Recorded
+
+TOKEN = "wa-test-token"
+PHONE_NUMBER_ID = "106540352242922"
+
+
+def graph_error(message: str, code: int, status: int = 400, **extra) -> tuple[int, dict, dict]:
+    return status, {"error": {"message": message, "type": "OAuthException", "code": code,
+                              "fbtrace_id": "AbCdEfGh123", **extra}}, {}
+
+
+RATE_LIMITED = {"error": {"message": "(#130429) Rate limit hit", "type": "OAuthException", "code": 130429,
+                          "error_data": {"messaging_product": "whatsapp",
+                                         "details": "Cloud API message throughput has been reached."},
+                          "fbtrace_id": "AbCdEfGh123"}}
+
+
+class FakeWhatsApp(FakePlatform):
+    name = "whatsapp"
+
+    def __init__(self):
+        super().__init__()
+        self._ids = itertools.count(1)
+
+    # what a test asserts on
+    def messages(self, type_: str | None = None) -> list[dict[str, Any]]:
+        """Message bodies Graph accepted (the user saw them), in order."""
+        return [r.json for r in self.accepted(lambda r: r.path.endswith("/messages") and "type" in (r.json or {}))
+                if type_ is None or r.json["type"] == type_]
+
+    def answer(self, req: Recorded):
+        if req.headers.get("authorization") != f"Bearer {TOKEN}":
+            return graph_error("Invalid OAuth access token - Cannot parse access token", 190, 401)
+        if req.method != "POST" or not req.path.startswith(f"/{PHONE_NUMBER_ID}/"):
+            return graph_error("Unsupported post request.", 100)
+        if req.path.endswith("/media"):
+            if req.form.get("messaging_product") != "whatsapp" or "file" not in req.files:
+                return graph_error("(#100) The parameter messaging_product is required.", 100)
+            return 200, {"id": f"{next(self._ids)}0000000000001"}, {}
+        if not req.path.endswith("/messages"):
+            return graph_error("Unknown path components", 2500)
+        body = req.json or {}
+        if body.get("messaging_product") != "whatsapp":
+            return graph_error("(#100) The parameter messaging_product is required.", 100)
+        if body.get("status") == "read":
+            return 200, {"success": True}, {}
+        problem = _invalid(body)
+        if problem:
+            return graph_error(f"(#131009) Parameter value is not valid: {problem}", 131009)
+        to = body["to"]
+        return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
+                     "messages": [{"id": f"wamid.FAKE{next(self._ids):06d}"}]}, {}
+
+
+def _invalid(body: dict) -> str | None:
+    """The limits Graph enforces on the messages we send."""
+    kind = body.get("type")
+    if not body.get("to") or kind not in body:
+        return "to and a content object matching type are required"
+    if kind == "text":
+        text = body["text"].get("body", "")
+        return None if 0 < len(text) <= 4096 else f"text body length {len(text)}"
+    if kind == "interactive":
+        inter = body["interactive"]
+        if not 0 < len(inter.get("body", {}).get("text", "")) <= 1024:
+            return "interactive body"
+        if inter["type"] == "button":
+            buttons = inter["action"]["buttons"]
+            titles = [b["reply"]["title"] for b in buttons]
+            if not 1 <= len(buttons) <= 3 or any(not 0 < len(t) <= 20 for t in titles) or len(set(titles)) < len(titles):
+                return "buttons"
+        elif inter["type"] == "list":
+            rows = [row for s in inter["action"]["sections"] for row in s["rows"]]
+            if not 1 <= len(rows) <= 10 or any(not 0 < len(r["title"]) <= 24 for r in rows):
+                return "list rows"
+            if len(inter["action"]["button"]) > 20:
+                return "list button"
+    if kind == "reaction" and not body["reaction"].get("message_id"):
+        return "reaction message_id"
+    if kind == "document" and not body["document"].get("id"):
+        return "document id"
+    return None
