@@ -202,6 +202,11 @@ class DoorHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             status = status or 499  # the caller went away
+        except Exception as exc:  # a bug in a route: answer if we still can, never hang the caller
+            door.log.error("proxy: %s %s %s failed: %s", folder, self.command, path, type(exc).__name__)
+            self.close_connection = True
+            if not reply.started:
+                status = reply.error(500, "nanoclaw proxy: internal error")
         finally:
             door.log_request(folder, self.command, path, status, started)
 
