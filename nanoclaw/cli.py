@@ -412,3 +412,20 @@ def mount_remove(folder, name):
         save_mounts(agent, [m for m in mounts if m["name"] != name])
         audit("cli", "mount.remove", folder, name=name)
     click.echo(f"removed mount {name!r} from {folder}")
+
+
+# --- the service's helper programs -----------------------------------------------------------
+
+@nanoclaw_group.command("proxy")
+def proxy_cmd():
+    """Run the sandbox door: one unix socket per agent group (supervisord's `proxy` program).
+
+    SIGHUP rescans agent groups at once; SIGTERM stops and removes the sockets.
+    """
+    from .db import database as db
+    from .proxy import serve_forever
+
+    def list_folders():
+        with db.connection_context():
+            return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
+    serve_forever(settings(), list_folders)

@@ -40,7 +40,7 @@ def test_supervised_service_serves_healthz_and_stops_on_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
-    assert "stopped: web" in out
+    assert "stopped: web" in out and "stopped: proxy" in out
     with socket.socket() as s:  # nobody listens on the port any more: nothing was left behind
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
