@@ -256,10 +256,10 @@ class BwrapRuntime:
                 rc = proc.wait(timeout=0.1)
             except subprocess.TimeoutExpired:
                 return
-            if rc != 0:
-                tail = self.logs(spec.name)[-2000:]
+            output = self.logs(spec.name)
+            if rc != 0 and output.startswith("bwrap:"):  # bwrap's own error, not the agent's exit
                 self._forget(spec.name, record)
-                raise RuntimeError(f"sandbox {spec.name} exited at once with status {rc}: {tail.strip()}")
+                raise RuntimeError(f"sandbox {spec.name} could not start: {output.strip()[:2000]}")
 
     def is_running(self, name: str) -> bool:
         return self.pid_of(name) is not None
