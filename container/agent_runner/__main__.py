@@ -1,0 +1,96 @@
+"""`python -m agent_runner` (PYTHONPATH=/opt/nanoclaw): the agent side of one session's sandbox.
+
+Start-up order is chosen for cold-start latency: the bridge and the session store come up first,
+then the SDK import (~1.5 s) and the CLI connect (~0.5 s); the first poll follows immediately.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+
+from .bridge import Bridge
+from .config import PLACEHOLDER_API_KEY, RunnerConfig
+from .store import SessionStore
+
+log = logging.getLogger("agent_runner")
+
+# Never let a credential the sandbox should not have reach the CLI (it is passed our environment).
+_CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("NANOCLAW_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+async def _amain(config: RunnerConfig, base_url: str, started: float) -> int:
+    from .mcp_tools import ToolContext  # noqa: E402 - after the cheap parts are up
+    from .poll_loop import EVENT_HEARTBEAT_S, PollLoop
+    from .provider import ClaudeProvider
+
+    store = SessionStore(config.session_dir)
+    dropped = store.forget_stale_claims()
+    if dropped:
+        log.info("forgot %d stale processing claim(s) of a previous runner", dropped)
+    store.set_tool(None)
+    store.touch_heartbeat()
+    ctx = ToolContext(store=store, config=config)
+    provider = ClaudeProvider(config, store, ctx, base_url,
+                              on_event=lambda: store.touch_heartbeat(EVENT_HEARTBEAT_S))
+    loop = PollLoop(config, store, provider, ctx)
+    stop = asyncio.Event()
+    main_task = asyncio.current_task()
+
+    def on_signal() -> None:
+        log.info("stop requested")
+        if stop.is_set() or loop.in_flight:
+            main_task.cancel()  # mid-turn: do not wait for the model; the rows are released
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, on_signal)
+    try:
+        try:
+            await provider.connect()
+        except Exception as e:  # noqa: BLE001 - the first turn tries again and tells the user
+            log.error("sdk connect failed at start: %s", type(e).__name__)
+        log.info("ready in %.0f ms", (time.monotonic() - started) * 1000)
+        await loop.run(stop)
+    except asyncio.CancelledError:
+        pass
+    finally:
+        await provider.close()
+        store.close()
+    log.info("stopped")
+    return 0
+
+
+def main() -> int:
+    started = time.monotonic()
+    _setup_logging()
+    config = RunnerConfig.from_env()
+    for var in _CREDENTIAL_VARS:
+        os.environ.pop(var, None)
+    bridge = None
+    if config.proxy_socket:
+        bridge = Bridge(config.proxy_socket).start()
+        base_url = bridge.url
+    else:  # development outside a sandbox: talk to ANTHROPIC_BASE_URL directly
+        base_url = os.environ.get("ANTHROPIC_BASE_URL") or "http://127.0.0.1:9"
+        log.warning("NANOCLAW_PROXY_SOCKET unset; model calls go to %s", base_url)
+    os.environ["ANTHROPIC_BASE_URL"] = base_url
+    os.environ["ANTHROPIC_API_KEY"] = PLACEHOLDER_API_KEY
+    log.info("runner start: session=%s group=%s", config.session_dir, config.group_dir)
+    try:
+        return asyncio.run(_amain(config, base_url, started))
+    finally:
+        if bridge:
+            bridge.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The runner's settings, read once from the sandbox environment (never a secret: the proxy holds keys)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Placeholder the SDK sends as its key; the proxy drops it and injects the real one.
+PLACEHOLDER_API_KEY = "sandbox-placeholder"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return max(1, int(env.get(name, "") or default))
+    except ValueError:
+        return default
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return max(0.01, float(env.get(name, "") or default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    session_dir: Path
+    group_dir: Path
+    global_dir: Path
+    workspace_dir: Path  # files the agent may send must resolve inside this (or the session/group dir)
+    proxy_socket: str | None
+    timezone: str
+    max_messages: int
+    assistant_name: str
+    turn_timeout_s: float
+    poll_interval_s: float
+    cli_max_retries: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "RunnerConfig":
+        env = os.environ if env is None else env
+        workspace = Path(env.get("NANOCLAW_WORKSPACE_DIR") or "/workspace")
+        return cls(
+            session_dir=Path(env.get("NANOCLAW_SESSION_DIR") or workspace / "session"),
+            group_dir=Path(env.get("NANOCLAW_GROUP_DIR") or workspace / "group"),
+            global_dir=Path(env.get("NANOCLAW_GLOBAL_DIR") or workspace / "global"),
+            workspace_dir=workspace,
+            proxy_socket=env.get("NANOCLAW_PROXY_SOCKET") or None,
+            timezone=env.get("TZ") or "UTC",
+            max_messages=_int(env, "NANOCLAW_MAX_MESSAGES_PER_PROMPT", 10),
+            assistant_name=env.get("NANOCLAW_ASSISTANT_NAME") or "Andy",
+            turn_timeout_s=_float(env, "NANOCLAW_TURN_TIMEOUT_S", 600.0),
+            poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 0.05),
+            # The CLI retries failed model calls for minutes by default; a chat user should hear
+            # about a failure quickly instead (the host retries the message later).
+            cli_max_retries=env.get("CLAUDE_CODE_MAX_RETRIES") or "2",
+        )
+
+    @property
+    def send_roots(self) -> tuple[Path, ...]:
+        """Where a file the agent sends may live."""
+        return (self.workspace_dir, self.session_dir, self.group_dir)

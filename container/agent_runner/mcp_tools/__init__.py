@@ -1,0 +1,62 @@
+"""The agent's in-process MCP server `nanoclaw` (tools reach the model as mcp__nanoclaw__<name>).
+
+Each tool module exposes SPECS: (plain function, name, description, JSON schema). The plain
+functions take a ToolContext and keyword arguments and raise ToolError to refuse; this module
+only adapts them to the SDK. A capability adds its module to TOOL_MODULES.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from . import messaging
+from .context import ToolContext, ToolError, Turn
+
+SERVER_NAME = "nanoclaw"
+TOOL_MODULES = [messaging]
+log = logging.getLogger("agent_runner.tools")
+
+__all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]
+
+
+def _specs():
+    for module in TOOL_MODULES:
+        yield from module.SPECS
+
+
+def tool_names() -> list[str]:
+    return [f"mcp__{SERVER_NAME}__{name}" for _fn, name, _d, _s in _specs()]
+
+
+def call_tool(ctx: ToolContext, fn, args: dict[str, Any]) -> dict[str, Any]:
+    """Run one plain tool function; the MCP result (an error result on refusal)."""
+    params = inspect.signature(fn).parameters
+    kwargs = {k: v for k, v in (args or {}).items() if k in params and k != "ctx"}
+    try:
+        text = fn(ctx, **kwargs)
+        log.info("tool %s ok", fn.__name__)
+        return {"content": [{"type": "text", "text": text}]}
+    except ToolError as e:
+        log.info("tool %s refused: %s", fn.__name__, e)
+        return {"content": [{"type": "text", "text": f"Error: {e}"}], "is_error": True}
+    except TypeError as e:  # a missing required argument
+        return {"content": [{"type": "text", "text": f"Error: bad arguments: {e}"}], "is_error": True}
+    except OSError as e:
+        log.warning("tool %s failed: %s", fn.__name__, e)
+        return {"content": [{"type": "text", "text": f"Error: {e.strerror or e}"}], "is_error": True}
+
+
+def build_server(ctx: ToolContext):
+    from claude_agent_sdk import create_sdk_mcp_server, tool
+
+    def adapt(fn, name, description, schema):
+        @tool(name, description, schema)
+        async def handler(args: dict[str, Any]) -> dict[str, Any]:
+            return call_tool(ctx, fn, args)
+        return handler
+
+    server = create_sdk_mcp_server(SERVER_NAME, tools=[adapt(*spec) for spec in _specs()])
+    # Our few core tools are always in the prompt, not deferred behind the CLI's tool search: the
+    # agent must know it can message the chat without searching for how.
+    return {**server, "alwaysLoad": True}

@@ -1,0 +1,29 @@
+"""What every tool needs: the session store, the settings, and the turn in progress."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config import RunnerConfig
+from ..store import SessionStore
+from ..targets import Target
+
+
+class ToolError(Exception):
+    """A refusal the model should read (returned as an is_error tool result, never raised past the tool)."""
+
+
+@dataclass
+class Turn:
+    """The turn being answered: where a plain reply goes and which inbound row it answers."""
+    reply_to: Target | None = None
+    in_reply_to: str | None = None
+
+
+@dataclass
+class ToolContext:
+    store: SessionStore
+    config: RunnerConfig
+    turn: Turn = field(default_factory=Turn)
+
+    def default_target(self) -> Target | None:
+        return self.turn.reply_to or self.store.routing()

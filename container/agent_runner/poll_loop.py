@@ -1,0 +1,124 @@
+"""The runner's loop: notice new work in inbound.db, run one turn, write its outcome.
+
+Latency: the host writes a row and the next poll (every ~50 ms) sees it through a cheap stamp
+(file stat + SQLite data_version); only then are rows queried. Rows are also re-queried every
+second without a change, because `process_after` times come due by the clock alone.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from . import session_schema as schema
+from .config import RunnerConfig
+from .formatter import Message, format_messages, format_outbound
+from .mcp_tools import ToolContext, Turn
+from .provider import ClaudeProvider, TurnResult
+from .reasons import failure_text
+from .selection import InboundRow, TurnPlan, forget_bumped, is_due, plan_turn, reply_target
+from .store import SessionStore
+
+log = logging.getLogger("agent_runner.loop")
+
+FULL_CHECK_S = 1.0
+IDLE_HEARTBEAT_S = 5.0
+EVENT_HEARTBEAT_S = 0.2  # at most this often per SDK event (a stream yields hundreds)
+_KIND_SENDERS = {"task": "Scheduled task", "system": "System"}
+
+
+def to_message(row: InboundRow) -> Message:
+    c: dict[str, Any] = row.content
+    text = str(c.get("text") or "")
+    for a in c.get("attachments") or []:
+        where = a.get("path") or a.get("name") if isinstance(a, dict) else a
+        if where:
+            text += f"\n[attachment: {where}]"
+    reply = c.get("reply_to") if isinstance(c.get("reply_to"), dict) else {}
+    sender = c.get("sender") or c.get("sender_name") or _KIND_SENDERS.get(row.kind) or c.get("sender_id") or "unknown"
+    return Message(sender_name=str(sender), content=text, timestamp=row.timestamp,
+                   reply_to_message_id=_str(reply.get("id")), reply_to_message_content=_str(reply.get("text")),
+                   reply_to_sender_name=_str(reply.get("sender")))
+
+
+def _str(v) -> str | None:
+    return None if v is None else str(v)
+
+
+def build_prompt(batch: list[InboundRow], tz: str) -> str:
+    return format_messages([to_message(r) for r in batch], tz)
+
+
+class PollLoop:
+    def __init__(self, config: RunnerConfig, store: SessionStore, provider: ClaudeProvider, tool_ctx: ToolContext):
+        self.config = config
+        self.store = store
+        self.provider = provider
+        self.tool_ctx = tool_ctx
+        self.released: dict[str, int] = {}  # rows we gave back after a failed turn -> their tries then
+        self.in_flight: list[str] = []
+
+    def next_turn(self) -> TurnPlan | None:
+        now = schema.utc_now_iso()
+        rows = self.store.pending_rows()
+        forget_bumped(self.released, [r for r, _ in rows])
+        due = [r for r, after in rows if is_due(after, now)]
+        return plan_turn(due, self.store.acked_ids([r.id for r in due]), self.released,
+                         self.config.max_messages)
+
+    async def run_turn(self, plan: TurnPlan) -> TurnResult:
+        batch = plan.batch
+        ids = [r.id for r in batch]
+        self.store.claim(ids)
+        self.in_flight = ids
+        target = reply_target(batch, self.store.routing())
+        answering = next((r for r in reversed(batch) if r.trigger), batch[-1])
+        self.tool_ctx.turn = Turn(reply_to=target, in_reply_to=answering.id)
+        log.info("turn start: %d message(s), seq %d..%d", len(batch), batch[0].seq, batch[-1].seq)
+        started = time.monotonic()
+        try:
+            result = await self.provider.run_turn(build_prompt(batch, self.config.timezone))
+        finally:
+            self.tool_ctx.turn = Turn()
+        if result.error:
+            self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
+                                   in_reply_to=answering.id, ok=False)
+            self.released.update({r.id: r.tries for r in batch})
+        else:
+            text = format_outbound(result.text)
+            self.store.finish_turn(ids + [r.id for r in plan.superseded],
+                                   {"op": "text", "text": text} if text else None, target,
+                                   in_reply_to=answering.id, ok=True)
+        self.in_flight = []
+        self.store.set_tool(None)
+        log.info("turn end: %s in %.0f ms", "failed" if result.error else "ok", (time.monotonic() - started) * 1000)
+        if target is None:
+            log.warning("no routing for this session: the turn's answer had nowhere to go")
+        return result
+
+    async def run(self, stop: asyncio.Event) -> None:
+        last_stamp: tuple | None = None
+        last_full = last_beat = 0.0
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                stamp = self.store.inbound_stamp()
+                if stamp != last_stamp or now - last_full >= FULL_CHECK_S:
+                    last_stamp, last_full = stamp, now
+                    plan = self.next_turn()
+                    if plan:
+                        await self.run_turn(plan)
+                        last_full = last_beat = 0.0  # look again at once: more may have come meanwhile
+                        continue
+                if now - last_beat >= IDLE_HEARTBEAT_S:
+                    self.store.touch_heartbeat()
+                    last_beat = now
+                try:
+                    await asyncio.wait_for(stop.wait(), self.config.poll_interval_s)
+                except TimeoutError:
+                    pass
+        finally:
+            if self.in_flight:  # stopped mid-turn: give the rows back for the next runner
+                self.store.release(self.in_flight)
+                self.in_flight = []

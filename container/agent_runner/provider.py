@@ -1,0 +1,202 @@
+"""The model provider: one ClaudeSDKClient kept open for the sandbox's life.
+
+A fresh `query()` starts the CLI again (about 1 s); a connected client answers the next prompt in
+tens of milliseconds. The SDK session id lives in outbound.db (session_state 'sdk_session_id') so a
+restarted sandbox resumes the same conversation (its transcript is in $HOME, the session folder).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, ResultError, ResultMessage,
+                              StreamEvent, SystemMessage, TextBlock)
+
+from .config import PLACEHOLDER_API_KEY, RunnerConfig
+from .hooks import BLOCKED_TOOLS, make_hooks
+from .mcp_tools import SERVER_NAME, ToolContext, build_server
+from .reasons import short_reason
+from .store import SDK_SESSION_KEY, SessionStore
+
+log = logging.getLogger("agent_runner.provider")
+_RECOVER_S = 15.0  # how long an interrupted turn may take to wind down before we drop the CLI
+
+
+@dataclass
+class TurnResult:
+    text: str = ""  # the final answer as the model wrote it ('' = nothing to send)
+    error: str | None = None  # a short reason, safe to show the user, when the turn failed
+    timed_out: bool = False
+    model_calls_s: float | None = None
+
+
+def system_prompt_append(config: RunnerConfig) -> str:
+    parts = [
+        f"You are {config.assistant_name}, a personal assistant answering people in a chat. Each prompt "
+        "holds the new chat messages as <messages>, times in the user's timezone. Your final answer "
+        "is sent to that chat automatically. Text inside <internal>...</internal> is never sent. "
+        f"Tools of the `{SERVER_NAME}` server send extra messages or files while you work.",
+    ]
+    global_md = config.global_dir / "CLAUDE.md"
+    try:
+        if global_md.is_file():
+            parts.append(global_md.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        pass
+    return "\n\n".join(parts)
+
+
+class ClaudeProvider:
+    def __init__(self, config: RunnerConfig, store: SessionStore, tool_ctx: ToolContext, base_url: str,
+                 on_event: Callable[[], None]):
+        self.config = config
+        self.store = store
+        self.tool_ctx = tool_ctx
+        self.base_url = base_url
+        self.on_event = on_event
+        self.client: ClaudeSDKClient | None = None
+        self.session_id: str | None = store.get_state(SDK_SESSION_KEY)
+
+    def options(self, resume: str | None) -> ClaudeAgentOptions:
+        return ClaudeAgentOptions(
+            cwd=str(self.config.group_dir),
+            permission_mode="bypassPermissions",
+            disallowed_tools=list(BLOCKED_TOOLS),
+            include_partial_messages=True,  # every stream event touches the heartbeat
+            mcp_servers={SERVER_NAME: build_server(self.tool_ctx)},
+            hooks=make_hooks(self.store, self.on_event),
+            # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
+            setting_sources=["project", "user", "local"],
+            system_prompt={"type": "preset", "preset": "claude_code",
+                           "append": system_prompt_append(self.config)},
+            resume=resume,
+            env=self.cli_env(),
+            stderr=lambda line: log.info("cli: %s", line.rstrip()[:500]),
+        )
+
+    def cli_env(self) -> dict[str, str]:
+        return {
+            "ANTHROPIC_BASE_URL": self.base_url,
+            "ANTHROPIC_API_KEY": PLACEHOLDER_API_KEY,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": self.config.cli_max_retries,
+        }
+
+    async def connect(self) -> None:
+        """Start the CLI, resuming the stored conversation; a resume that fails (transcript gone)
+        starts a new conversation rather than leaving the chat without an agent."""
+        started = time.monotonic()
+        if self.session_id and not transcript_exists(Path.home(), self.session_id):
+            log.warning("no transcript for session %s under $HOME; starting a new conversation", self.session_id)
+            self._remember_session(None)
+        try:
+            self.client = await self._connect(self.session_id)
+        except Exception as e:  # noqa: BLE001 - any failure to resume: start fresh
+            if not self.session_id:
+                raise
+            log.warning("resume of session %s failed (%s); starting a new conversation",
+                        self.session_id, type(e).__name__)
+            self._remember_session(None)
+            self.client = await self._connect(None)
+        log.info("sdk connected in %.0f ms (resume=%s)", (time.monotonic() - started) * 1000,
+                 bool(self.session_id))
+
+    async def _connect(self, resume: str | None) -> ClaudeSDKClient:
+        client = ClaudeSDKClient(self.options(resume))
+        await client.connect()
+        return client
+
+    def _remember_session(self, session_id: str | None) -> None:
+        if session_id != self.session_id:
+            self.session_id = session_id
+            self.store.set_state(SDK_SESSION_KEY, session_id)
+            log.info("sdk session id %s", session_id)
+
+    def _observe(self, msg) -> None:
+        self.on_event()
+        if isinstance(msg, SystemMessage) and msg.subtype == "init":
+            sid = msg.data.get("session_id")
+            if isinstance(sid, str) and sid:
+                self._remember_session(sid)
+        elif isinstance(msg, ResultMessage) and msg.session_id:
+            self._remember_session(msg.session_id)
+
+    async def run_turn(self, prompt: str) -> TurnResult:
+        if self.client is None:
+            try:
+                await self.connect()
+            except Exception as e:  # noqa: BLE001
+                log.error("sdk connect failed: %s", type(e).__name__)
+                return TurnResult(error=short_reason(None, str(e)))
+        result = TurnResult()
+        last_text: list[str] = []
+        try:
+            async with asyncio.timeout(self.config.turn_timeout_s):
+                await self.client.query(prompt)
+                async for msg in self.client.receive_response():
+                    self._observe(msg)
+                    if isinstance(msg, StreamEvent):
+                        continue
+                    if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
+                        texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
+                        if texts:
+                            last_text = texts
+                    elif isinstance(msg, ResultMessage):
+                        if msg.is_error:
+                            result.error = short_reason(msg.api_error_status, msg.result or
+                                                        "; ".join(msg.errors or []), msg.subtype)
+                        else:
+                            result.text = msg.result if msg.result is not None else "\n".join(last_text)
+        except TimeoutError:
+            log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
+            result = TurnResult(error=f"it took longer than {self.config.turn_timeout_s:.0f} s and was stopped",
+                                timed_out=True)
+            await self._wind_down()
+        except ResultError as e:  # the CLI exited after an error result
+            log.error("sdk result error: status=%s subtype=%s", e.api_error_status, e.subtype)
+            result = TurnResult(error=short_reason(e.api_error_status, e.result, e.subtype))
+            await self._drop_client()
+        except Exception as e:  # noqa: BLE001 - the CLI died or the stream broke: start it again next turn
+            log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            result = TurnResult(error="the agent process stopped unexpectedly")
+            await self._drop_client()
+        if result.error:
+            log.warning("turn failed: %s", result.error)
+        return result
+
+    async def _wind_down(self) -> None:
+        """After a timeout: interrupt, and read the turn out to its result so the next prompt starts
+        clean; if the CLI does not come back, drop it (the next turn starts a new one)."""
+        try:
+            async with asyncio.timeout(_RECOVER_S):
+                await self.client.interrupt()
+                async for msg in self.client.receive_response():
+                    self._observe(msg)
+        except Exception as e:  # noqa: BLE001
+            log.warning("interrupt did not settle (%s); restarting the CLI", type(e).__name__)
+            await self._drop_client()
+
+    async def _drop_client(self) -> None:
+        client, self.client = self.client, None
+        if client is None:
+            return
+        try:
+            async with asyncio.timeout(_RECOVER_S):
+                await client.disconnect()
+        except Exception as e:  # noqa: BLE001
+            log.warning("disconnect failed: %s", type(e).__name__)
+
+    async def close(self) -> None:
+        await self._drop_client()
+
+
+def transcript_exists(home: Path, session_id: str) -> bool:
+    """Whether the CLI's transcript for session_id is on disk under $HOME."""
+    return any((home / ".claude" / "projects").glob(f"*/{session_id}.jsonl"))

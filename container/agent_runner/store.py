@@ -1,0 +1,202 @@
+"""The runner's side of the session folder: reads inbound.db (the host's file, read-only) and
+writes outbound.db, heartbeat and outbox/ (ours). One writer per file, always."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import session_schema as schema
+from .selection import InboundRow
+from .targets import Target
+
+SDK_SESSION_KEY = "sdk_session_id"
+
+
+class SessionStore:
+    def __init__(self, session_dir: Path):
+        self.dir = Path(session_dir)
+        self.out = schema.connect(self.dir / schema.OUTBOUND)
+        self._in: sqlite3.Connection | None = None
+        self._heartbeat_at = 0.0
+
+    # inbound.db (read-only) ----------------------------------------------------------------------
+    @property
+    def inbound_path(self) -> Path:
+        return self.dir / schema.INBOUND
+
+    def inbound(self) -> sqlite3.Connection | None:
+        """The host creates inbound.db; until it exists there is nothing to read."""
+        if self._in is None and self.inbound_path.exists():
+            self._in = schema.connect(self.inbound_path, readonly=True)
+        return self._in
+
+    def inbound_stamp(self) -> tuple | None:
+        """A cheap change detector, polled often: the file's (inode, mtime, size) and SQLite's
+        data_version (which changes on every commit by another connection, even within one mtime tick)."""
+        try:
+            st = os.stat(self.inbound_path)
+        except FileNotFoundError:
+            return None
+        conn = self.inbound()
+        version = conn.execute("PRAGMA data_version").fetchone()[0] if conn else None
+        return (st.st_ino, st.st_mtime_ns, st.st_size, version)
+
+    def pending_rows(self, limit: int = 500) -> list[tuple[InboundRow, str | None]]:
+        """Pending rows, newest first, each with its process_after."""
+        conn = self.inbound()
+        if conn is None:
+            return []
+        rows = conn.execute("SELECT * FROM messages_in WHERE status = 'pending' ORDER BY seq DESC LIMIT ?",
+                            (limit,)).fetchall()
+        return [(InboundRow.from_db(r), r["process_after"]) for r in rows]
+
+    def routing(self) -> Target | None:
+        conn = self.inbound()
+        row = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing WHERE id = 1").fetchone() \
+            if conn else None
+        return Target(row[0], row[1], row[2]) if row else None
+
+    def destinations(self) -> dict[str, Target]:
+        conn = self.inbound()
+        if conn is None:
+            return {}
+        return {r[0]: Target(r[1], r[2], r[3]) for r in
+                conn.execute("SELECT name, channel_type, platform_id, thread_id FROM destinations")}
+
+    # processing_ack ------------------------------------------------------------------------------
+    def acked_ids(self, ids: list[str]) -> set[str]:
+        """Which of `ids` we hold a claim or an outcome for."""
+        if not ids:
+            return set()
+        marks = ",".join("?" * len(ids))
+        return {r[0] for r in self.out.execute(
+            f"SELECT message_id FROM processing_ack WHERE message_id IN ({marks})", ids)}
+
+    def forget_stale_claims(self) -> int:
+        """At start: a `processing` claim can only be a dead predecessor's."""
+        return self.out.execute("DELETE FROM processing_ack WHERE status = 'processing'").rowcount
+
+    def _ack(self, ids: list[str], status: str) -> None:
+        now = schema.utc_now_iso()
+        with self._tx():
+            self.out.executemany(
+                "INSERT INTO processing_ack (message_id, status, status_changed) VALUES (?, ?, ?) "
+                "ON CONFLICT (message_id) DO UPDATE SET status = excluded.status, "
+                "status_changed = excluded.status_changed", [(i, status, now) for i in ids])
+
+    def claim(self, ids: list[str]) -> None:
+        self._ack(ids, "processing")
+
+    def complete(self, ids: list[str]) -> None:
+        self._ack(ids, "completed")
+
+    def release(self, ids: list[str]) -> None:
+        """Give rows back: no claim means the host (or a later turn) may try them again."""
+        with self._tx():
+            self._release(ids)
+
+    def _release(self, ids: list[str]) -> None:
+        self.out.executemany("DELETE FROM processing_ack WHERE message_id = ? AND status = 'processing'",
+                             [(i,) for i in ids])
+
+    def finish_turn(self, ids: list[str], reply: dict[str, Any] | None, target: Target | None, *,
+                    in_reply_to: str | None, ok: bool) -> None:
+        """One transaction: the turn's reply (if any) and the rows' outcome — completed, or released
+        for a retry — so a crash can neither lose the reply nor send it twice."""
+        now = schema.utc_now_iso()
+        with self._tx():
+            if reply is not None and target is not None:
+                self._insert_out(reply, target, in_reply_to, "chat" if ok else "system")
+            if ok:
+                self.out.executemany(
+                    "INSERT INTO processing_ack (message_id, status, status_changed) VALUES (?, 'completed', ?) "
+                    "ON CONFLICT (message_id) DO UPDATE SET status = 'completed', "
+                    "status_changed = excluded.status_changed", [(i, now) for i in ids])
+            else:
+                self._release(ids)
+
+    # messages_out --------------------------------------------------------------------------------
+    def write_out(self, content: dict[str, Any], target: Target, *, in_reply_to: str | None = None,
+                  kind: str = "chat") -> int:
+        """Append one outbound row; returns its seq (what edit/reaction tools refer to)."""
+        with self._tx():
+            return self._insert_out(content, target, in_reply_to, kind)
+
+    def _insert_out(self, content: dict[str, Any], target: Target, in_reply_to: str | None, kind: str) -> int:
+        seq = self.out.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_out").fetchone()[0]
+        self.out.execute(
+            "INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, channel_type, platform_id,"
+            " thread_id, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (uuid.uuid4().hex, seq, in_reply_to, schema.utc_now_iso(), kind, target.channel_type,
+             target.platform_id, target.thread_id, json.dumps(content, ensure_ascii=False)))
+        return seq
+
+    def out_row(self, seq: int) -> dict[str, Any] | None:
+        row = self.out.execute("SELECT * FROM messages_out WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            return None
+        d = dict(row)
+        d["content"] = json.loads(d["content"])
+        return d
+
+    # session_state / container_state -------------------------------------------------------------
+    def get_state(self, key: str) -> str | None:
+        row = self.out.execute("SELECT value FROM session_state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.out.execute("DELETE FROM session_state WHERE key = ?", (key,))
+        else:
+            self.out.execute("INSERT INTO session_state (key, value) VALUES (?, ?) "
+                             "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+    def set_tool(self, name: str | None, declared_timeout_ms: int | None = None) -> None:
+        """What the agent is running now (the host's stuck detection reads it)."""
+        started = schema.utc_now_iso() if name else None
+        self.out.execute(
+            "INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at) "
+            "VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET current_tool = excluded.current_tool, "
+            "tool_declared_timeout_ms = excluded.tool_declared_timeout_ms, "
+            "tool_started_at = excluded.tool_started_at", (name, declared_timeout_ms, started))
+
+    def container_state(self) -> dict[str, Any]:
+        row = self.out.execute("SELECT * FROM container_state WHERE id = 1").fetchone()
+        return dict(row) if row else {}
+
+    # heartbeat -----------------------------------------------------------------------------------
+    def touch_heartbeat(self, min_interval_s: float = 0.0) -> None:
+        now = time.monotonic()
+        if min_interval_s and now - self._heartbeat_at < min_interval_s:
+            return
+        self._heartbeat_at = now
+        path = self.dir / schema.HEARTBEAT
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            path.touch()
+
+    # ----------------------------------------------------------------------------------------------
+    def _tx(self):
+        return _Tx(self.out)
+
+    def close(self) -> None:
+        self.out.close()
+        if self._in is not None:
+            self._in.close()
+
+
+class _Tx:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, *_):
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
