@@ -394,6 +394,7 @@ def agent(tmp_path_factory):
     fake = FakeModel().start()
     lay = Layout.make(tmp_path_factory.mktemp("agent"))
     (lay.group / "CLAUDE.md").write_text("Group memory: the family dog is called Biscuit.\n")
+    (lay.global_ / "CLAUDE.md").write_text("Global rule: always sign as Andy.\n")
     runner = RunnerProc(lay, fake)
     yield lay, fake, runner
     runner.stop()
@@ -424,6 +425,7 @@ def test_a_message_gets_an_answer_in_its_chat(agent):
     assert prompt.startswith(f'<context timezone="{TZ}" />') and '<message sender="Alice"' in prompt
     assert call.headers.get("x-api-key") == "sandbox-placeholder"  # the proxy swaps in the real key
     assert "Biscuit" in call.all_text()  # the group's CLAUDE.md reached the model
+    assert "always sign as Andy" in call.system_text()  # and the global one, in the system prompt
     assert not set(BLOCKED_TOOLS) & set(call.tool_names())
     assert {"mcp__nanoclaw__send_message", "mcp__nanoclaw__send_file", "mcp__nanoclaw__edit_message",
             "mcp__nanoclaw__add_reaction"} <= set(call.tool_names())
@@ -565,6 +567,22 @@ def test_bash_is_recorded_in_container_state_while_it_runs(agent):
     assert lay.container_state().get("current_tool") is None
 
 
+def test_a_slow_stream_keeps_the_heartbeat_fresh(agent):
+    lay, fake, _ = agent
+    words = " ".join(f"w{i}" for i in range(12))
+    mid, _ = _turn(fake, lay, "talk slowly", lambda r: Reply.say(words, chunk_delay_s=0.25))
+    beat = lay.session / "heartbeat"
+    deadline, touches, last = time.monotonic() + 30, 0, None
+    while time.monotonic() < deadline and lay.acks().get(mid) != "completed":
+        m = beat.stat().st_mtime_ns
+        touches += last is not None and m != last
+        last = m
+        time.sleep(0.1)
+    lay.wait_ack(mid)
+    assert touches >= 5, f"heartbeat touched {touches} times during a ~4 s stream"
+    assert lay.out_rows()[-1]["content"]["text"] == words
+
+
 def test_a_blocked_tool_is_refused(agent):
     lay, fake, _ = agent
 
@@ -619,17 +637,20 @@ def test_warm_turn_latency(agent):
     """Message row written -> model request at the fake, over 10 messages, one at a time."""
     lay, fake, _ = agent
     fake.script = lambda r: "ok"
-    gaps = []
+    gaps, whole = [], []
     for i in range(10):
         n = len(fake.model_calls())
         t0 = time.monotonic()
         mid = lay.write(f"latency probe {i}")
         call = fake.wait_for(lambda r, i=i: f"latency probe {i}<" in r.current_prompt(), after=n)
         gaps.append(call.received_mono - t0)
+        lay.wait_out(lambda r, mid=mid: r["in_reply_to"] == mid, timeout=10)
+        whole.append(time.monotonic() - t0 - (call.handled_s or 0))
         lay.wait_ack(mid)
     p50, worst = statistics.median(gaps), max(gaps)
     print(f"\nwarm: row written -> model request: p50 {p50 * 1000:.0f} ms, max {worst * 1000:.0f} ms "
-          f"({', '.join(f'{g * 1000:.0f}' for g in gaps)})")
+          f"({', '.join(f'{g * 1000:.0f}' for g in gaps)}); row written -> reply row, minus the fake's time: "
+          f"p50 {statistics.median(whole) * 1000:.0f} ms, max {max(whole) * 1000:.0f} ms")
     assert p50 < 0.3, f"warm turn overhead p50 {p50 * 1000:.0f} ms"
 
 

@@ -84,6 +84,13 @@ def main() -> int:
         log.warning("NANOCLAW_PROXY_SOCKET unset; model calls go to %s", base_url)
     os.environ["ANTHROPIC_BASE_URL"] = base_url
     os.environ["ANTHROPIC_API_KEY"] = PLACEHOLDER_API_KEY
+    if bridge:
+        # Other HTTPS (WebFetch, pip, curl in Bash) goes out as CONNECT through the same door,
+        # where the proxy applies the group's egress allowlist.
+        for var in ("HTTPS_PROXY", "https_proxy"):
+            os.environ[var] = base_url
+        for var in ("NO_PROXY", "no_proxy"):
+            os.environ[var] = "127.0.0.1,localhost"
     log.info("runner start: session=%s group=%s", config.session_dir, config.group_dir)
     try:
         return asyncio.run(_amain(config, base_url, started))

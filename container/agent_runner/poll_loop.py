@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from typing import Any
 
@@ -106,7 +107,11 @@ class PollLoop:
                 stamp = self.store.inbound_stamp()
                 if stamp != last_stamp or now - last_full >= FULL_CHECK_S:
                     last_stamp, last_full = stamp, now
-                    plan = self.next_turn()
+                    try:
+                        plan = self.next_turn()
+                    except sqlite3.Error as e:  # the host mid-write or mid-create: look again soon
+                        log.warning("inbound.db not readable now: %s", e)
+                        plan = None
                     if plan:
                         await self.run_turn(plan)
                         last_full = last_beat = 0.0  # look again at once: more may have come meanwhile

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, ResultError, ResultMessage,
-                              StreamEvent, SystemMessage, TextBlock)
+from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, CLIConnectionError, ResultError,
+                              ResultMessage, StreamEvent, SystemMessage, TextBlock)
 
 from .config import PLACEHOLDER_API_KEY, RunnerConfig
 from .hooks import BLOCKED_TOOLS, make_hooks
@@ -139,7 +139,7 @@ class ClaudeProvider:
         last_text: list[str] = []
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                await self.client.query(prompt)
+                await self._send(prompt)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
                     if isinstance(msg, StreamEvent):
@@ -170,6 +170,16 @@ class ClaudeProvider:
         if result.error:
             log.warning("turn failed: %s", result.error)
         return result
+
+    async def _send(self, prompt: str) -> None:
+        """Hand the prompt to the CLI; one that died while idle is started again, once."""
+        try:
+            await self.client.query(prompt)
+        except CLIConnectionError as e:
+            log.warning("the CLI was gone (%s); starting it again", type(e).__name__)
+            await self._drop_client()
+            await self.connect()
+            await self.client.query(prompt)
 
     async def _wind_down(self) -> None:
         """After a timeout: interrupt, and read the turn out to its result so the next prompt starts

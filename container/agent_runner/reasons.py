@@ -15,7 +15,7 @@ def short_reason(status: int | None, detail: str | None, subtype: str | None = N
     text = (detail or "").strip()
     line = text.splitlines()[0] if text else ""
     line = line if len(line) <= 160 else line[:157] + "..."
-    return line or (subtype or "unknown error")
+    return line.rstrip(". ") or (subtype or "unknown error")
 
 
 def failure_text(reason: str, timed_out: bool) -> str:

@@ -20,6 +20,7 @@ assert what reached the model, and benchmarks can subtract the fake's own time.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -51,6 +52,7 @@ class Reply:
     status: int = 200
     error_message: str = ""
     delay_s: float = 0.0  # think time before the first byte (a slow model)
+    chunk_delay_s: float = 0.0  # pause between stream events; text then streams word by word
 
     @classmethod
     def say(cls, text: str, **kw) -> "Reply":
@@ -363,6 +365,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, data in _sse_events(reply):
             chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            if reply.chunk_delay_s:
+                self.wfile.flush()
+                time.sleep(reply.chunk_delay_s)
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -392,8 +397,10 @@ def _sse_events(reply: Reply):
         if block["type"] == "text":
             yield "content_block_start", {"type": "content_block_start", "index": i,
                                           "content_block": {"type": "text", "text": ""}}
-            yield "content_block_delta", {"type": "content_block_delta", "index": i,
-                                          "delta": {"type": "text_delta", "text": block["text"]}}
+            pieces = re.findall(r"\S+\s*|\s+", block["text"]) if reply.chunk_delay_s else [block["text"]]
+            for piece in pieces:
+                yield "content_block_delta", {"type": "content_block_delta", "index": i,
+                                              "delta": {"type": "text_delta", "text": piece}}
         else:
             yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": {
                 "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}
