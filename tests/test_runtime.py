@@ -143,9 +143,21 @@ r["write_group"] = attempt(lambda: write("/workspace/group/from-sandbox.txt"))
 r["write_home"] = attempt(lambda: write(os.path.join(os.environ["HOME"], "x.txt")))
 r["read_global"] = attempt(lambda: open("/workspace/global/CLAUDE.md").read())
 r["read_proxy"] = attempt(lambda: open("/run/nanoclaw-proxy/probe.txt").read())
+def door():
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect("/run/nanoclaw-proxy/proxy.sock")
+    return s.recv(100).decode()
+r["proxy_socket"] = attempt(door)
 r["read_forbidden"] = {p: attempt(lambda p=p: open(p).read()) for p in json.loads(os.environ["PROBE_FORBIDDEN"])}
 r["interfaces"] = [name for _, name in socket.if_nameindex()]
 r["sdk"] = attempt(lambda: importlib.metadata.version("claude-agent-sdk"))
+def cli():
+    import pathlib, subprocess, claude_agent_sdk
+    exe = pathlib.Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or out.stderr.strip()
+r["cli"] = attempt(cli)
 # Any file anywhere in the sandbox with a name the host's secrets live under?
 found = []
 for top, dirs, files in os.walk("/"):
@@ -169,6 +181,21 @@ def test_sandbox_isolation(runtime, layout, monkeypatch):
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
     listener.setblocking(False)
+    # The proxy's socket (mode 0666, as the proxy makes it) is the sandbox's one door out.
+    door = socket.socket(socket.AF_UNIX)
+    door.bind(str(layout["proxy"] / "proxy.sock"))
+    os.chmod(layout["proxy"] / "proxy.sock", 0o666)
+    door.listen(1)
+    door.settimeout(60)
+
+    def answer():
+        try:
+            conn, _ = door.accept()
+            conn.sendall(b"pong")
+            conn.close()
+        except OSError:
+            pass
+    threading.Thread(target=answer, daemon=True).start()
     forbidden = [str(layout["project"] / ".env"), str(layout["data"] / "nanoclaw.db"),
                  str(layout["other"] / "inbound.db"), str(PROJECT_ROOT / ".env"), "/etc/shadow"]
     spec = make_spec(layout, PROBE, env={"PROBE_PORT": str(listener.getsockname()[1]),
@@ -195,6 +222,8 @@ def test_sandbox_isolation(runtime, layout, monkeypatch):
     assert report["write_group"][0] == "ok"
     assert (layout["group"] / "from-sandbox.txt").read_text() == "x"
     assert report["read_proxy"] == ["ok", "through the proxy dir"]
+    assert report["proxy_socket"] == ["ok", "pong"]
+    door.close()
     # Secrets: none in the environment, no host secret file readable or even present.
     assert "ANTHROPIC_API_KEY" not in report["env"] and "NANOCLAW_TEST_HOST_ONLY" not in report["env"]
     assert HOST_SECRET not in json.dumps(report["env"])
@@ -204,6 +233,7 @@ def test_sandbox_isolation(runtime, layout, monkeypatch):
     assert report["secret_named_files"] == []
     # The agent's Python has the SDK version the project pins.
     assert report["sdk"] == ["ok", sdk_pin()]
+    assert report["cli"][0] == "ok" and "Claude Code" in report["cli"][1], report["cli"]
 
 
 def test_memory_limit_is_enforced(runtime, layout):
@@ -407,3 +437,102 @@ def test_select_runtime_prefers_a_docker_engine_with_the_image(make_settings):
     lines: list[str] = []
     chosen = select_runtime(settings, lines.append)
     assert chosen.name == "docker" and "docker" in lines[-1]
+
+
+# --- the real SDK inside the sandbox ----------------------------------------------------
+
+SDK_PROBE = r'''
+import asyncio, json, socket, threading
+def pump(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+def relay():  # 127.0.0.1 -> the proxy socket: the sandbox's only way to the model
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    def serve():
+        while True:
+            conn, _ = srv.accept()
+            up = socket.socket(socket.AF_UNIX)
+            up.connect("/run/nanoclaw-proxy/proxy.sock")
+            threading.Thread(target=pump, args=(conn, up), daemon=True).start()
+            threading.Thread(target=pump, args=(up, conn), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1]
+from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, TextBlock, query
+async def main():
+    port = relay()
+    options = ClaudeAgentOptions(permission_mode="bypassPermissions", tools=[], cwd="/workspace/group",
+                                 env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
+                                      "ANTHROPIC_API_KEY": "placeholder", "CLAUDE_CODE_MAX_RETRIES": "0"})
+    texts = []
+    async for message in query(prompt="hello from the sandbox", options=options):
+        if isinstance(message, AssistantMessage):
+            texts += [b.text for b in message.content if isinstance(b, TextBlock)]
+    return texts
+result = {"texts": asyncio.run(main())}
+json.dump(result, open("/workspace/session/sdk.json", "w"))
+'''
+
+
+def test_claude_sdk_answers_from_inside_the_sandbox(runtime, layout):
+    """Uid 1000, read-only root, HOME in the session, no network: the bundled CLI still works."""
+    from tests.fakes.model_api import FakeModel
+
+    with FakeModel() as model:
+        door = socket.socket(socket.AF_UNIX)
+        door.bind(str(layout["proxy"] / "proxy.sock"))
+        os.chmod(layout["proxy"] / "proxy.sock", 0o666)
+        door.listen(16)
+        stop = threading.Event()
+
+        def serve():  # stands in for the host proxy: unix socket -> the fake model's port
+            door.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = door.accept()
+                except OSError:
+                    continue
+                up = socket.create_connection(("127.0.0.1", model.port))
+                for a, b in ((conn, up), (up, conn)):
+                    threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+        threading.Thread(target=serve, daemon=True).start()
+        spec = make_spec(layout, SDK_PROBE, env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                                                  "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+                                                  "DISABLE_AUTOUPDATER": "1"})
+        try:
+            runtime.start(spec)
+            report = wait_for(lambda: read_json(layout["session"] / "sdk.json"), timeout=90)
+        finally:
+            stop.set()
+        assert report, runtime.logs(spec.name)
+        assert report["texts"] == ["echo: hello from the sandbox"]
+        # The CLI kept its state in the session's HOME, so a restarted sandbox can resume.
+        assert (layout["session"] / "home" / ".claude").is_dir()
+
+
+def _pump(src, dst):
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass

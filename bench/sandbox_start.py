@@ -1,0 +1,68 @@
+"""Sandbox start-to-first-output, per runtime (median of N).
+
+    .venv/bin/python -m bench.sandbox_start [N]
+
+"first output" = the sandboxed program has written a file into /workspace/session; measured
+from the start() call. Two programs: a bare `python3 -c` and one that first imports
+claude_agent_sdk (what the agent runner does before its first useful output).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from nanoclaw.config import PROJECT_ROOT
+from nanoclaw.runtime import bwrap as bwrap_rt
+from nanoclaw.runtime import docker as docker_rt
+from nanoclaw.runtime.base import INSTALL_LABEL, SandboxSpec
+
+PROGRAMS = {
+    "bare python": "open('/workspace/session/ready', 'w').close()",
+    "import claude_agent_sdk": "import claude_agent_sdk\nopen('/workspace/session/ready', 'w').close()",
+}
+
+
+def runtimes(state: Path):
+    client, _ = docker_rt.connect()
+    if client is not None:
+        yield docker_rt.DockerRuntime(client, image="nanoclaw-agent:latest")
+    if bwrap_rt.probe() is None:
+        yield bwrap_rt.BwrapRuntime(state / "bwrap")
+
+
+def once(rt, root: Path, program: str) -> float:
+    run = root / uuid.uuid4().hex[:8]
+    session, group, proxy = run / "session", run / "group", run / "proxy"
+    for d in (session, group, proxy):
+        d.mkdir(parents=True)
+    spec = SandboxSpec(name=f"nanoclaw-bench-{run.name}", session_dir=session, group_dir=group, global_dir=None,
+                       runner_dir=PROJECT_ROOT / "container" / "agent_runner", proxy_dir=proxy,
+                       command=("python3", "-c", program), labels={INSTALL_LABEL: "bench"})
+    started = time.monotonic()
+    rt.start(spec)
+    while not (session / "ready").exists():
+        if time.monotonic() - started > 60:
+            raise RuntimeError(f"no output from {rt.name}: {rt.logs(spec.name)}")
+        time.sleep(0.002)
+    elapsed = time.monotonic() - started
+    rt.stop(spec.name, timeout=1)
+    return elapsed
+
+
+def main(n: int = 5) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for rt in runtimes(root):
+            for label, program in PROGRAMS.items():
+                once(rt, root, program)  # warm the page cache
+                times = [once(rt, root, program) for _ in range(n)]
+                print(f"{rt.name:6} {label:24} median {statistics.median(times):.3f}s "
+                      f"(min {min(times):.3f}, max {max(times):.3f}, n={n})")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
