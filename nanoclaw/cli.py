@@ -429,3 +429,7 @@ def proxy_cmd():
         with db.connection_context():
             return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
     serve_forever(settings(), list_folders)
+
+
+from .channels.telegram import telegram_cli  # noqa: E402  (a platform module owns its own commands)
+nanoclaw_group.add_command(telegram_cli)

@@ -130,7 +130,9 @@ class Adapter(Protocol):
 
 
 _FACTORIES: dict[str, type] = {}
-_INSTANCES: dict[tuple[str, int], Adapter] = {}
+# Keyed by id(settings); the settings object is kept with its adapter so the id cannot be reused
+# by a new Settings while the entry exists.
+_INSTANCES: dict[tuple[str, int], tuple[object, Adapter]] = {}
 
 
 def register(name: str):
@@ -150,5 +152,5 @@ def get_adapter(name: str, settings) -> Adapter:
             raise DeliveryError(f"no channel adapter named {name!r}", permanent=True) from None
     key = (name, id(settings))
     if key not in _INSTANCES:
-        _INSTANCES[key] = _FACTORIES[name](settings)
-    return _INSTANCES[key]
+        _INSTANCES[key] = (settings, _FACTORIES[name](settings))
+    return _INSTANCES[key][1]

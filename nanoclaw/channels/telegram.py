@@ -1,0 +1,412 @@
+"""Telegram (Bot API): webhook updates in, Bot API calls out.
+
+Inbound, POST /webhooks/telegram: the `X-Telegram-Bot-Api-Secret-Token` header is compared in
+constant time with TELEGRAM_WEBHOOK_SECRET before the body is parsed; with no secret configured
+every request is refused (403). The update_id is the dedup key.
+  - private chat → dm; group/supergroup → group; a forum-topic message (`is_topic_message`) →
+    thread with thread_id = message_thread_id.
+  - an edited message is a new event (its own update_id) whose text starts with "(edited) ", so
+    the agent sees the correction as what it is.
+  - mentioned: a DM, a `mention` entity equal to @<bot username> (getMe, once), a `text_mention`
+    of the bot, a /command@<bot username>, or a reply to one of the bot's messages.
+  - attachments: metadata only (kind, file_id, name, mime, size) in InboundEvent.attachments; the
+    files are not downloaded.
+  - callback_query → Action; acknowledge_action always answers it (answerCallbackQuery) with the
+    handler's text as a toast, which also stops the client's spinner.
+Outbound: `{TELEGRAM_API_BASE}/bot{token}/{method}`, plain text (no parse mode), split at 4096
+UTF-16 units. 429 → DeliveryError(retry_after=parameters.retry_after); other 4xx are permanent.
+A long reply cut short by a 429 resumes where it stopped on the retry (kept in memory).
+"""
+from __future__ import annotations
+
+import hmac
+import html
+import json
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+
+import click
+import requests
+from flask import current_app
+from flask.cli import AppGroup
+
+from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
+                   get_adapter, iso_utc, register)
+from .parts import PartialSends
+from .text import split_text
+from ..sessions.store import Target
+
+log = logging.getLogger("nanoclaw.channels.telegram")
+
+TEXT_LIMIT = 4096            # UTF-16 code units, after entity parsing
+CAPTION_LIMIT = 1024
+CALLBACK_DATA_LIMIT = 64     # bytes
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
+EDITED_PREFIX = "(edited) "
+ATTACHMENT_KINDS = ("document", "audio", "video", "voice", "video_note", "animation", "sticker")
+
+# Bot reactions are limited to Telegram's fixed set; a few common ones outside it map to a near match.
+REACTIONS = set("👍 👎 ❤ 🔥 🥰 👏 😁 🤔 🤯 😱 🤬 😢 🎉 🤩 🤮 💩 🙏 👌 🕊 🤡 🥱 🥴 😍 🐳 ❤‍🔥 🌚 🌭 💯 🤣 ⚡ 🍌 🏆 💔 "
+                "🤨 😐 🍓 🍾 💋 🖕 😈 😴 😭 🤓 👻 👨‍💻 👀 🎃 🙈 😇 😨 🤝 ✍ 🤗 🫡 🎅 🎄 ☃ 💅 🤪 🗿 🆒 💘 🙉 🦄 😘 💊 🙊 "
+                "😎 👾 🤷‍♂ 🤷 🤷‍♀ 😡".split())
+REACTION_ALIASES = {"✅": "👌", "✔": "👌", "😊": "😁", "🙂": "😁", "😄": "😁", "😂": "🤣", "🚀": "🔥", "❌": "👎"}
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def utf16_slice(text: str, offset: int, length: int) -> str:
+    """Telegram entity offsets count UTF-16 code units."""
+    raw = text.encode("utf-16-le")
+    return raw[offset * 2:(offset + length) * 2].decode("utf-16-le", errors="replace")
+
+
+def split_message(text: str) -> list[str]:
+    """The shared splitter at 4096 characters; a part that is still too long in UTF-16 units
+    (many emoji) is split again at half, which always fits."""
+    parts = []
+    for part in split_text(text, TEXT_LIMIT):
+        parts.extend([part] if utf16_len(part) <= TEXT_LIMIT else split_text(part, TEXT_LIMIT // 2))
+    return parts
+
+
+def clip(text: str, limit: int) -> str:
+    """At most `limit` UTF-16 units, with an ellipsis when cut."""
+    if utf16_len(text) <= limit:
+        return text
+    out = text[:limit - 1]
+    while utf16_len(out) > limit - 1:
+        out = out[:-1]
+    return out.rstrip() + "…"
+
+
+def secret_matches(expected: str, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(expected.encode(), given.encode())
+
+
+def reaction_emoji(emoji: str) -> str:
+    """The emoji Telegram will accept for `emoji` (variation selectors dropped, near matches, else 👍)."""
+    bare = emoji.replace("\ufe0f", "").strip()
+    bare = REACTION_ALIASES.get(bare, bare)
+    return bare if bare in REACTIONS else "👍"
+
+
+def chat_kind(chat_type: str, is_topic: bool) -> str:
+    if chat_type == "private":
+        return "dm"
+    return "thread" if is_topic else "group"
+
+
+def display_name(user: dict | None) -> str:
+    if not user:
+        return "unknown"
+    name = " ".join(p for p in (user.get("first_name"), user.get("last_name")) if p)
+    return name or user.get("username") or str(user.get("id", "unknown"))
+
+
+def attachments_of(msg: dict) -> tuple[dict, ...]:
+    found = []
+    if msg.get("photo"):
+        best = max(msg["photo"], key=lambda p: p.get("file_size") or p.get("width", 0) * p.get("height", 0))
+        found.append({"kind": "photo", "file_id": best.get("file_id"), "name": None, "mime": "image/jpeg",
+                      "size": best.get("file_size")})
+    for kind in ATTACHMENT_KINDS:
+        item = msg.get(kind)
+        if isinstance(item, dict):
+            found.append({"kind": kind, "file_id": item.get("file_id"), "name": item.get("file_name"),
+                          "mime": item.get("mime_type"), "size": item.get("file_size")})
+    return tuple(found)
+
+
+def mentions_bot(msg: dict, bot_id: str | None, username: str | None) -> bool:
+    """Entities addressed to this bot, or a reply to one of its messages."""
+    text = msg.get("text") or msg.get("caption") or ""
+    for ent in msg.get("entities") or msg.get("caption_entities") or []:
+        kind = ent.get("type")
+        if kind == "text_mention" and str((ent.get("user") or {}).get("id")) == bot_id:
+            return True
+        if kind in ("mention", "bot_command") and username:
+            word = utf16_slice(text, int(ent.get("offset", 0)), int(ent.get("length", 0)))
+            if kind == "mention" and word.lower() == f"@{username.lower()}":
+                return True
+            if kind == "bot_command" and word.lower().endswith(f"@{username.lower()}"):
+                return True
+    replied = msg.get("reply_to_message") or {}
+    return bot_id is not None and str((replied.get("from") or {}).get("id")) == bot_id
+
+
+def needs_username(msg: dict) -> bool:
+    return any(e.get("type") in ("mention", "bot_command") for e in msg.get("entities") or msg.get("caption_entities") or [])
+
+
+def keyboard(buttons) -> list[list[dict]]:
+    """Short labels share one row (up to 3); otherwise one button per row."""
+    keys = [{"text": label, "callback_data": action} for label, action in buttons]
+    if len(keys) <= 3 and all(len(label) <= 12 for label, _ in buttons):
+        return [keys] if keys else []
+    return [[k] for k in keys]
+
+
+# --- the adapter -----------------------------------------------------------------------------
+
+@register("telegram")
+class TelegramAdapter:
+    def __init__(self, settings):
+        self.settings = settings
+        platform = settings.platform
+        self.token = platform.get("TELEGRAM_BOT_TOKEN")
+        self.secret = platform.get("TELEGRAM_WEBHOOK_SECRET")
+        self.base = platform.get("TELEGRAM_API_BASE", "https://api.telegram.org")
+        self.bot_id = self.token.split(":", 1)[0] if self.token else None
+        self.http = requests.Session()
+        self._username: str | None = None
+        self._username_tried_at: float | None = None
+        self._me_lock = threading.Lock()
+        self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
+
+    # --- inbound ---
+
+    def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind:
+            raise WebhookRefused(404, "Telegram has one webhook: /webhooks/telegram")
+        if method != "POST":
+            raise WebhookRefused(405, "Telegram webhooks are POST requests")
+        if not self.secret:
+            log.error("refusing a Telegram webhook: TELEGRAM_WEBHOOK_SECRET is not set; set it, then run "
+                      "`flask --app app nanoclaw telegram set-webhook URL`")
+            raise WebhookRefused(403, "webhook secret not configured")
+        given = {k.lower(): v for k, v in headers.items()}.get(SECRET_HEADER)
+        if not secret_matches(self.secret, given):
+            raise WebhookRefused(401, "missing or wrong secret token")
+        try:
+            update = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedPayload("body is not JSON") from None
+        return self.parse_update(update)
+
+    def parse_update(self, update) -> Parsed:
+        if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
+            raise MalformedPayload("not a Telegram update (no update_id)")
+        event_id = str(update["update_id"])
+        try:
+            if "callback_query" in update:
+                return Parsed(actions=[self._action(event_id, update["callback_query"])])
+            for key, edited in (("message", False), ("edited_message", True)):
+                if key in update:
+                    event = self._event(event_id, update[key], edited)
+                    return Parsed(events=[event] if event else [])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedPayload(f"unexpected update shape ({type(exc).__name__}: {exc})") from None
+        return Parsed()  # other update types are not subscribed to; acknowledge and ignore
+
+    def _event(self, event_id: str, msg: dict, edited: bool) -> InboundEvent | None:
+        chat, sender = msg["chat"], msg.get("from") or {}
+        text = msg.get("text") or msg.get("caption") or ""
+        attachments = attachments_of(msg)
+        if not text and not attachments:
+            return None  # service messages (joins, pins, topic changes) carry nothing to answer
+        is_topic = bool(msg.get("is_topic_message")) and msg.get("message_thread_id") is not None
+        kind = chat_kind(chat["type"], is_topic)
+        replied = msg.get("reply_to_message")
+        if is_topic and replied and replied.get("message_id") == msg.get("message_thread_id"):
+            replied = None  # in a topic every message "replies" to the topic's first message
+        sender_id = str(sender.get("id", chat["id"]))
+        username = self.username() if needs_username(msg) else None
+        return InboundEvent(
+            channel="telegram", event_id=event_id, chat_id=str(chat["id"]), kind=kind,
+            sender_id=sender_id, sender_name=display_name(sender),
+            text=(EDITED_PREFIX + text) if edited else text,
+            timestamp=iso_utc(msg.get("edit_date") if edited and msg.get("edit_date") else msg["date"]),
+            thread_id=str(msg["message_thread_id"]) if is_topic else None,
+            message_id=str(msg["message_id"]),
+            mentioned=kind == "dm" or mentions_bot(msg, self.bot_id, username),
+            sender_is_bot=bool(sender.get("is_bot")),
+            from_self=self.bot_id is not None and sender_id == self.bot_id,
+            reply_to=ReplyTo(str(replied["message_id"]), display_name(replied.get("from")),
+                             replied.get("text") or replied.get("caption")) if replied else None,
+            attachments=attachments,
+        )
+
+    def _action(self, event_id: str, query: dict) -> Action:
+        message = query.get("message") or {}
+        return Action(channel="telegram", action_id=query.get("data") or "",
+                      user_id=f"telegram:{query['from']['id']}",
+                      chat_id=str(message["chat"]["id"]) if message.get("chat") else None,
+                      message_id=str(message["message_id"]) if "message_id" in message else None,
+                      event_id=event_id, raw={"callback_query_id": query["id"]})
+
+    def acknowledge_action(self, action: Action, text: str | None) -> None:
+        """Always answer the callback query, or the user's client spins for a while."""
+        params = {"callback_query_id": (action.raw or {}).get("callback_query_id")}
+        if text:
+            params["text"] = clip(text, 200)
+        try:
+            self._call("answerCallbackQuery", params)
+        except DeliveryError as exc:
+            log.warning("answerCallbackQuery for %s failed: %s", action.action_id, exc)
+
+    def username(self) -> str | None:
+        """The bot's @username from getMe, fetched once (None while Telegram cannot be asked; asked
+        again at most once a minute so a webhook is never held up for long)."""
+        with self._me_lock:
+            last = self._username_tried_at
+            if self._username is None and self.token and (last is None or time.monotonic() - last > 60):
+                self._username_tried_at = time.monotonic()
+                try:
+                    self._username = self._call("getMe", {}, timeout=5).get("username")
+                except DeliveryError as exc:
+                    log.warning("getMe failed, mentions by @username not recognised for now: %s", exc)
+            return self._username
+
+    # --- outbound ---
+
+    def send_text(self, target: Target, text: str) -> str | None:
+        where = self._where(target)
+        return self._parts.send((target, text), split_message(text),
+                                lambda part: str(self._call("sendMessage", {**where, "text": part})["message_id"]))
+
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
+        try:
+            self._call("editMessageText", {"chat_id": target.platform_id, "message_id": int(platform_message_id),
+                                           "text": clip(text, TEXT_LIMIT)})
+        except DeliveryError as exc:
+            if "message is not modified" not in str(exc):
+                raise
+
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
+        self._call("setMessageReaction", {"chat_id": target.platform_id, "message_id": int(platform_message_id),
+                                          "reaction": [{"type": "emoji", "emoji": reaction_emoji(emoji)}]})
+
+    def send_card(self, target: Target, card: Card) -> str | None:
+        for label, action in card.buttons:
+            if len(action.encode()) > CALLBACK_DATA_LIMIT:
+                raise DeliveryError(f"button {label!r}: action id over {CALLBACK_DATA_LIMIT} bytes", permanent=True)
+        title = f"<b>{html.escape(card.title)}</b>" if card.title else ""
+        body = html.escape(clip(card.body, TEXT_LIMIT - utf16_len(title) - 200))
+        params = {**self._where(target), "text": "\n\n".join(p for p in (title, body) if p) or "…",
+                  "parse_mode": "HTML"}
+        if card.buttons:
+            params["reply_markup"] = {"inline_keyboard": keyboard(card.buttons)}
+        return str(self._call("sendMessage", params)["message_id"])
+
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        fields = {k: str(v) for k, v in self._where(target).items()}
+        long_caption = caption and utf16_len(caption) > CAPTION_LIMIT
+        if caption and not long_caption:
+            fields["caption"] = caption
+        try:
+            with open(path, "rb") as fh:
+                message = self._call("sendDocument", fields, files={"document": (path.name, fh)})
+        except OSError as exc:
+            raise DeliveryError(f"cannot read {path.name}: {exc.strerror}", permanent=True) from None
+        if long_caption:  # a caption over 1024 follows as its own message rather than being cut
+            self.send_text(target, caption)
+        return str(message["message_id"])
+
+    def typing(self, target: Target) -> None:
+        """Show "typing…" for about 5 seconds (or until the next message)."""
+        self._call("sendChatAction", {**self._where(target), "action": "typing"})
+
+    def set_webhook(self, url: str, drop_pending: bool = False) -> None:
+        self._call("setWebhook", {"url": url, "secret_token": self.secret, "allowed_updates": list(ALLOWED_UPDATES),
+                                  "drop_pending_updates": drop_pending})
+
+    def webhook_info(self) -> dict:
+        return self._call("getWebhookInfo", {})
+
+    # --- HTTP ---
+
+    @staticmethod
+    def _where(target: Target) -> dict:
+        params: dict = {"chat_id": target.platform_id}
+        if target.thread_id:
+            try:
+                params["message_thread_id"] = int(target.thread_id)
+            except ValueError:
+                raise DeliveryError(f"thread id {target.thread_id!r} is not a Telegram topic id",
+                                    permanent=True) from None
+        return params
+
+    def _call(self, method: str, params: dict, files: dict | None = None, timeout: float = 30):
+        """POST one Bot API method; the result, or DeliveryError. The token never enters an error text."""
+        if not self.token:
+            raise DeliveryError("TELEGRAM_BOT_TOKEN is not set", permanent=True)
+        url = f"{self.base}/bot{self.token}/{method}"
+        try:
+            if files:
+                resp = self.http.post(url, data=params, files=files, timeout=(5, 120))
+            else:
+                resp = self.http.post(url, json=params, timeout=(5, timeout))
+        except requests.RequestException as exc:
+            raise DeliveryError(f"telegram {method}: {type(exc).__name__}") from None
+        try:
+            answer = resp.json()
+        except ValueError:
+            answer = {}
+        if resp.ok and answer.get("ok"):
+            return answer.get("result")
+        code = answer.get("error_code") or resp.status_code
+        reason = f"telegram {method}: {code} {answer.get('description') or resp.reason}".replace(self.token, "…")
+        if code == 429:
+            wait = str((answer.get("parameters") or {}).get("retry_after") or resp.headers.get("Retry-After", ""))
+            raise DeliveryError(reason, retry_after=float(wait) if wait.replace(".", "", 1).isdigit() else None)
+        raise DeliveryError(reason, permanent=400 <= code < 500)
+
+
+# --- `flask --app app nanoclaw telegram …` -----------------------------------------------------
+
+def webhook_problem(platform: dict, url: str) -> str | None:
+    """Why set-webhook cannot go ahead, as one line; None when it can."""
+    if not platform.get("TELEGRAM_BOT_TOKEN"):
+        return "TELEGRAM_BOT_TOKEN is not set; put the token from @BotFather in .env"
+    secret = platform.get("TELEGRAM_WEBHOOK_SECRET")
+    if not secret:
+        return "TELEGRAM_WEBHOOK_SECRET is not set; put a random string (A-Z, a-z, 0-9, _ and -) in .env"
+    if not SECRET_RE.fullmatch(secret):
+        return "TELEGRAM_WEBHOOK_SECRET may only hold 1-256 of A-Z, a-z, 0-9, _ and -"
+    if not url.startswith("https://"):
+        return f"{url!r} is not an https:// URL; Telegram only calls webhooks over HTTPS"
+    return None
+
+
+telegram_cli = AppGroup("telegram", help="Telegram: register the webhook and show its state.")
+
+
+@telegram_cli.command("set-webhook")
+@click.argument("url")
+@click.option("--drop-pending", is_flag=True, help="Discard updates Telegram queued while no webhook answered.")
+def set_webhook_command(url: str, drop_pending: bool):
+    """Point the bot at URL (…/webhooks/telegram), with the secret header and the update types we use."""
+    from ..cli import Mistake
+    settings = current_app.config["NANOCLAW"]
+    problem = webhook_problem(settings.platform, url)
+    if problem:
+        raise Mistake(problem)
+    if not url.rstrip("/").endswith("/webhooks/telegram"):
+        click.echo(f"note: {url} does not end in /webhooks/telegram, where NanoClaw listens", err=True)
+    try:
+        get_adapter("telegram", settings).set_webhook(url, drop_pending)
+    except DeliveryError as exc:
+        raise Mistake(f"Telegram refused the webhook: {exc}") from None
+    click.echo(f"webhook set to {url} (updates: {', '.join(ALLOWED_UPDATES)}; secret token required)")
+
+
+@telegram_cli.command("webhook-info")
+def webhook_info_command():
+    """What Telegram knows about our webhook: URL, pending updates, last error."""
+    from ..cli import Mistake
+    try:
+        info = get_adapter("telegram", current_app.config["NANOCLAW"]).webhook_info()
+    except DeliveryError as exc:
+        raise Mistake(str(exc)) from None
+    for key in ("url", "pending_update_count", "last_error_message", "allowed_updates"):
+        if info.get(key) not in (None, ""):
+            click.echo(f"{key}: {info[key]}")

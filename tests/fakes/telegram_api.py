@@ -1,0 +1,152 @@
+"""A fake Telegram Bot API on 127.0.0.1: `POST /bot<token>/<method>`.
+
+It checks what the Bot API checks for the calls we make (the token, chat_id, text length in
+UTF-16 units, callback_data size, known reaction emoji) and answers in the Bot API's shape:
+`{"ok": true, "result": …}` or `{"ok": false, "error_code": …, "description": …}`.
+
+    with FakeTelegram() as tg:
+        settings = make_settings(TELEGRAM_API_BASE=tg.url, TELEGRAM_BOT_TOKEN=TOKEN, ...)
+        tg.rate_limit("sendMessage", retry_after=3)   # the next sendMessage gets a 429
+        tg.calls("sendMessage")                        # parameters of accepted calls, in order
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from .platform_server import FakePlatform, Recorded
+
+BOT_ID = 7000001
+TOKEN = f"{BOT_ID}:AAH-fake-telegram-token_0123456789ab"
+USERNAME = "andy_test_bot"
+
+
+# The emoji a bot may react with (Bot API, ReactionTypeEmoji).
+REACTIONS = set("👍 👎 ❤ 🔥 🥰 👏 😁 🤔 🤯 😱 🤬 😢 🎉 🤩 🤮 💩 🙏 👌 🕊 🤡 🥱 🥴 😍 🐳 ❤‍🔥 🌚 🌭 💯 🤣 ⚡ 🍌 🏆 💔 "
+                "🤨 😐 🍓 🍾 💋 🖕 😈 😴 😭 🤓 👻 👨‍💻 👀 🎃 🙈 😇 😨 🤝 ✍ 🤗 🫡 🎅 🎄 ☃ 💅 🤪 🗿 🆒 💘 🙉 🦄 😘 💊 🙊 "
+                "😎 👾 🤷‍♂ 🤷 🤷‍♀ 😡".split())
+
+
+def api_error(code: int, description: str, **parameters) -> tuple[int, dict, dict]:
+    body: dict[str, Any] = {"ok": False, "error_code": code, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return code, body, {}
+
+
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+class FakeTelegram(FakePlatform):
+    name = "telegram"
+
+    def __init__(self, token: str = TOKEN):
+        super().__init__()
+        self.token = token
+        self._ids = itertools.count(500)
+
+    # what a test asserts on -----------------------------------------------------------------------
+    @staticmethod
+    def method_of(req: Recorded) -> str:
+        return req.path.rsplit("/", 1)[-1]
+
+    @staticmethod
+    def params(req: Recorded) -> dict:
+        return req.json if req.json is not None else dict(req.form)
+
+    def calls(self, method: str) -> list[dict]:
+        """Parameters of the accepted calls of `method`, in order (files under "_files")."""
+        return [{**self.params(r), **({"_files": r.files} if r.files else {})}
+                for r in self.accepted(lambda r: self.method_of(r) == method)]
+
+    def rate_limit(self, method: str, retry_after: int = 3, times: int = 1) -> None:
+        status, body, headers = api_error(429, f"Too Many Requests: retry after {retry_after}",
+                                          retry_after=retry_after)
+        self.fail_next(status, body, headers, times=times, match=lambda r: self.method_of(r) == method)
+
+    # the Bot API --------------------------------------------------------------------------------------
+    def answer(self, req: Recorded):
+        prefix = f"/bot{self.token}/"
+        if req.method != "POST" or not req.path.startswith("/bot"):
+            return api_error(404, "Not Found")
+        if not req.path.startswith(prefix):
+            return api_error(401, "Unauthorized")
+        method, p = req.path[len(prefix):], self.params(req)
+        handler = getattr(self, "_" + method, None)
+        if handler is None:
+            return api_error(404, "Not Found: method not found")
+        result = handler(p, req)
+        if isinstance(result, tuple):
+            return result
+        return 200, {"ok": True, "result": result}, {}
+
+    def _message(self, p: dict, **content) -> dict:
+        chat_id = str(p.get("chat_id", ""))
+        msg = {"message_id": next(self._ids), "date": int(time.time()),
+               "from": {"id": BOT_ID, "is_bot": True, "first_name": "Andy", "username": USERNAME},
+               "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id,
+                        "type": "private" if not chat_id.startswith("-") else "supergroup"}, **content}
+        if p.get("message_thread_id"):
+            msg.update(message_thread_id=int(p["message_thread_id"]), is_topic_message=True)
+        return msg
+
+    def _getMe(self, p, req):
+        return {"id": BOT_ID, "is_bot": True, "first_name": "Andy", "username": USERNAME,
+                "can_join_groups": True, "can_read_all_group_messages": False, "supports_inline_queries": False}
+
+    def _sendMessage(self, p, req):
+        text = p.get("text") or ""
+        if not p.get("chat_id"):
+            return api_error(400, "Bad Request: chat_id is empty")
+        if not text.strip():
+            return api_error(400, "Bad Request: message text is empty")
+        if _utf16(text) > 4096:
+            return api_error(400, "Bad Request: message is too long")
+        markup = p.get("reply_markup") or {}
+        for row in markup.get("inline_keyboard", []):
+            for button in row:
+                if len(button.get("callback_data", "").encode()) > 64:
+                    return api_error(400, "Bad Request: BUTTON_DATA_INVALID")
+        extra = {"reply_markup": markup} if markup else {}
+        return self._message(p, text=text, **extra)
+
+    def _editMessageText(self, p, req):
+        if _utf16(p.get("text") or "") > 4096:
+            return api_error(400, "Bad Request: MESSAGE_TOO_LONG")
+        return {"message_id": int(p["message_id"]), "date": int(time.time()), "edit_date": int(time.time()),
+                "chat": {"id": p["chat_id"], "type": "private"}, "text": p["text"]}
+
+    def _setMessageReaction(self, p, req):
+        for r in p.get("reaction") or []:
+            if r.get("type") == "emoji" and r.get("emoji") not in REACTIONS:
+                return api_error(400, "Bad Request: REACTION_INVALID")
+        return True
+
+    def _sendDocument(self, p, req):
+        if "document" not in req.files:
+            return api_error(400, "Bad Request: there is no document in the request")
+        filename, data, mime = req.files["document"]
+        return self._message(p, document={"file_id": f"BQACAgIAAx{next(self._ids)}", "file_unique_id": "AgAD",
+                                          "file_name": filename, "mime_type": mime, "file_size": len(data)},
+                             **({"caption": p["caption"]} if p.get("caption") else {}))
+
+    def _answerCallbackQuery(self, p, req):
+        if not p.get("callback_query_id"):
+            return api_error(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+        return True
+
+    def _sendChatAction(self, p, req):
+        return True
+
+    def _setWebhook(self, p, req):
+        if not str(p.get("url", "")).startswith("https://"):
+            return api_error(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
+        self.webhook = p
+        return True
+
+    def _getWebhookInfo(self, p, req):
+        hook = getattr(self, "webhook", {})
+        return {"url": hook.get("url", ""), "has_custom_certificate": False, "pending_update_count": 0,
+                "allowed_updates": hook.get("allowed_updates", [])}
