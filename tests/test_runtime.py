@@ -236,6 +236,56 @@ def test_sandbox_isolation(runtime, layout, monkeypatch):
     assert report["cli"][0] == "ok" and "Claude Code" in report["cli"][1], report["cli"]
 
 
+HOST_FILES_PROBE = r'''
+import json, os
+S = "/workspace/session"
+def attempt(fn):
+    try:
+        return ["ok", fn()]
+    except Exception as e:
+        return ["error", type(e).__name__]
+def append(path):
+    with open(path, "a") as f:
+        f.write("forged")
+def create(path):
+    with open(path, "w") as f:
+        f.write("agent")
+r = {
+    "read_inbound": attempt(lambda: open(S + "/inbound.db").read()),
+    "append_inbound": attempt(lambda: append(S + "/inbound.db")),
+    "remove_inbound": attempt(lambda: os.remove(S + "/inbound.db")),
+    "rename_inbound": attempt(lambda: os.rename(S + "/inbound.db", S + "/old.db")),
+    "write_inbox": attempt(lambda: create(S + "/inbox/forged.txt")),
+    "read_inbox": attempt(lambda: open(S + "/inbox/photo.txt").read()),
+    "create_outbound": attempt(lambda: create(S + "/outbound.db")),
+    "outbox": attempt(lambda: (os.makedirs(S + "/outbox", exist_ok=True), create(S + "/outbox/a.txt"))[1]),
+    "heartbeat": attempt(lambda: os.utime(S + "/outbound.db")),
+}
+json.dump(r, open(S + "/host-files.json", "w"))
+'''
+
+
+def test_host_files_in_the_session_are_read_only_for_the_agent(runtime, layout):
+    """The one-writer rule: an agent that could rewrite inbound.db could forge or re-route messages."""
+    session = layout["session"]
+    (session / "inbound.db").write_text("HOSTDB")
+    (session / "inbox").mkdir()
+    (session / "inbox" / "photo.txt").write_text("from the user")
+    spec = make_spec(layout, HOST_FILES_PROBE)
+    runtime.start(spec)
+    r = wait_for(lambda: read_json(session / "host-files.json"), timeout=60)
+    assert r, runtime.logs(spec.name)
+    assert r["read_inbound"] == ["ok", "HOSTDB"] and r["read_inbox"] == ["ok", "from the user"]
+    for key in ("append_inbound", "remove_inbound", "rename_inbound", "write_inbox"):
+        assert r[key][0] == "error", key
+    assert (session / "inbound.db").read_text() == "HOSTDB"
+    assert not (session / "inbox" / "forged.txt").exists()
+    for key in ("create_outbound", "outbox", "heartbeat"):
+        assert r[key][0] == "ok", (key, r[key])
+    # The host can still write its file after the agent ran.
+    (session / "inbound.db").write_text("HOSTDB2")
+
+
 def test_memory_limit_is_enforced(runtime, layout):
     program = ("open('/workspace/session/before', 'w').close()\n"
                "blob = b'x' * (400 * 2**20)\n"
@@ -311,6 +361,22 @@ def test_concurrent_starts_make_one_sandbox_that_list_finds_and_stop_stops(runti
     if isinstance(runtime, docker_rt.DockerRuntime):
         assert runtime.client.containers.list(all=True, filters={"name": spec.name}) == []
     runtime.stop(spec.name)  # stopping what is gone is fine
+
+
+def test_stop_asks_the_agent_to_finish_first(runtime, layout):
+    program = ("import signal, sys, time\n"
+               "def bye(*_):\n"
+               "    open('/workspace/session/got-term', 'w').close()\n"
+               "    sys.exit(0)\n"
+               "signal.signal(signal.SIGTERM, bye)\n"
+               "open('/workspace/session/up', 'w').close()\n"
+               "time.sleep(120)\n")
+    spec = make_spec(layout, program)
+    runtime.start(spec)
+    assert wait_for(lambda: (layout["session"] / "up").exists(), timeout=60), runtime.logs(spec.name)
+    runtime.stop(spec.name, timeout=5)
+    assert (layout["session"] / "got-term").exists()
+    assert not runtime.is_running(spec.name)
 
 
 def test_exited_sandbox_can_be_inspected_then_restarted(runtime, layout):

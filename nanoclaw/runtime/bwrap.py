@@ -31,9 +31,11 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import limits as limits_mod
+from .access import stable_host_entries
 from .base import (GLOBAL_TARGET, GROUP_TARGET, HOME, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target, prepare_session,
                    sandbox_env)
@@ -131,8 +133,11 @@ def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "b
         argv += ["--ro-bind", str(root), str(root)]
     argv += ["--dev", "/dev", "--proc", "/proc",
              "--size", str(512 * 2**20), "--tmpfs", "/tmp", "--size", str(64 * 2**20), "--tmpfs", "/var/tmp",
-             "--bind", str(spec.session_dir), SESSION_TARGET,
-             "--bind", str(spec.group_dir), GROUP_TARGET,
+             "--bind", str(spec.session_dir), SESSION_TARGET]
+    # The host's files in the session folder, read-only over the read-write folder (access.py).
+    for entry in stable_host_entries(spec.session_dir):
+        argv += ["--ro-bind", str(entry), f"{SESSION_TARGET}/{entry.name}"]
+    argv += ["--bind", str(spec.group_dir), GROUP_TARGET,
              "--ro-bind", str(spec.runner_dir), RUNNER_TARGET,
              "--ro-bind", str(spec.proxy_dir), PROXY_TARGET]
     if spec.global_dir is not None:
@@ -225,12 +230,18 @@ class BwrapRuntime:
             return record["pid"]
         return None
 
+    @contextmanager
+    def _exclusive(self, name: str):
+        """This name, for this thread and against other host processes (e.g. a `chat` command)."""
+        with self._locks(name), open(self.state_dir / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     # --- Runtime ---------------------------------------------------------------------
 
     def start(self, spec: SandboxSpec) -> None:
         check_spec(spec, self.secrets)
-        with self._locks(spec.name), open(self.state_dir / f"{spec.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another host process starting the same sandbox
+        with self._exclusive(spec.name):
             if self.pid_of(spec.name) is not None:
                 return
             self._forget(spec.name, self._record(spec.name))
@@ -265,7 +276,7 @@ class BwrapRuntime:
         return self.pid_of(name) is not None
 
     def stop(self, name: str, timeout: float = 5) -> None:
-        with self._locks(name):
+        with self._exclusive(name):
             record = self._record(name)
             pid = self.pid_of(name)
             if pid is not None:
@@ -277,13 +288,7 @@ class BwrapRuntime:
                 if self.pid_of(name) is not None:
                     _signal(_descendants(pid) + [pid], signal.SIGKILL)
                 self._wait_gone(name, pid)
-            if record:
-                for d in record.get("cgroups", []):  # stragglers left in the sandbox's cgroup
-                    try:
-                        _signal([int(p) for p in Path(d, "cgroup.procs").read_text().split()], signal.SIGKILL)
-                    except OSError:
-                        pass
-            self._forget(name, record)
+            self._forget(name, record)  # also kills stragglers left in the sandbox's cgroup
 
     def _wait_gone(self, name: str, pid: int, limit: float = 5) -> None:
         deadline = time.monotonic() + limit
@@ -295,9 +300,29 @@ class BwrapRuntime:
         for path in self.state_dir.glob("*.pid"):
             name = path.stem
             record = self._record(name)
-            if record and record.get("labels", {}).get(INSTALL_LABEL) == install_id and self.is_running(name):
+            if not record or record.get("labels", {}).get(INSTALL_LABEL) != install_id:
+                continue
+            if self.is_running(name):
                 names.append(name)
+            else:
+                self._tidy(name)
         return sorted(names)
+
+    def _tidy(self, name: str) -> None:
+        """Drop the pidfile and cgroups of a sandbox that ended by itself (its log stays)."""
+        lock = self._locks(name)
+        if not lock.acquire(blocking=False):
+            return  # someone is starting or stopping it right now
+        try:
+            with open(self.state_dir / f"{name}.lock", "w") as flock:
+                try:
+                    fcntl.flock(flock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return
+                if self.pid_of(name) is None:
+                    self._forget(name, self._record(name))
+        finally:
+            lock.release()
 
     def logs(self, name: str) -> str:
         path = self.state_dir / f"{name}.log"

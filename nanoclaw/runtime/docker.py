@@ -14,6 +14,7 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount as DockerMount
 
+from .access import grant_to_sandbox_user
 from .base import (GLOBAL_TARGET, GROUP_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
                    prepare_session, sandbox_env)
@@ -42,17 +43,6 @@ def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
         client.api.timeout = 120  # the ping was short; real calls (create, stop) may take longer
         return client, url
     return None, " or ".join(candidates)
-
-
-def chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give the sandbox user the folder it writes in (only entries it does not own yet)."""
-    if os.geteuid() != 0:
-        return  # an unprivileged host user cannot chown; its uid is usually the sandbox's anyway
-    for dirpath, dirnames, filenames in os.walk(root):
-        for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-            st = os.lstat(entry)
-            if (st.st_uid, st.st_gid) != (uid, gid):
-                os.lchown(entry, uid, gid)
 
 
 def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
@@ -98,8 +88,7 @@ class DockerRuntime:
                             self._tail(existing))
                 existing.remove(force=True)
             prepare_session(spec)
-            chown_tree(spec.session_dir, spec.uid, spec.gid)
-            chown_tree(spec.group_dir, spec.uid, spec.gid)
+            grant_to_sandbox_user(spec.session_dir, spec.group_dir, spec.uid, spec.gid)
             try:
                 self.client.containers.run(
                     self.image,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,8 +121,26 @@ def _remove(dirs) -> None:
             pass  # still busy or already gone; a later release retries
 
 
-def release(dirs: list[str]) -> None:
-    _remove(dirs)
+def release(dirs: list[str], wait: float = 2.0) -> None:
+    """Remove a sandbox's cgroups; what still runs in them is the sandbox's own and is killed."""
+    deadline = time.monotonic() + wait
+    for d in dirs:
+        while True:
+            try:
+                pids = [int(p) for p in Path(d, "cgroup.procs").read_text().split()]
+            except OSError:
+                break  # gone already
+            if not pids:
+                _remove([d])
+                break
+            if time.monotonic() > deadline:
+                break  # a later release retries
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
 
 
 def memory_limit_of(pid: int) -> int | None:
