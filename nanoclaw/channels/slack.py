@@ -1,0 +1,370 @@
+"""Slack (Events API, interactivity, Web API): verified webhooks in, Web API calls out.
+
+Inbound: POST /webhooks/slack/events and POST /webhooks/slack/actions. Every request is checked
+with slack_sdk's SignatureVerifier (v0 HMAC over `v0:{timestamp}:{body}`, 300 s window) on the
+raw body before it is parsed; with no SLACK_SIGNING_SECRET every request is refused (403).
+  - url_verification is answered with its challenge.
+  - `message` (plain, file_share, thread_broadcast, me_message) and `app_mention` become events;
+    other subtypes (bot_message, message_changed, message_deleted, joins…) are ignored.
+  - dedup key: `<channel>:<ts>`, the message itself, rather than the envelope's event_id: Slack
+    sends one message twice (as `message` and as `app_mention`, with different event_ids) when
+    the app subscribes to both; X-Slack-Retry-Num redeliveries carry the same ts and are
+    acknowledged and ignored the same way.
+  - im → dm, anything else → group; thread_ts → thread_id (replies go into that thread).
+  - from_self: `user` is our bot user or `bot_id` is our bot (auth.test once, or
+    SLACK_BOT_USER_ID). While our identity is unknown, every bot-posted message counts as ours,
+    so a loop is impossible.
+  - mentioned: a DM, an app_mention, or `<@OURBOT>` in the text. Text is turned into plain
+    readable text (`<@U1>` → `@U1`, `<url|label>` → `label (url)`, entities unescaped).
+  - attachments: file metadata only (file_id, name, mime, size); not downloaded.
+  - block_actions on /actions → Actions (button value = action id). acknowledge_action posts the
+    handler's text to the payload's response_url as an ephemeral message (seen by the clicker
+    only): the card stays as it was, since a refused click must not change it for everyone.
+Outbound: `{SLACK_API_BASE}/{method}` with the bot token as Bearer. Text is split at 3900
+characters (Slack's advice is under 4000 per message), escaped (&, <, >) so the agent cannot
+ping @channel or forge links. 429 → DeliveryError(retry_after=Retry-After). Errors that retrying
+cannot fix (channel_not_found, invalid_auth, …) are permanent. There is no typing indicator for
+bots in the Web API; typing() does nothing.
+"""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import requests
+from slack_sdk.signature import SignatureVerifier
+
+from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, iso_utc,
+                   register)
+from .parts import PartialSends
+from .text import split_text
+from ..sessions.store import Target
+
+log = logging.getLogger("nanoclaw.channels.slack")
+
+TEXT_LIMIT = 3900
+SECTION_LIMIT = 3000
+ROUTED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
+PERMANENT_ERRORS = {
+    "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text", "invalid_blocks",
+    "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "missing_scope",
+    "cant_update_message", "message_not_found", "edit_window_closed", "invalid_name", "too_many_reactions",
+    "restricted_action", "not_allowed_token_type", "file_not_found", "invalid_arguments", "channel_is_archived",
+}
+EMOJI_NAMES = {
+    "👍": "thumbsup", "👎": "thumbsdown", "❤": "heart", "😂": "joy", "🤣": "rolling_on_the_floor_laughing",
+    "🎉": "tada", "👀": "eyes", "✅": "white_check_mark", "✔": "heavy_check_mark", "❌": "x", "🔥": "fire",
+    "🙏": "pray", "👌": "ok_hand", "👏": "clap", "😄": "smile", "😁": "grin", "😊": "blush",
+    "🙂": "slightly_smiling_face", "😉": "wink", "😢": "cry", "😭": "sob", "😮": "open_mouth", "😱": "scream",
+    "🤔": "thinking_face", "💯": "100", "🚀": "rocket", "⚠": "warning", "✨": "sparkles", "💡": "bulb",
+    "⏳": "hourglass_flowing_sand", "🤝": "handshake", "✍": "writing_hand", "📌": "pushpin", "🐛": "bug",
+    "🎯": "dart", "🙌": "raised_hands", "💪": "muscle", "😎": "sunglasses", "🤖": "robot_face", "👋": "wave",
+    "⭐": "star", "🆗": "ok", "❓": "question", "❗": "exclamation", "😅": "sweat_smile", "🥳": "partying_face",
+}
+_MARKUP = re.compile(r"<([^<>]+)>")
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+def escape(text: str) -> str:
+    """Slack's three control characters, escaped as its docs require."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def plain_text(text: str) -> str:
+    """Slack's message markup as readable text for the agent."""
+    def one(m: re.Match) -> str:
+        inner = m.group(1)
+        target, _, label = inner.partition("|")
+        if target.startswith(("@", "#")):
+            return f"{target[0]}{label or target[1:]}"
+        if target.startswith("!"):  # <!here>, <!channel>, <!subteam^S1|@team>
+            return label if label.startswith("@") else "@" + (label or target[1:].split("^", 1)[0])
+        return f"{label} ({target})" if label and label != target else target
+    return html.unescape(_MARKUP.sub(one, text or ""))
+
+
+def emoji_name(emoji: str) -> str:
+    """A reaction name for reactions.add: `:name:`/`name` as given, common unicode emoji mapped,
+    anything else thumbsup."""
+    bare = emoji.strip().strip(":")
+    if re.fullmatch(r"[a-z0-9_+'-]+", bare):
+        return bare
+    return EMOJI_NAMES.get(bare.replace("\ufe0f", ""), "thumbsup")
+
+
+def chat_kind(channel_type: str | None, channel_id: str) -> str:
+    """im → dm; app_mention events carry no channel_type, and DM channel ids start with D."""
+    if channel_type:
+        return "dm" if channel_type == "im" else "group"
+    return "dm" if channel_id.startswith("D") else "group"
+
+
+def card_blocks(card: Card) -> list[dict]:
+    head = f"*{escape(card.title)}*" if card.title else ""
+    text = "\n".join(p for p in (head, escape(card.body)) if p)
+    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": _clip(text or " ", SECTION_LIMIT)}}]
+    if card.buttons:
+        blocks.append({"type": "actions", "elements": [
+            {"type": "button", "text": {"type": "plain_text", "text": _clip(label, 75)}, "action_id": action,
+             "value": action} for label, action in card.buttons[:25]]})
+    return blocks
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+# --- the adapter -----------------------------------------------------------------------------
+
+@register("slack")
+class SlackAdapter:
+    def __init__(self, settings):
+        self.settings = settings
+        platform = settings.platform
+        self.token = platform.get("SLACK_BOT_TOKEN")
+        self.base = platform.get("SLACK_API_BASE", "https://slack.com/api")
+        secret = platform.get("SLACK_SIGNING_SECRET")
+        self.verifier = SignatureVerifier(secret) if secret else None
+        self.http = requests.Session()
+        self._parts = PartialSends()
+        self._identity_lock = threading.Lock()
+        configured = platform.get("SLACK_BOT_USER_ID")
+        self._identity: tuple[str | None, str | None] | None = (configured, None) if configured else None
+        self._identity_tried_at: float | None = None
+        self._names: dict[str, str] = {}
+
+    # --- inbound ---
+
+    def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind not in ("events", "actions"):
+            raise WebhookRefused(404, "Slack webhooks are /webhooks/slack/events and /webhooks/slack/actions")
+        if method != "POST":
+            raise WebhookRefused(405, "Slack webhooks are POST requests")
+        if self.verifier is None:
+            log.error("refusing a Slack webhook: SLACK_SIGNING_SECRET is not set; copy it from the app's "
+                      "Basic Information page into .env")
+            raise WebhookRefused(403, "signing secret not configured")
+        h = {k.lower(): v for k, v in headers.items()}
+        timestamp, signature = h.get("x-slack-request-timestamp"), h.get("x-slack-signature")
+        if not timestamp or not signature:
+            raise WebhookRefused(401, "missing Slack signature headers")
+        try:
+            valid = self.verifier.is_valid(body=body, timestamp=timestamp, signature=signature)
+        except (ValueError, UnicodeDecodeError):
+            valid = False
+        if not valid:
+            raise WebhookRefused(401, "bad signature or timestamp outside the 5-minute window")
+        if h.get("x-slack-retry-num"):
+            log.info("Slack retry #%s (%s)", h["x-slack-retry-num"], h.get("x-slack-retry-reason", "?"))
+        return self.parse_events(body) if kind == "events" else self.parse_actions(body)
+
+    def parse_events(self, body: bytes) -> Parsed:
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedPayload("body is not JSON") from None
+        if not isinstance(payload, dict):
+            raise MalformedPayload("not a Slack event envelope")
+        kind = payload.get("type")
+        if kind == "url_verification":
+            if not isinstance(payload.get("challenge"), str):
+                raise MalformedPayload("url_verification without a challenge")
+            return Parsed(response=({"challenge": payload["challenge"]}, 200))
+        if kind != "event_callback":
+            return Parsed()  # app_rate_limited and friends: nothing to route
+        try:
+            event = self._event(payload["event"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedPayload(f"unexpected event shape ({type(exc).__name__}: {exc})") from None
+        return Parsed(events=[event] if event else [])
+
+    def _event(self, ev: dict) -> InboundEvent | None:
+        if ev["type"] not in ("message", "app_mention"):
+            return None
+        if ev.get("subtype") not in ROUTED_SUBTYPES or ev.get("hidden"):
+            return None
+        channel, ts, raw = ev["channel"], ev["ts"], ev.get("text") or ""
+        user, bot = ev.get("user"), ev.get("bot_id")
+        our_user, our_bot = self.identity()
+        if our_user is None and our_bot is None:
+            from_self = bool(bot)  # who we are is unknown: never risk answering ourselves
+        else:
+            from_self = (our_user is not None and user == our_user) or (our_bot is not None and bot == our_bot)
+        kind = chat_kind(ev.get("channel_type"), channel)
+        mentioned = (kind == "dm" or ev["type"] == "app_mention"
+                     or (our_user is not None and f"<@{our_user}>" in raw))
+        files = tuple({"kind": "file", "file_id": f.get("id"), "name": f.get("name"), "mime": f.get("mimetype"),
+                       "size": f.get("size")} for f in ev.get("files") or [] if isinstance(f, dict))
+        sender = user or bot or "unknown"
+        return InboundEvent(
+            channel="slack", event_id=f"{channel}:{ts}", chat_id=channel, kind=kind,
+            sender_id=sender, sender_name=self._sender_name(ev, sender, from_self),
+            text=plain_text(raw), timestamp=iso_utc(float(ts)), thread_id=ev.get("thread_ts"),
+            message_id=ts, mentioned=mentioned, sender_is_bot=bool(bot), from_self=from_self,
+            attachments=files,
+        )
+
+    def _sender_name(self, ev: dict, sender: str, from_self: bool) -> str:
+        profile = ev.get("user_profile") or {}
+        name = profile.get("display_name") or profile.get("real_name") or profile.get("name")
+        if name or from_self or not ev.get("user"):
+            return name or ev.get("username") or sender
+        return self.user_name(sender)
+
+    def parse_actions(self, body: bytes) -> Parsed:
+        try:
+            form = parse_qs(body.decode("utf-8"), strict_parsing=True)
+            payload = json.loads(form["payload"][0])
+        except (ValueError, UnicodeDecodeError, KeyError, IndexError):
+            raise MalformedPayload("expected a form field `payload` holding JSON") from None
+        if not isinstance(payload, dict):
+            raise MalformedPayload("payload is not an object")
+        if payload.get("type") != "block_actions":
+            return Parsed()  # shortcuts, modals: not used
+        try:
+            container = payload.get("container") or {}
+            channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
+            actions = []
+            for i, act in enumerate(payload["actions"]):
+                trigger = payload.get("trigger_id")
+                actions.append(Action(
+                    channel="slack", action_id=act.get("value") or act["action_id"],
+                    user_id=f"slack:{payload['user']['id']}", chat_id=channel,
+                    message_id=container.get("message_ts"),
+                    event_id=f"{trigger}:{i}" if trigger else None,
+                    raw={"response_url": payload.get("response_url"), "channel": channel,
+                         "message_ts": container.get("message_ts")}))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise MalformedPayload(f"unexpected block_actions shape ({type(exc).__name__}: {exc})") from None
+        return Parsed(actions=actions)
+
+    def acknowledge_action(self, action: Action, text: str | None) -> None:
+        """Tell the clicker (only them) what happened, through the payload's response_url."""
+        url = (action.raw or {}).get("response_url")
+        if not text or not url:
+            return
+        try:
+            resp = self.http.post(url, json={"response_type": "ephemeral", "replace_original": False,
+                                             "text": escape(text)}, timeout=(5, 10))
+            if not resp.ok:
+                log.warning("Slack response_url for %s answered %s", action.action_id, resp.status_code)
+        except requests.RequestException as exc:
+            log.warning("Slack response_url for %s failed: %s", action.action_id, type(exc).__name__)
+
+    def identity(self) -> tuple[str | None, str | None]:
+        """(our bot user id, our bot id): SLACK_BOT_USER_ID, else auth.test once (retried at most
+        once a minute while Slack cannot be asked)."""
+        with self._identity_lock:
+            last = self._identity_tried_at
+            if self._identity is None and self.token and (last is None or time.monotonic() - last > 60):
+                self._identity_tried_at = time.monotonic()
+                try:
+                    me = self._call("auth.test", {}, timeout=5)
+                    self._identity = (me.get("user_id"), me.get("bot_id"))
+                except DeliveryError as exc:
+                    log.warning("auth.test failed; every bot message is treated as ours for now: %s", exc)
+            return self._identity or (None, None)
+
+    def user_name(self, user_id: str) -> str:
+        """A user's display name (users.info, cached); the id itself when Slack cannot say."""
+        if user_id not in self._names:
+            try:
+                user = self._call("users.info", {"user": user_id}, form=True, timeout=3)["user"]
+                profile = user.get("profile") or {}
+                self._names[user_id] = (profile.get("display_name") or profile.get("real_name")
+                                        or user.get("real_name") or user.get("name") or user_id)
+            except (DeliveryError, KeyError, TypeError):
+                return user_id
+        return self._names[user_id]
+
+    # --- outbound ---
+
+    def send_text(self, target: Target, text: str) -> str | None:
+        where = self._where(target)
+        return self._parts.send((target, text), split_text(text, TEXT_LIMIT),
+                                lambda part: self._call("chat.postMessage", {**where, "text": escape(part)})["ts"])
+
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
+        self._call("chat.update", {"channel": target.platform_id, "ts": platform_message_id,
+                                   "text": escape(_clip(text, TEXT_LIMIT))})
+
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
+        try:
+            self._call("reactions.add", {"channel": target.platform_id, "timestamp": platform_message_id,
+                                         "name": emoji_name(emoji)})
+        except DeliveryError as exc:
+            if "already_reacted" not in str(exc):
+                raise
+
+    def send_card(self, target: Target, card: Card) -> str | None:
+        fallback = _clip("\n".join(p for p in (card.title, card.body) if p) or "…", TEXT_LIMIT)
+        return self._call("chat.postMessage", {**self._where(target), "text": escape(fallback),
+                                               "blocks": card_blocks(card)})["ts"]
+
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        """The external upload flow: get an upload URL, upload the bytes, complete into the chat."""
+        try:
+            size = path.stat().st_size
+            slot = self._call("files.getUploadURLExternal", {"filename": path.name, "length": size}, form=True)
+            with open(path, "rb") as fh:
+                resp = self.http.post(slot["upload_url"], files={"file": (path.name, fh)}, timeout=(5, 120))
+        except OSError as exc:
+            raise DeliveryError(f"cannot read {path.name}: {exc.strerror}", permanent=True) from None
+        except requests.RequestException as exc:
+            raise DeliveryError(f"slack file upload: {type(exc).__name__}") from None
+        if resp.status_code != 200:
+            raise DeliveryError(f"slack file upload: HTTP {resp.status_code}", permanent=resp.status_code in (400, 413))
+        params = {"files": json.dumps([{"id": slot["file_id"], "title": path.name}]),
+                  "channel_id": target.platform_id}
+        if target.thread_id:
+            params["thread_ts"] = target.thread_id
+        if caption:
+            params["initial_comment"] = escape(caption)
+        self._call("files.completeUploadExternal", params, form=True)
+        return slot["file_id"]
+
+    def typing(self, target: Target) -> None:
+        """Slack's Web API has no typing indicator for bots; nothing to do."""
+        return None
+
+    # --- HTTP ---
+
+    @staticmethod
+    def _where(target: Target) -> dict:
+        params = {"channel": target.platform_id}
+        if target.thread_id:
+            params["thread_ts"] = target.thread_id
+        return params
+
+    def _call(self, method: str, params: dict, *, form: bool = False, timeout: float = 30) -> dict:
+        """POST one Web API method; the answer, or DeliveryError."""
+        if not self.token:
+            raise DeliveryError("SLACK_BOT_TOKEN is not set", permanent=True)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        try:
+            if form:
+                resp = self.http.post(f"{self.base}/{method}", data=params, headers=headers, timeout=(5, timeout))
+            else:
+                resp = self.http.post(f"{self.base}/{method}", json=params, headers=headers, timeout=(5, timeout))
+        except requests.RequestException as exc:
+            raise DeliveryError(f"slack {method}: {type(exc).__name__}") from None
+        try:
+            answer = resp.json()
+        except ValueError:
+            answer = {}
+        if resp.status_code == 429 or answer.get("error") == "ratelimited":
+            wait = resp.headers.get("Retry-After", "")
+            raise DeliveryError(f"slack {method}: rate limited",
+                                retry_after=float(wait) if wait.replace(".", "", 1).isdigit() else None)
+        if resp.ok and answer.get("ok"):
+            return answer
+        error = answer.get("error") or f"HTTP {resp.status_code}"
+        raise DeliveryError(f"slack {method}: {error}",
+                            permanent=error in PERMANENT_ERRORS or resp.status_code in (400, 401, 403, 404))
