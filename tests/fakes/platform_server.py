@@ -149,6 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         req = _parse(self.command, self.path, self.headers, raw)
         status, body, headers = self.fake._respond(req)
+        req.status = status
+        self.fake._record(req)  # before answering: the caller may look the moment it has the answer
         data = b"" if body is None else json.dumps(body).encode()
         self.send_response(status)
         if body is not None:
@@ -158,7 +160,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        req.status = status
-        self.fake._record(req)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle

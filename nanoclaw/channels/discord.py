@@ -1,0 +1,273 @@
+"""Discord: signed interactions in (button clicks), REST out.
+
+Ordinary messages reach us only over the Gateway (discord_gateway.py); the HTTP
+endpoint `/webhooks/discord/interactions` receives PINGs and component clicks, each
+signed with Ed25519 over `X-Signature-Timestamp + body`. Discord wants the answer to
+a click inside the HTTP response within 3 s, so the card is updated in place by the
+response itself (type 7 UPDATE_MESSAGE), never by a later REST call.
+
+Outbound goes to `{DISCORD_API_BASE}` with `Authorization: Bot <token>`. A thread is a
+channel of its own in Discord, so a Target's thread_id, when set, is where we post.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import requests
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, register
+from .text import split_text
+from ..sessions.store import Target
+
+log = logging.getLogger("nanoclaw.channels.discord")
+
+CHANNEL = "discord"
+TEXT_LIMIT = 2000
+CUSTOM_ID_LIMIT = 100
+LABEL_LIMIT = 80
+BUTTONS_PER_ROW = 5
+ROWS_PER_MESSAGE = 5
+MAX_SKEW_S = 300                      # older (or newer) signed timestamps are replays: refuse
+DECISION_MARK = "\n\n→ "
+USER_AGENT = "DiscordBot (https://github.com/qwibitai/nanoclaw, 0.1)"
+NO_PINGS = {"parse": []}              # an agent's text never pings @everyone, roles or users
+
+# interaction types and responses (Discord docs: Interactions > Receiving and Responding)
+PING, APPLICATION_COMMAND, MESSAGE_COMPONENT = 1, 2, 3
+PONG, CHANNEL_MESSAGE, DEFERRED_UPDATE_MESSAGE, UPDATE_MESSAGE = 1, 4, 6, 7
+EPHEMERAL = 1 << 6
+
+
+# --- inbound: verification and parsing (pure) --------------------------------------------------
+
+def signature_valid(public_key_hex: str, timestamp: str, body: bytes, signature_hex: str) -> bool:
+    try:
+        VerifyKey(bytes.fromhex(public_key_hex)).verify(timestamp.encode() + body, bytes.fromhex(signature_hex))
+        return True
+    except (BadSignatureError, ValueError, TypeError):
+        return False
+
+
+def timestamp_fresh(timestamp: str, now: float) -> bool:
+    try:
+        return abs(now - int(timestamp)) <= MAX_SKEW_S
+    except (TypeError, ValueError):
+        return False
+
+
+def verify(public_key_hex: str | None, headers, body: bytes, now: float) -> None:
+    """Raise WebhookRefused(401) unless the request is signed by Discord and recent."""
+    if not public_key_hex:
+        raise WebhookRefused(401, "DISCORD_PUBLIC_KEY is not set; refusing unverifiable interactions")
+    signature, timestamp = headers.get("X-Signature-Ed25519"), headers.get("X-Signature-Timestamp")
+    if not signature or not timestamp:
+        raise WebhookRefused(401, "missing X-Signature-Ed25519 or X-Signature-Timestamp")
+    if not signature_valid(public_key_hex, timestamp, body, signature):
+        raise WebhookRefused(401, "bad request signature")
+    if not timestamp_fresh(timestamp, now):
+        raise WebhookRefused(401, "stale X-Signature-Timestamp (possible replay)")
+
+
+def _display_name(user: dict, member: dict | None = None) -> str:
+    return (member or {}).get("nick") or user.get("global_name") or user.get("username") or str(user.get("id"))
+
+
+def parse_interaction(payload) -> Parsed:
+    if not isinstance(payload, dict) or "type" not in payload:
+        raise MalformedPayload("expected an interaction object")
+    kind = payload["type"]
+    if kind == PING:
+        return Parsed(response=({"type": PONG}, 200))
+    if kind == APPLICATION_COMMAND:
+        return Parsed(response=({"type": CHANNEL_MESSAGE, "data": {
+            "content": "I have no commands: just write to me.", "flags": EPHEMERAL}}, 200))
+    if kind != MESSAGE_COMPONENT:
+        raise MalformedPayload(f"unsupported interaction type {kind!r}")
+    data, member = payload.get("data") or {}, payload.get("member") or {}
+    user = member.get("user") or payload.get("user") or {}
+    if not data.get("custom_id") or not user.get("id") or not payload.get("id"):
+        raise MalformedPayload("a component interaction without custom_id, user or id")
+    message = payload.get("message") or {}
+    action = Action(channel=CHANNEL, action_id=str(data["custom_id"]), user_id=f"{CHANNEL}:{user['id']}",
+                    chat_id=payload.get("channel_id") or (payload.get("channel") or {}).get("id"),
+                    message_id=message.get("id"), event_id=str(payload["id"]),
+                    raw={"content": message.get("content") or "", "clicker": _display_name(user, member)})
+    # until the click is handled, the answer is a plain acknowledgement that changes nothing
+    return Parsed(actions=[action], response=({"type": DEFERRED_UPDATE_MESSAGE}, 200))
+
+
+def decided_card(content: str, decision: str, clicker: str) -> dict:
+    """The card's text with the decision under it (replacing an earlier one), buttons removed."""
+    base = content.split(DECISION_MARK, 1)[0]
+    tail = f"{DECISION_MARK}{decision} — {clicker}"
+    if len(base) + len(tail) > TEXT_LIMIT:
+        base = base[:TEXT_LIMIT - len(tail) - 1].rstrip() + "…"
+    return {"type": UPDATE_MESSAGE, "data": {"content": base + tail, "components": [],
+                                             "allowed_mentions": NO_PINGS}}
+
+
+# --- outbound: request bodies (pure) ---------------------------------------------------------
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def card_messages(card: Card) -> list[dict]:
+    """Message bodies for a card: overflow text first, then the buttons (≤ 25 per message)."""
+    for _, action_id in card.buttons:
+        if not 0 < len(action_id) <= CUSTOM_ID_LIMIT:
+            raise DeliveryError(f"action id {action_id[:20]!r} does not fit Discord's custom_id", permanent=True)
+    text = "\n".join(p for p in (f"**{card.title}**" if card.title else "", card.body) if p)
+    chunks = split_text(text, TEXT_LIMIT) or ["…"]
+    messages = [{"content": c, "allowed_mentions": NO_PINGS} for c in chunks]
+    per_message = BUTTONS_PER_ROW * ROWS_PER_MESSAGE
+    groups = [card.buttons[i:i + per_message] for i in range(0, len(card.buttons), per_message)]
+    for n, group in enumerate(groups):
+        rows = [{"type": 1, "components": [
+            {"type": 2, "style": 1, "label": _clip(label.strip() or "?", LABEL_LIMIT), "custom_id": action_id}
+            for label, action_id in group[i:i + BUTTONS_PER_ROW]]} for i in range(0, len(group), BUTTONS_PER_ROW)]
+        if n == 0:
+            messages[-1]["components"] = rows
+        else:
+            messages.append({"content": f"(more options {n + 1}/{len(groups)})", "components": rows,
+                             "allowed_mentions": NO_PINGS})
+    return messages
+
+
+def emoji_path(emoji: str) -> str:
+    """The URL segment for a reaction: unicode emoji as is, custom `<:name:id>` as `name:id`."""
+    emoji = emoji.strip()
+    if emoji.startswith("<") and emoji.endswith(">"):
+        emoji = emoji[1:-1].removeprefix("a:").lstrip(":")
+    return quote(emoji, safe="")
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def error_for(status: int, payload, headers) -> DeliveryError:
+    """Discord's answer → DeliveryError: 429 carries retry_after, other 4xx are permanent."""
+    body = payload if isinstance(payload, dict) else {}
+    text = f"Discord API error {status}" + (f" (code {body['code']})" if body.get("code") else "") + \
+        f": {body.get('message') or 'no message'}"
+    if status == 429:
+        wait = _float(body.get("retry_after")) or _float(headers.get("Retry-After")) or \
+            _float(headers.get("X-RateLimit-Reset-After")) or 1.0
+        return DeliveryError(text, retry_after=wait)
+    if 400 <= status < 500 and status != 408:
+        return DeliveryError(text, permanent=True)
+    return DeliveryError(text)
+
+
+# --- the adapter (effects) ---------------------------------------------------------------------
+
+@register(CHANNEL)
+class DiscordAdapter:
+    timeout = (5, 30)
+
+    def __init__(self, settings, clock=time.time):
+        self.settings = settings
+        self.clock = clock
+
+    # inbound
+
+    def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind != "interactions" or method != "POST":
+            raise WebhookRefused(404, "Discord posts to /webhooks/discord/interactions only")
+        verify(self.settings.platform.get("DISCORD_PUBLIC_KEY"), headers, body, self.clock())
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise MalformedPayload("body is not JSON") from None
+        return parse_interaction(payload)
+
+    def acknowledge_action(self, action: Action, text: str | None):
+        """The HTTP response to the click: the card updated in place with the decision."""
+        if not text:
+            return {"type": DEFERRED_UPDATE_MESSAGE}, 200
+        raw = action.raw or {}
+        return decided_card(raw.get("content", ""), text, raw.get("clicker", action.user_id)), 200
+
+    # outbound
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        token = self.settings.platform.get("DISCORD_BOT_TOKEN")
+        if not token:
+            raise DeliveryError("DISCORD_BOT_TOKEN is not set", permanent=True)
+        base = self.settings.platform.get("DISCORD_API_BASE", "https://discord.com/api/v10")
+        headers = {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
+        try:
+            resp = requests.request(method, f"{base}{path}", headers=headers,
+                                    timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+        except requests.RequestException as exc:
+            raise DeliveryError(f"Discord API unreachable: {type(exc).__name__}") from None
+        try:
+            payload = resp.json() if resp.content else {}
+        except ValueError:
+            payload = None
+        if resp.status_code >= 400:
+            raise error_for(resp.status_code, payload, resp.headers)
+        return payload if isinstance(payload, dict) else {}
+
+    @staticmethod
+    def _channel(target: Target) -> str:
+        return target.thread_id or target.platform_id
+
+    def _post(self, target: Target, body: dict) -> str | None:
+        return self._call("POST", f"/channels/{self._channel(target)}/messages", json=body).get("id")
+
+    def send_text(self, target: Target, text: str) -> str | None:
+        first = None
+        for chunk in split_text(text, TEXT_LIMIT):
+            message_id = self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS})
+            first = first or message_id
+        return first
+
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
+        chunks = split_text(text, TEXT_LIMIT) or ["…"]
+        self._call("PATCH", f"/channels/{self._channel(target)}/messages/{platform_message_id}",
+                   json={"content": chunks[0], "allowed_mentions": NO_PINGS})
+        for chunk in chunks[1:]:  # an edit that grew past the limit continues in new messages
+            self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS})
+
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
+        self._call("PUT", f"/channels/{self._channel(target)}/messages/{platform_message_id}/reactions/"
+                          f"{emoji_path(emoji)}/@me")
+
+    def send_card(self, target: Target, card: Card) -> str | None:
+        """Returns the id of the message that carries the (first) buttons."""
+        card_id = None
+        for body in card_messages(card):
+            message_id = self._post(target, body)
+            if card_id is None and ("components" in body or not card.buttons):
+                card_id = message_id
+        return card_id
+
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        long_caption = bool(caption) and len(caption) > TEXT_LIMIT
+        payload = {"attachments": [{"id": 0, "filename": path.name}], "allowed_mentions": NO_PINGS}
+        if caption and not long_caption:
+            payload["content"] = caption
+        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        with path.open("rb") as fh:
+            message = self._call("POST", f"/channels/{self._channel(target)}/messages",
+                                 data={"payload_json": json.dumps(payload)},
+                                 files={"files[0]": (path.name, fh, mime)}, timeout=(5, 300))
+        if long_caption:
+            self.send_text(target, caption)
+        return message.get("id")
+
+    def typing(self, target: Target, message_id: str | None = None) -> None:
+        """Shows "typing…" for about 10 s or until we post."""
+        self._call("POST", f"/channels/{self._channel(target)}/typing")

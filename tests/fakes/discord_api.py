@@ -1,0 +1,125 @@
+"""A fake Discord REST API (v10) on 127.0.0.1: messages (create, edit, files), reactions, typing.
+
+It checks what Discord checks for the calls we make (the bot token, content ≤ 2000, component
+limits, custom_id ≤ 100, unknown messages) and answers in Discord's shape, 429 included.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+
+from .platform_server import FakePlatform, Recorded
+
+TOKEN = "discord-test-bot-token"
+BOT_ID = "1349958880232177764"
+_MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
+_MESSAGE = re.compile(r"^/channels/(\d+)/messages/(\d+)$")
+_REACTION = re.compile(r"^/channels/(\d+)/messages/(\d+)/reactions/(.+)/@me$")
+_TYPING = re.compile(r"^/channels/(\d+)/typing$")
+
+BOT_USER = {"id": BOT_ID, "username": "andy", "discriminator": "6110", "global_name": None, "avatar": None,
+            "bot": True, "verified": True, "mfa_enabled": False, "flags": 0, "public_flags": 0, "locale": "en-US"}
+APPLICATION = {"id": BOT_ID, "name": "Andy", "icon": None, "description": "", "bot_public": False,
+               "bot_require_code_grant": False, "verify_key": "0" * 64, "flags": 0, "summary": "", "team": None,
+               "owner": {"id": "80351110224678912", "username": "nelly", "discriminator": "0", "avatar": None,
+                         "global_name": "Nelly", "public_flags": 0}, "bot": BOT_USER}
+RATE_LIMITED = {"message": "You are being rate limited.", "retry_after": 1.234, "global": False}
+
+
+def discord_error(status: int, code: int, message: str, errors: dict | None = None):
+    body = {"code": code, "message": message}
+    if errors:
+        body["errors"] = errors
+    return status, body, {}
+
+
+class FakeDiscord(FakePlatform):
+    name = "discord"
+
+    def __init__(self):
+        super().__init__()
+        self._ids = itertools.count(1350100000000000000)
+        self._lock = threading.Lock()
+        self.messages: dict[str, dict] = {}        # id -> message object as stored
+        self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji)
+        self.typing: list[str] = []
+
+    def posted(self, channel_id: str | None = None) -> list[dict]:
+        """Messages as they now stand (edits applied), in the order they were created."""
+        return [m for m in self.messages.values() if channel_id is None or m["channel_id"] == channel_id]
+
+    def answer(self, req: Recorded):
+        if req.headers.get("authorization") != f"Bot {TOKEN}":
+            return discord_error(401, 0, "401: Unauthorized")
+        if not req.headers.get("user-agent", "").startswith("DiscordBot ("):
+            return discord_error(400, 0, "a DiscordBot user agent is required")
+        if req.method == "GET" and req.path == "/users/@me":  # discord.py's login
+            return 200, BOT_USER, {}
+        if req.method == "GET" and req.path == "/oauth2/applications/@me":
+            return 200, APPLICATION, {}
+        if req.method == "POST" and (m := _MESSAGES.match(req.path)):
+            return self._create(m.group(1), req)
+        if req.method == "PATCH" and (m := _MESSAGE.match(req.path)):
+            return self._edit(m.group(1), m.group(2), req.json or {})
+        if req.method == "PUT" and (m := _REACTION.match(req.path)):
+            if m.group(2) not in self.messages:
+                return discord_error(404, 10008, "Unknown Message")
+            self.reactions.append((m.group(1), m.group(2), m.group(3)))
+            return 204, None, {}
+        if req.method == "POST" and (m := _TYPING.match(req.path)):
+            self.typing.append(m.group(1))
+            return 204, None, {}
+        return discord_error(404, 0, "404: Not Found")
+
+    def _create(self, channel_id: str, req: Recorded):
+        if req.files:
+            body = json.loads(req.form.get("payload_json", "{}"))
+            files = [{"id": str(next(self._ids)), "filename": name, "size": len(data), "content_type": ctype}
+                     for name, data, ctype in req.files.values()]
+        else:
+            body, files = req.json or {}, []
+        problem = _invalid(body)
+        if problem:
+            return discord_error(400, 50035, "Invalid Form Body", {"_errors": [{"message": problem}]})
+        if not body.get("content") and not files and not body.get("components"):
+            return discord_error(400, 50006, "Cannot send an empty message")
+        with self._lock:
+            message_id = str(next(self._ids))
+            message = {"id": message_id, "channel_id": channel_id, "type": 0, "content": body.get("content", ""),
+                       "components": body.get("components", []), "attachments": files,
+                       "author": {"id": BOT_ID, "username": "andy", "bot": True},
+                       "allowed_mentions": body.get("allowed_mentions")}
+            self.messages[message_id] = message
+        return 200, message, {}
+
+    def _edit(self, channel_id: str, message_id: str, body: dict):
+        message = self.messages.get(message_id)
+        if message is None or message["channel_id"] != channel_id:
+            return discord_error(404, 10008, "Unknown Message")
+        problem = _invalid(body)
+        if problem:
+            return discord_error(400, 50035, "Invalid Form Body", {"_errors": [{"message": problem}]})
+        message.update({k: body[k] for k in ("content", "components") if k in body})
+        return 200, message, {}
+
+
+def _invalid(body: dict) -> str | None:
+    if len(body.get("content") or "") > 2000:
+        return "content: Must be 2000 or fewer in length."
+    rows = body.get("components") or []
+    if len(rows) > 5:
+        return "components: Must be 5 or fewer in length."
+    seen = set()
+    for row in rows:
+        buttons = row.get("components") or []
+        if row.get("type") != 1 or not 1 <= len(buttons) <= 5:
+            return "components: an action row holds 1 to 5 components"
+        for b in buttons:
+            if b.get("type") != 2 or not 0 < len(b.get("custom_id", "")) <= 100 or len(b.get("label", "")) > 80:
+                return "components: invalid button"
+            if b["custom_id"] in seen:
+                return "components: Component custom id cannot be duplicated"
+            seen.add(b["custom_id"])
+    return None
