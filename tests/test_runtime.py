@@ -602,3 +602,11 @@ def _pump(src, dst):
             dst.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+
+
+def test_a_sandbox_that_cannot_start_says_so(runtime, layout, tmp_path):
+    spec = make_spec(layout, "print(1)", extra_mounts=(Mount(tmp_path / "does-not-exist", "gone"),))
+    with pytest.raises(Exception) as exc:
+        runtime.start(spec)
+    assert "does-not-exist" in str(exc.value)
+    assert not runtime.is_running(spec.name)

@@ -268,7 +268,7 @@ class BwrapRuntime:
             except subprocess.TimeoutExpired:
                 return
             output = self.logs(spec.name)
-            if rc != 0 and output.startswith("bwrap:"):  # bwrap's own error, not the agent's exit
+            if rc != 0 and output.startswith(("bwrap:", "nanoclaw-sandbox:", "prlimit:")):  # not the agent's exit
                 self._forget(spec.name, record)
                 raise RuntimeError(f"sandbox {spec.name} could not start: {output.strip()[:2000]}")
 

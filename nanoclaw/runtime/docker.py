@@ -12,7 +12,7 @@ from pathlib import Path
 
 import docker
 from docker.errors import APIError, DockerException, NotFound
-from docker.types import Mount as DockerMount
+from docker.types import LogConfig, Mount as DockerMount
 
 from .access import grant_to_sandbox_user
 from .base import (GLOBAL_TARGET, GROUP_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
@@ -111,6 +111,7 @@ class DockerRuntime:
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=512m", "/var/tmp": "rw,nosuid,nodev,size=64m"},
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
+                    log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "3"}),
                 )
             except APIError as exc:
                 # Another process won the race for the name: that one is the sandbox.
