@@ -341,6 +341,17 @@ def test_long_text_is_split_at_2000_and_never_pings(settings, discord_api):
     assert first == posted[0]["id"] and all(m["allowed_mentions"] == {"parse": []} for m in posted)
 
 
+def test_a_long_text_cut_short_by_a_429_resumes_without_repeats(settings, discord_api):
+    adapter, target = DiscordAdapter(settings), Target("discord", DM_CHANNEL)
+    text = "\n\n".join(f"Part {i}. " + "word " * 350 for i in range(3))
+    discord_api.fail_next(429, RATE_LIMITED, match=lambda r: (r.json or {}).get("content", "").startswith("Part 1"))
+    with pytest.raises(DeliveryError):
+        adapter.send_text(target, text)
+    first = adapter.send_text(target, text)  # delivery's retry of the same row
+    posted = discord_api.posted(DM_CHANNEL)
+    assert [m["content"][:6] for m in posted] == ["Part 0", "Part 1", "Part 2"] and first == posted[0]["id"]
+
+
 def test_edit_react_typing_and_threads(settings, discord_api):
     adapter = DiscordAdapter(settings)
     in_thread = Target("discord", GUILD_CHANNEL, THREAD)

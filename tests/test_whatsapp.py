@@ -248,6 +248,17 @@ def test_long_text_is_split_at_4096_on_paragraphs(settings, wa_api):
     assert wa_api.requests[0].headers["authorization"] == f"Bearer {TOKEN}"
 
 
+def test_a_long_text_cut_short_by_a_429_resumes_without_repeats(settings, wa_api):
+    adapter, target = WhatsAppAdapter(settings), Target("whatsapp", WA_ID)
+    text = "\n\n".join(f"Part {i}. " + "word " * 700 for i in range(3))
+    wa_api.fail_next(429, RATE_LIMITED, match=lambda r: (r.json or {}).get("text", {}).get("body", "").startswith("Part 1"))
+    with pytest.raises(DeliveryError):
+        adapter.send_text(target, text)
+    first = adapter.send_text(target, text)  # delivery's retry of the same row
+    assert [m["text"]["body"][:6] for m in wa_api.messages("text")] == ["Part 0", "Part 1", "Part 2"]
+    assert first == "wamid.FAKE000001"
+
+
 def test_react_edit_and_typing(settings, wa_api):
     adapter, target = WhatsAppAdapter(settings), Target("whatsapp", WA_ID)
     adapter.react(target, "wamid.OLD", "👍")

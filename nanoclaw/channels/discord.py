@@ -23,6 +23,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, register
+from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
 
@@ -179,6 +180,7 @@ class DiscordAdapter:
     def __init__(self, settings, clock=time.time):
         self.settings = settings
         self.clock = clock
+        self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
 
     # inbound
 
@@ -228,18 +230,16 @@ class DiscordAdapter:
         return self._call("POST", f"/channels/{self._channel(target)}/messages", json=body).get("id")
 
     def send_text(self, target: Target, text: str) -> str | None:
-        first = None
-        for chunk in split_text(text, TEXT_LIMIT):
-            message_id = self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS})
-            first = first or message_id
-        return first
+        return self._parts.send((target, text), split_text(text, TEXT_LIMIT),
+                                lambda chunk: self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS}))
 
     def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
         chunks = split_text(text, TEXT_LIMIT) or ["…"]
         self._call("PATCH", f"/channels/{self._channel(target)}/messages/{platform_message_id}",
                    json={"content": chunks[0], "allowed_mentions": NO_PINGS})
-        for chunk in chunks[1:]:  # an edit that grew past the limit continues in new messages
-            self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS})
+        # an edit that grew past the limit continues in new messages
+        self._parts.send((target, "edit", platform_message_id, text), chunks[1:],
+                         lambda chunk: self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS}))
 
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         self._call("PUT", f"/channels/{self._channel(target)}/messages/{platform_message_id}/reactions/"
@@ -247,12 +247,15 @@ class DiscordAdapter:
 
     def send_card(self, target: Target, card: Card) -> str | None:
         """Returns the id of the message that carries the (first) buttons."""
-        card_id = None
-        for body in card_messages(card):
+        with_buttons: list[str | None] = []
+
+        def send_one(body: dict) -> str | None:
             message_id = self._post(target, body)
-            if card_id is None and ("components" in body or not card.buttons):
-                card_id = message_id
-        return card_id
+            if "components" in body:
+                with_buttons.append(message_id)
+            return message_id
+        first = self._parts.send((target, card), card_messages(card), send_one)
+        return with_buttons[0] if with_buttons else first
 
     def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
         long_caption = bool(caption) and len(caption) > TEXT_LIMIT

@@ -23,6 +23,7 @@ import requests
 
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    register)
+from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
 
@@ -243,6 +244,7 @@ class WhatsAppAdapter:
 
     def __init__(self, settings):
         self.settings = settings
+        self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
 
     def _setting(self, name: str) -> str:
         value = self.settings.platform.get(name)
@@ -306,19 +308,15 @@ class WhatsAppAdapter:
         return messages[0].get("id")
 
     def send_text(self, target: Target, text: str) -> str | None:
-        first = None
-        for chunk in split_text(text, TEXT_LIMIT):
-            wamid = self._post_message(message_body(target.platform_id, "text",
-                                                    {"preview_url": False, "body": chunk}))
-            first = first or wamid
-        return first
+        return self._parts.send((target, text), split_text(text, TEXT_LIMIT), lambda chunk: self._post_message(
+            message_body(target.platform_id, "text", {"preview_url": False, "body": chunk})))
 
     def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
         # WhatsApp has no edit: the correction arrives as a new message, quoting the old one.
         chunks = split_text(EDIT_PREFIX + text, TEXT_LIMIT)
-        for i, chunk in enumerate(chunks):
-            self._post_message(message_body(target.platform_id, "text", {"preview_url": False, "body": chunk},
-                                            reply_to=platform_message_id if i == 0 else None))
+        self._parts.send((target, "edit", platform_message_id, text), chunks, lambda chunk: self._post_message(
+            message_body(target.platform_id, "text", {"preview_url": False, "body": chunk},
+                         reply_to=platform_message_id if chunk is chunks[0] else None)))
 
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         self._post_message(message_body(target.platform_id, "reaction",
@@ -326,12 +324,15 @@ class WhatsAppAdapter:
 
     def send_card(self, target: Target, card: Card) -> str | None:
         """Returns the id of the first message with buttons: a tap's context.id names it."""
-        card_id = None
-        for body in card_bodies(target.platform_id, card):
+        with_buttons: list[str | None] = []
+
+        def send_one(body: dict) -> str | None:
             wamid = self._post_message(body)
-            if card_id is None and (body["type"] == "interactive" or not card.buttons):
-                card_id = wamid
-        return card_id
+            if body["type"] == "interactive":
+                with_buttons.append(wamid)
+            return wamid
+        first = self._parts.send((target, card), card_bodies(target.platform_id, card), send_one)
+        return with_buttons[0] if with_buttons else first
 
     def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
         size = path.stat().st_size
