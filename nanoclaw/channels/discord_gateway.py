@@ -5,7 +5,8 @@ the `d` of the dispatch or the whole dispatch) → an InboundEvent, or None for 
 nobody should see (joins, pins, empty). `run_gateway` is the `discord-gateway` program:
 discord.py with the message-content intent, whose on_message turns the library's Message
 back into that payload and routes it, like a webhook would, inside a DB connection.
-The router is the one place that drops our own bot's echoes (from_self).
+The router is the one place that drops our own bot's echoes (from_self). Attachments are
+passed on as metadata (filename, type, size, CDN url), not downloaded.
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Inbound: `GET /webhooks/whatsapp` answers Meta's subscription check; `POST` is v
 `X-Hub-Signature-256` (HMAC-SHA256 of the raw body with the app secret) before anything is
 parsed. Every WhatsApp chat is a DM with the sender's wa_id, so every message counts as
 addressed to the bot. Taps on our reply buttons or list rows come back as Actions.
+Media messages carry their metadata (media id, mime type) in InboundEvent.attachments; the
+files themselves are not downloaded.
 
 Outbound limits that shape the code: text 4096 chars; reply buttons ≤ 3 with titles ≤ 20
 chars; list rows ≤ 10 with titles ≤ 24 chars; interactive bodies ≤ 1024 chars. WhatsApp
