@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from pathlib import Path
 
 import click
 from flask import current_app
@@ -429,6 +430,58 @@ def proxy_cmd():
         with db.connection_context():
             return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
     serve_forever(settings(), list_folders)
+
+
+@nanoclaw_group.command("chat")
+@click.argument("agent_folder")
+@click.argument("message")
+@click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for the reply.")
+def chat_cmd(agent_folder, message, timeout):
+    """Send MESSAGE to an agent as the owner (the local `cli` channel) and print the reply.
+
+    Works with the service running or not: without it, this command opens the
+    agent's door to the model itself and stops the sandbox when done.
+    """
+    from .chat import ChatError, chat
+    require_schema()
+    if not message.strip():
+        raise Mistake("the message is empty")
+    errors = []
+
+    def show(reply):
+        (errors.append(reply) if reply.error else None)
+        click.echo(reply.text, err=reply.error)
+    try:
+        chat(settings(), agent_folder, message, timeout=timeout, echo=show)
+    except ChatError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if errors:
+        sys.exit(1)
+
+
+@nanoclaw_group.group("image")
+def image_group():
+    """The Docker image agents run in."""
+
+
+@image_group.command("build")
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Extra CA certificates (PEM) to trust during the build, e.g. behind a TLS-inspecting proxy.")
+def image_build(ca_bundle):
+    """Build the agent image from container/Dockerfile (a local Debian base is made with debootstrap
+    when no registry is reachable)."""
+    from .runtime.image import ImageBuildError, build_image
+    try:
+        timings = build_image(settings(), ca_bundle=ca_bundle, progress=lambda line: click.echo(line))
+    except ImageBuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # no engine: say how to get one
+        raise Mistake(f"cannot build the image: {str(exc).splitlines()[0]} "
+                      "(is a Docker engine running? scripts/docker-engine.sh start)") from None
+    click.echo("built " + settings().agent_image + " (" +
+               ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()) + ")")
 
 
 from .channels.telegram import telegram_cli  # noqa: E402  (a platform module owns its own commands)

@@ -42,13 +42,17 @@ class Outgoing:
     op: dict
 
 
-def _open(path: Path) -> sqlite3.Connection | None:
+def open_session(path: Path) -> sqlite3.Connection | None:
     """inbound.db (ours, writable) with the agent's outbound.db attached read-only."""
     outbound = path / schema.OUTBOUND
     if not outbound.exists():
         return None
     conn = schema.connect(path / schema.INBOUND)
     conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
+    if conn.execute("SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN ('messages_out', 'processing_ack')"
+                    ).fetchone()[0] < 2:
+        conn.close()  # the agent has created the file but not its tables yet
+        return None
     return conn
 
 
@@ -119,7 +123,7 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
 
 def deliver_session(session_path: Path, settings, now: datetime | None = None) -> int:
     """Deliver every due row of one session. Returns how many were delivered."""
-    conn = _open(session_path)
+    conn = open_session(session_path)
     if conn is None:
         return 0
     now = now or datetime.now(timezone.utc)

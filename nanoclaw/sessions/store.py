@@ -5,16 +5,12 @@ The host writes inbound.db only; it reads outbound.db (the agent's file) read-on
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import session_schema as schema
-
-SANDBOX_UID = 1000
-
 
 @dataclass(frozen=True)
 class Target:
@@ -40,19 +36,6 @@ def prepare(path: Path, routing: Target) -> None:
                      "ON CONFLICT (id) DO UPDATE SET channel_type = excluded.channel_type, "
                      "platform_id = excluded.platform_id, thread_id = excluded.thread_id",
                      (routing.channel_type, routing.platform_id, routing.thread_id))
-    _hand_to_sandbox_user(path)
-
-
-def _hand_to_sandbox_user(path: Path) -> None:
-    """The agent (uid 1000) writes outbound.db, heartbeat, outbox/ and home/ here; inbound.db stays
-    ours (root-owned, world-readable) so the agent cannot write the host's file."""
-    if os.geteuid() != 0:
-        return
-    for p in (path, path / "outbox", path / "home"):
-        os.chown(p, SANDBOX_UID, SANDBOX_UID)
-    for p in (path / "inbox", *[path / f"{schema.INBOUND}{s}" for s in ("", "-wal", "-shm")]):
-        if p.exists():
-            os.chmod(p, 0o755 if p.is_dir() else 0o644)
 
 
 class _inbound:

@@ -1,0 +1,148 @@
+"""Wake: turn a session that has due work into a running sandbox.
+
+Builds the SandboxSpec (what the agent may see) from the settings, the agent
+group and the session, and starts it through the selected Runtime. Starting is
+idempotent per session; at most MAX_CONCURRENT_CONTAINERS run at once and
+further wakes wait in a queue that the sweep drains.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import deque
+from .config import PROJECT_ROOT
+from .runtime.base import Mount, SandboxSpec
+from .sessions import store
+
+log = logging.getLogger("nanoclaw.sandboxes")
+
+RUNNER_DIR = PROJECT_ROOT / "container" / "agent_runner"
+SDK_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+PROXY_WAIT_S = 10.0
+
+
+def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
+    raw = f"nanoclaw-{install_id}-{folder}-{session_id}".lower()
+    return re.sub(r"[^a-z0-9_.-]", "-", raw)
+
+
+def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mount, ...] = (),
+               command: tuple[str, ...] | None = None) -> SandboxSpec:
+    session_dir = store.session_path(settings.sessions_dir, folder, session_id)
+    global_dir = settings.groups_dir / "global"
+    env = {
+        **SDK_ENV,
+        "NANOCLAW_SESSION_DIR": "/workspace/session",
+        "NANOCLAW_GROUP_DIR": "/workspace/group",
+        "NANOCLAW_PROXY_SOCKET": "/run/nanoclaw-proxy/proxy.sock",
+        "NANOCLAW_MAX_MESSAGES_PER_PROMPT": str(settings.max_messages_per_prompt),
+        "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
+        "TZ": settings.timezone,
+    }
+    kwargs = dict(
+        name=sandbox_name(settings.install_id, folder, session_id),
+        session_dir=session_dir,
+        group_dir=settings.groups_dir / folder,
+        global_dir=global_dir if global_dir.is_dir() else None,
+        runner_dir=RUNNER_DIR,
+        proxy_dir=settings.proxy_dir / folder,
+        extra_mounts=extra_mounts,
+        env=env,
+        labels={"nanoclaw.install": settings.install_id, "nanoclaw.folder": folder,
+                "nanoclaw.session": session_id},
+    )
+    if command:
+        kwargs["command"] = command
+    return SandboxSpec(**kwargs)
+
+
+class SandboxManager:
+    """One per process that wakes sessions (the web program, or a `chat` command)."""
+
+    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None):
+        self.settings = settings
+        self.on_refused = on_refused  # tell the owner in chat why a sandbox did not start
+        self.runtime = runtime
+        self.mounts_for = mounts_for or (lambda folder: ())
+        self._lock = threading.Lock()
+        self._starting: set[str] = set()
+        self.queue: deque[tuple[str, str]] = deque()
+        self.last_error: str | None = None
+
+    def name_of(self, folder: str, session_id: str) -> str:
+        return sandbox_name(self.settings.install_id, folder, session_id)
+
+    def running(self) -> list[str]:
+        return self.runtime.list_sandboxes(self.settings.install_id)
+
+    def is_running(self, folder: str, session_id: str) -> bool:
+        return self.runtime.is_running(sandbox_name(self.settings.install_id, folder, session_id))
+
+    def wake(self, folder: str, session_id: str) -> bool:
+        """Make sure the session's sandbox runs. False if it had to queue (capacity) or failed."""
+        name = sandbox_name(self.settings.install_id, folder, session_id)
+        with self._lock:
+            if name in self._starting:
+                return True
+            if self.runtime.is_running(name):
+                return True
+            if len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers:
+                if (folder, session_id) not in self.queue:
+                    self.queue.append((folder, session_id))
+                log.info("wake of %s/%s queued: %d sandboxes already run", folder, session_id,
+                         self.settings.max_concurrent_containers)
+                return False
+            self._starting.add(name)
+        try:
+            self._wait_for_proxy(folder)
+            spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)))
+            started = time.monotonic()
+            self.runtime.start(spec)
+            log.info("started sandbox %s (%s) in %.2fs", name, self.runtime.name, time.monotonic() - started)
+            return True
+        except Exception as exc:
+            self.last_error = f"could not start the sandbox for {folder}: {exc}"
+            log.error("%s", self.last_error)
+            if self.on_refused is not None:
+                self.on_refused(folder, session_id, self.last_error)
+            return False
+        finally:
+            with self._lock:
+                self._starting.discard(name)
+
+    def stop(self, folder: str, session_id: str) -> None:
+        self.runtime.stop(sandbox_name(self.settings.install_id, folder, session_id))
+
+    def _wait_for_proxy(self, folder: str) -> None:
+        sock = self.settings.proxy_dir / folder / "proxy.sock"
+        deadline = time.monotonic() + PROXY_WAIT_S
+        while not sock.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no proxy socket at {sock}: is the `proxy` program running? "
+                                   "(supervisord starts it; by hand: flask --app app nanoclaw proxy)")
+            time.sleep(0.05)
+
+
+def mounts_for(settings):
+    """folder -> the agent's extra mounts, validated against the allowlist as it is right now.
+
+    Raises MountRefused: a refused mount keeps the sandbox from starting."""
+    from .db import database
+    from .models import AgentGroup
+    from .mounts import MountRequest, validate_mounts
+
+    def resolve(folder: str) -> tuple[Mount, ...]:
+        with database.connection_context():
+            agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        declared = (agent.container_config or {}).get("mounts", []) if agent else []
+        requests = [MountRequest(m["host_path"], m["name"], bool(m.get("readwrite"))) for m in declared]
+        approved = validate_mounts(requests, settings.mount_allowlist) if requests else []
+        return tuple(Mount(host=a.host_path, target=a.name, readonly=a.readonly) for a in approved)
+    return resolve
