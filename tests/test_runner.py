@@ -623,9 +623,6 @@ def test_no_secret_reaches_the_agent(agent):
     assert HOST_SECRET not in runner.logs()
 
 
-@pytest.mark.xfail(strict=True, reason="nanoclaw/runtime/bwrap.py starts bwrap with the host's environment; with "
-                   "--unshare-pid bwrap's init is the sandbox's pid 1, so /proc/1/environ shows it (--clearenv "
-                   "only cleans the command's env). Fix: Popen(..., env=<minimal>) in BwrapRuntime.start.")
 def test_no_secret_in_the_sandbox_pid1_environment(agent):
     lay, fake, _ = agent
     [out] = _run_bash(fake, lay, "show me pid 1", ["cat /proc/1/environ | tr '\\0' '\\n'; echo; echo done"])

@@ -106,8 +106,9 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
         if ddl is None:
             raise ValueError(f"unknown session database {path.name!r}")
         # inbound.db keeps a rollback journal: its reader (the agent, another uid) then needs only
-        # read access to the file, never write access to a -shm file the host created.
-        conn.execute(f"PRAGMA journal_mode={'DELETE' if path.name == INBOUND else 'WAL'}")
+        # read access, never write access to a -shm file the host created. TRUNCATE keeps the
+        # host's journal file in place, so the agent cannot plant a "hot" journal of its own.
+        conn.execute(f"PRAGMA journal_mode={'TRUNCATE' if path.name == INBOUND else 'WAL'}")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(ddl)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")

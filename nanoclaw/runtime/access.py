@@ -32,7 +32,7 @@ def host_owned_entries(session_dir: Path) -> list[Path]:
 
 def stable_host_entries(session_dir: Path) -> list[Path]:
     """The host's entries that keep their inode (safe to bind-mount read-only)."""
-    return [session_dir / n for n in ("inbound.db", "inbox") if (session_dir / n).exists()]
+    return [session_dir / n for n in ("inbound.db", "inbound.db-journal", "inbox") if (session_dir / n).exists()]
 
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:

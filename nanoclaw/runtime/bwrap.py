@@ -182,6 +182,9 @@ def _signal(pids, sig) -> None:
             pass
 
 
+LAUNCH_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
 class BwrapRuntime:
     name = "bwrap"
 
@@ -253,8 +256,11 @@ class BwrapRuntime:
             if log_path.exists():
                 log_path.replace(log_path.with_suffix(".prev.log"))  # keep the last run for inspection
             with open(log_path, "wb") as out:
+                # bwrap itself is the sandbox's pid 1, and /proc/1/environ is readable inside: it must
+                # not inherit the host's environment (which may hold ANTHROPIC_API_KEY).
                 proc = self._spawner.submit(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True).result()
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            env=LAUNCH_ENV).result()
             self._procs[spec.name] = proc
             record = {"pid": proc.pid, "name": spec.name, "labels": dict(spec.labels),
                       "cgroups": placement.dirs, "limits": placement.describe(), "started": time.time()}
