@@ -24,3 +24,15 @@ accesslog = "-"
 errorlog = "-"
 # gunicorn's control socket defaults to one path per user; keep ours with our data.
 control_socket = str(_settings.data_dir / "gunicorn.ctl")
+
+
+def post_worker_init(worker):
+    """The worker that wins data/scheduler.lock runs delivery, wakes and the sweep."""
+    from nanoclaw.background import start_service
+    start_service(worker.wsgi)
+
+
+def worker_exit(server, worker):
+    bg = getattr(worker, "wsgi", None) and worker.wsgi.extensions.get("nanoclaw.background")
+    if bg is not None:
+        bg.shutdown()

@@ -158,3 +158,35 @@ def start(app, manager=None) -> Background | None:
             pool.submit(manager.wake, folder, session_id)
         app.extensions["nanoclaw.waker"] = waker
     return bg
+
+
+def start_service(app) -> Background | None:
+    """The web program's start: pick the sandbox runtime, then run the background jobs."""
+    from .runtime.base import RuntimeUnavailable, select_runtime
+    from .sandboxes import SandboxManager, mounts_for
+
+    settings = app.config["NANOCLAW"]
+    try:
+        runtime = select_runtime(settings, log)
+    except RuntimeUnavailable as exc:
+        log.error("no sandbox runtime: %s; messages are stored but no agent can answer", exc)
+        return start(app, None)
+    manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
+    return start(app, manager)
+
+
+def tell_owner(settings):
+    """When a sandbox cannot start (e.g. a refused mount), say why in the session's chat."""
+    from .channels.base import get_adapter
+
+    def notify(folder: str, session_id: str, message: str) -> None:
+        path = store.session_path(settings.sessions_dir, folder, session_id)
+        try:
+            conn = schema.connect(path / schema.INBOUND, readonly=True)
+            row = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing").fetchone()
+            conn.close()
+            if row:
+                get_adapter(row[0], settings).send_text(store.Target(*row), f"(Your agent could not start: {message})")
+        except Exception as exc:
+            log.error("could not tell %s/%s why its sandbox did not start: %s", folder, session_id, exc)
+    return notify
