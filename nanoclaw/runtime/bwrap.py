@@ -129,11 +129,12 @@ def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "b
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for name in ("passwd", "group", "hosts"):
         argv += ["--ro-bind", str(etc_dir / name), f"/etc/{name}"]
+    argv += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(512 * 2**20), "--tmpfs", "/tmp", "--size", str(64 * 2**20), "--tmpfs", "/var/tmp"]
+    # after the tmpfs mounts: a venv or interpreter that lives under /tmp must not be hidden by them
     for root in python_roots(python):
         argv += ["--ro-bind", str(root), str(root)]
-    argv += ["--dev", "/dev", "--proc", "/proc",
-             "--size", str(512 * 2**20), "--tmpfs", "/tmp", "--size", str(64 * 2**20), "--tmpfs", "/var/tmp",
-             "--bind", str(spec.session_dir), SESSION_TARGET]
+    argv += ["--bind", str(spec.session_dir), SESSION_TARGET]
     # The host's files in the session folder, read-only over the read-write folder (access.py).
     for entry in stable_host_entries(spec.session_dir):
         argv += ["--ro-bind", str(entry), f"{SESSION_TARGET}/{entry.name}"]
