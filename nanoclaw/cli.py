@@ -432,6 +432,16 @@ def proxy_cmd():
     serve_forever(settings(), list_folders)
 
 
+@nanoclaw_group.command("discord-gateway")
+def discord_gateway_cmd():
+    """Run the Discord Gateway client (supervisord's optional `discord-gateway` program): ordinary
+    Discord messages arrive only over the Gateway; this feeds them into the same router."""
+    from .channels.discord_gateway import run_gateway
+    if not settings().platform.get("DISCORD_BOT_TOKEN"):
+        raise Mistake("DISCORD_BOT_TOKEN is not set; the Discord Gateway needs the bot token")
+    run_gateway(settings())
+
+
 @nanoclaw_group.command("chat")
 @click.argument("agent_folder")
 @click.argument("message")

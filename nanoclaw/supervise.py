@@ -20,7 +20,9 @@ def main() -> None:
     env = dict(os.environ,
                NANOCLAW_DATA_DIR=str(settings.data_dir),
                NANOCLAW_PORT=str(settings.port),
-               NANOCLAW_VENV_BIN=str(Path(sys.executable).parent))
+               NANOCLAW_VENV_BIN=str(Path(sys.executable).parent),
+               # the Discord Gateway program runs only when there is a bot to connect as
+               NANOCLAW_DISCORD_GATEWAY="true" if settings.platform.get("DISCORD_BOT_TOKEN") else "false")
     supervisord = Path(sys.executable).parent / "supervisord"
     print(f"nanoclaw: web on http://127.0.0.1:{settings.port} (data in {settings.data_dir}); Ctrl-C stops",
           file=sys.stderr, flush=True)
