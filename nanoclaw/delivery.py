@@ -23,6 +23,20 @@ log = logging.getLogger("nanoclaw.delivery")
 MAX_TRIES = 3
 BASE_BACKOFF_S = 1.0
 
+# System ops: a capability registers a handler for its own op names (e.g. scheduling's
+# `schedule_task`). handler(session_path, row, settings) applies the row on the host; nothing is
+# sent to a chat, so the row's target is not checked. Handlers must be idempotent: a row whose
+# application a crash interrupted is applied again at the next start.
+_OPS: dict = {}
+
+
+def register_op(name: str, handler) -> None:
+    _OPS[name] = handler
+
+
+def is_system_op(name: str | None) -> bool:
+    return name in _OPS
+
 
 def backoff(tries: int, retry_after: float | None) -> float:
     """Seconds before the next try: the platform's own wait if it gave one, else 1 s, 2 s, 4 s…"""
@@ -136,11 +150,15 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
             if not claim(conn, row.id):
                 continue
             try:
-                if row.target not in allowed:
-                    raise DeliveryError(f"target {row.target} is not this session's chat or destination",
-                                        permanent=True)
-                adapter = get_adapter(row.target.channel_type, settings)
-                platform_id = perform(adapter, conn, session_path, row)
+                handler = _OPS.get(row.op.get("op"))
+                if handler is not None:
+                    platform_id = handler(session_path, row, settings)
+                else:
+                    if row.target not in allowed:
+                        raise DeliveryError(f"target {row.target} is not this session's chat or destination",
+                                            permanent=True)
+                    adapter = get_adapter(row.target.channel_type, settings)
+                    platform_id = perform(adapter, conn, session_path, row)
             except Exception as exc:  # any adapter failure keeps the row for a retry
                 _failed(conn, settings, row, exc, now)
                 continue
@@ -151,6 +169,32 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
     finally:
         conn.close()
     return delivered
+
+
+def settle_interrupted(session_path: Path) -> int:
+    """At start-up, rows a dead predecessor left 'sending'. A chat send was on its way to the
+    platform (which has no idempotency key): it counts as delivered rather than risk the user
+    getting the reply twice. A system op is applied again (its handler is idempotent)."""
+    conn = open_session(session_path)
+    if conn is None:
+        return 0
+    try:
+        rows = conn.execute("SELECT d.message_out_id, o.content FROM delivered d JOIN ob.messages_out o "
+                            "ON o.id = d.message_out_id WHERE d.status = 'sending'").fetchall()
+        for row_id, content in rows:
+            try:
+                op = json.loads(content).get("op")
+            except (ValueError, AttributeError):
+                op = None
+            if is_system_op(op):
+                conn.execute("UPDATE delivered SET status = 'retry', next_try_at = ? WHERE message_out_id = ?",
+                             (_iso(datetime.now(timezone.utc)), row_id))
+            else:
+                conn.execute("UPDATE delivered SET status = 'delivered', last_error = ? WHERE message_out_id = ?",
+                             ("interrupted by a restart while sending; counted as sent", row_id))
+        return len(rows)
+    finally:
+        conn.close()
 
 
 def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> None:
