@@ -56,8 +56,9 @@ class _inbound:
 
 def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
                   trigger: bool = True, timestamp: str | None = None, process_after: str | None = None,
-                  message_id: str | None = None) -> str:
-    """Append one messages_in row; returns its id."""
+                  message_id: str | None = None, status: str = "pending") -> str:
+    """Append one messages_in row; returns its id. (An `answer` to a system op is written
+    `completed`: the agent's tool reads it by id, no turn ever picks it up.)"""
     message_id = message_id or uuid.uuid4().hex
     with _inbound(path) as conn:
         if conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone():
@@ -65,8 +66,8 @@ def write_message(path: Path, *, content: dict, target: Target | None, kind: str
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_in").fetchone()[0]
         conn.execute(
             "INSERT INTO messages_in (id, seq, kind, timestamp, status, process_after, trigger,"
-            " channel_type, platform_id, thread_id, content) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-            (message_id, seq, kind, timestamp or schema.utc_now_iso(), process_after, 1 if trigger else 0,
+            " channel_type, platform_id, thread_id, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (message_id, seq, kind, timestamp or schema.utc_now_iso(), status, process_after, 1 if trigger else 0,
              target and target.channel_type, target and target.platform_id, target and target.thread_id,
              json.dumps(content)))
     return message_id
