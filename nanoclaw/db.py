@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import peewee
+from playhouse.pool import PooledPostgresqlDatabase, PooledSqliteDatabase
 
 database = peewee.DatabaseProxy()
 
@@ -28,13 +29,16 @@ def open_database(url: str) -> peewee.Database:
         if not path.is_absolute():
             path = Path("/") / path
         path.parent.mkdir(parents=True, exist_ok=True)
-        return peewee.SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False)
-    return peewee.PostgresqlDatabase(
+        # pooled: a request reuses a connection instead of paying connect + pragmas every time
+        return PooledSqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False,
+                                    max_connections=32, stale_timeout=300)
+    return PooledPostgresqlDatabase(
         parsed.path.lstrip("/"),
         user=unquote(parsed.username) if parsed.username else None,
         password=unquote(parsed.password) if parsed.password else None,
         host=parsed.hostname,
         port=parsed.port or 5432,
+        max_connections=32, stale_timeout=300,
     )
 
 

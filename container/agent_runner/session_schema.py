@@ -89,6 +89,9 @@ OUTBOUND = "outbound.db"
 HEARTBEAT = "heartbeat"
 
 
+_READY: set[str] = set()
+
+
 def utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -97,6 +100,7 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
     """Open a session database. The writer side creates the schema; a reader
     opens read-only and never creates or changes anything."""
     path = Path(path)
+    fresh = not path.exists()
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout,
                                isolation_level=None, check_same_thread=False)
@@ -110,7 +114,10 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
         # host's journal file in place, so the agent cannot plant a "hot" journal of its own.
         conn.execute(f"PRAGMA journal_mode={'TRUNCATE' if path.name == INBOUND else 'WAL'}")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(ddl)
+        key = str(path.resolve())
+        if fresh or key not in _READY:  # the schema is created once per file per process, not per write
+            conn.executescript(ddl)
+            _READY.add(key)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.row_factory = sqlite3.Row
     return conn
