@@ -20,10 +20,11 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
     app.config["NANOCLAW"] = settings
-    app.config["SECRET_KEY"] = settings.secret_key or "dev-only-not-secret"
     app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from .web import page
+    page.configure(app, settings)
     bind(settings.database_url)
 
     @app.before_request
@@ -41,6 +42,7 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     from .web import health, webhooks
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
+    page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
 
     from .cli import nanoclaw_group
     app.cli.add_command(nanoclaw_group)

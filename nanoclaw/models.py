@@ -170,3 +170,55 @@ def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
 
 ALL_MODELS = [AgentGroup, MessagingGroup, Wiring, User, UserRole, AgentGroupMember, UserDm, Session,
               InboundEvent, DroppedMessage, AuditLog]
+
+
+# --- the web page (migration 0002_web) -------------------------------------------------------
+
+class WebPassword(Base):
+    user = pw.ForeignKeyField(User, primary_key=True, backref="web_password", on_delete="CASCADE")
+    password_hash = pw.CharField(max_length=512)
+    updated_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "web_passwords"
+
+
+class WebLoginToken(Base):
+    token_hash = pw.CharField(max_length=64, unique=True)
+    user = pw.ForeignKeyField(User, backref="web_login_tokens", on_delete="CASCADE")
+    created_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField()
+    used_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "web_login_tokens"
+
+
+class WebSession(Base):
+    token_hash = pw.CharField(max_length=64, unique=True)
+    user = pw.ForeignKeyField(User, backref="web_sessions", on_delete="CASCADE")
+    created_at = pw.DateTimeField(default=utcnow)
+    last_seen_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField()
+
+    class Meta:
+        table_name = "web_sessions"
+
+
+class WebMessage(Base):
+    chat_id = pw.CharField()
+    direction = pw.CharField(max_length=8)  # in (the user's) | out (the agent's)
+    sender = pw.CharField(null=True)
+    text = pw.TextField(default="")
+    card = JSONField(null=True)
+    file_name = pw.CharField(null=True)
+    file_path = pw.CharField(max_length=1024, null=True)
+    reactions = JSONField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "web_messages"
+
+
+ALL_MODELS += [WebPassword, WebLoginToken, WebSession, WebMessage]

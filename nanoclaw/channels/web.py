@@ -1,0 +1,165 @@
+"""The local `web` channel: the /chat page where a logged-in owner or admin talks to an agent.
+
+There is no platform behind it. Inbound: the page calls `post()`, which records the
+user's line in web_messages and routes it like any platform's message. Outbound:
+delivery hands rows to WebAdapter, which stores them in web_messages, where the page
+(polling a small JSON endpoint) picks them up. Platform message ids are "web-<row id>".
+
+Each (user, agent) pair is one DM chat, wired to the agent on first use (as the cli
+channel does), so two admins never read each other's conversations.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .base import Card, DeliveryError, InboundEvent, iso_utc, register
+from ..db import database
+from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, utcnow
+from ..sessions.store import Target
+
+CHANNEL = "web"
+MAX_FILE_BYTES = 25 * 1024 * 1024
+MAX_TEXT = 8000
+
+
+def chat_id_for(user_id: str, folder: str) -> str:
+    """One chat per (user, agent): 'andy|telegram:42'. '|' appears in neither a folder nor a user id."""
+    return f"{folder}|{user_id}"
+
+
+def message_ref(row_id: int) -> str:
+    return f"web-{row_id}"
+
+
+def row_id_of(platform_message_id: str) -> int | None:
+    prefix, _, number = (platform_message_id or "").partition("-")
+    return int(number) if prefix == "web" and number.isdigit() else None
+
+
+@contextmanager
+def _connected():
+    """Use the thread's connection if it has one; otherwise open one just for this (delivery thread)."""
+    opened = database.is_closed()
+    if opened:
+        database.connect()
+    try:
+        yield
+    finally:
+        if opened:
+            database.close()
+
+
+def ensure_web_chat(agent: AgentGroup, user_id: str) -> MessagingGroup:
+    """The user's web chat with `agent`: a DM wired to it (created on first use).
+
+    The page itself is behind a login, so the chat admits its one sender ('public')."""
+    with database.atomic():
+        mg, _ = MessagingGroup.get_or_create(channel_type=CHANNEL, platform_id=chat_id_for(user_id, agent.folder),
+                                             defaults={"kind": "dm", "name": f"web chat with {agent.name}",
+                                                       "unknown_sender_policy": "public"})
+        Wiring.get_or_create(messaging_group=mg, agent_group=agent,
+                             defaults={"engage_mode": "pattern", "engage_pattern": "."})
+    return mg
+
+
+@dataclass(frozen=True)
+class Posted:
+    message: WebMessage
+    routed: bool
+    dropped: str | None
+    sessions: list      # router Sessions that were given a trigger
+
+
+def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake=None) -> Posted:
+    """The user typed `text` on the page: record it, then route it like any inbound message."""
+    from .. import router
+    text = text.strip()[:MAX_TEXT]
+    ensure_web_chat(agent, user_id)
+    chat_id = chat_id_for(user_id, agent.folder)
+    row = WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text=text)
+    event = InboundEvent(channel=CHANNEL, event_id=uuid.uuid4().hex, chat_id=chat_id, kind="dm",
+                         sender_id=user_id, sender_name=user_name, text=text, timestamp=iso_utc(time.time()),
+                         message_id=message_ref(row.id), mentioned=True)
+    woken = []
+
+    def on_wake(session):
+        woken.append(session)
+        if wake is not None:
+            wake(session)
+    result = router.route(event, settings, wake=on_wake)
+    return Posted(row, bool(result.written), result.dropped, woken)
+
+
+def serialize(row: WebMessage) -> dict:
+    return {"id": row.id, "direction": row.direction, "sender": row.sender, "text": row.text,
+            "card": row.card, "file": row.file_name, "reactions": row.reactions or [],
+            "at": row.created_at.isoformat() + "Z"}
+
+
+def transcript(chat_id: str, *, after: int = 0, since: datetime | None = None, limit: int = 200) -> list[WebMessage]:
+    """Rows newer than `after`, plus older rows changed since `since` (edits, reactions), oldest first."""
+    cond = WebMessage.id > after
+    if since is not None:
+        cond = cond | (WebMessage.updated_at >= since)
+    query = WebMessage.select().where((WebMessage.chat_id == chat_id) & cond)
+    if after == 0 and since is None:  # first load: the latest `limit`
+        return list(reversed(list(query.order_by(WebMessage.id.desc()).limit(limit))))
+    return list(query.order_by(WebMessage.id).limit(limit))
+
+
+@register(CHANNEL)
+class WebAdapter:
+    def __init__(self, settings):
+        self.settings = settings
+
+    def _store(self, target: Target, **fields) -> str:
+        with _connected():
+            row = WebMessage.create(chat_id=target.platform_id, direction="out", **fields)
+        return message_ref(row.id)
+
+    def _row(self, target: Target, platform_message_id: str) -> WebMessage:
+        row_id = row_id_of(platform_message_id)
+        row = WebMessage.get_or_none(WebMessage.id == row_id, WebMessage.chat_id == target.platform_id)
+        if row is None:
+            raise DeliveryError(f"no web message {platform_message_id} in this chat", permanent=True)
+        return row
+
+    def send_text(self, target: Target, text: str) -> str:
+        return self._store(target, text=text)
+
+    def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
+        with _connected():
+            row = self._row(target, platform_message_id)
+            WebMessage.update(text=text, updated_at=utcnow()).where(WebMessage.id == row.id).execute()
+
+    def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
+        with _connected():
+            row = self._row(target, platform_message_id)
+            reactions = [r for r in (row.reactions or []) if r != emoji] + [emoji]
+            WebMessage.update(reactions=reactions, updated_at=utcnow()).where(WebMessage.id == row.id).execute()
+
+    def send_card(self, target: Target, card: Card) -> str:
+        return self._store(target, text=card.body, card={"title": card.title, "body": card.body,
+                                                         "buttons": [list(b) for b in card.buttons]})
+
+    def send_file(self, target: Target, path: Path, caption: str | None) -> str:
+        """Copy the file out of the session (the agent may change its outbox later)."""
+        path = Path(path)
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise DeliveryError(f"file {path.name} is {size} bytes; the web chat takes at most {MAX_FILE_BYTES}",
+                                permanent=True)
+        folder = self.settings.data_dir / "web" / "files" / uuid.uuid4().hex
+        folder.mkdir(parents=True)
+        copy = folder / path.name
+        shutil.copyfile(path, copy, follow_symlinks=False)
+        return self._store(target, text=caption or "", file_name=path.name, file_path=str(copy))
+
+    def typing(self, target: Target) -> None:
+        return None

@@ -1,0 +1,344 @@
+"""The operator's page (behind a login, every form CSRF-protected):
+
+/admin            Waiting on you: every pending item, newest first, with the chat card's buttons
+/admin/agents     agents, their extra mounts (read-only by default) and wirings
+/admin/wirings    create, change, remove wirings
+/admin/sessions   sessions with their sandbox state
+/admin/tasks      scheduled work
+/admin/audit      the audit log
+"""
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
+
+from .. import actions, pending
+from ..channels.base import Action
+from ..cli import declared_mounts
+from ..db import database
+from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
+                      AgentGroup, AuditLog, MessagingGroup, Session, Wiring, audit)
+from ..mounts import AllowlistError, current_allowlist
+from ..sessions import session_schema as schema
+from ..sessions import store
+from . import auth, sandbox_state
+from .changes import ChangeRefused, WiringForm, add_mount, remove_mount, remove_wiring, save_wiring
+
+bp = Blueprint("admin", __name__)
+bp.before_request(auth.require_login)
+log = logging.getLogger("nanoclaw.admin")
+
+AUDIT_PAGE = 50
+
+
+def settings():
+    return current_app.config["NANOCLAW"]
+
+
+def manager():
+    bg = current_app.extensions.get("nanoclaw.background")
+    return getattr(bg, "manager", None)
+
+
+def agent_or_404(folder: str) -> AgentGroup:
+    agent = auth.visible_agents(g.user_id).where(AgentGroup.folder == folder).first()
+    if agent is None:
+        abort(404)
+    return agent
+
+
+def visible_ids() -> list[int]:
+    return [a.id for a in auth.visible_agents(g.user_id)]
+
+
+@bp.app_template_filter("local")
+def local_time(value) -> str:
+    """A stored UTC time in the user's timezone (TZ), as the agent sees it."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(ZoneInfo(current_app.config["NANOCLAW"].timezone)).strftime("%Y-%m-%d %H:%M")
+
+
+@bp.app_context_processor
+def page_context():
+    return {"tz": current_app.config["NANOCLAW"].timezone, "me": getattr(g, "user", None)}
+
+
+@bp.get("/")
+def home():
+    return redirect(url_for("admin.waiting"))
+
+
+# --- Waiting on you ---------------------------------------------------------------------------
+
+@bp.get("/admin")
+def waiting():
+    listing = pending.pending_items(settings(), g.user_id)
+    return render_template("waiting.html", items=listing.items, problems=listing.problems,
+                           providers=pending.providers())
+
+
+@bp.post("/admin/decide")
+def decide():
+    """A button on the page: the same action id as the chat card, through the same handler."""
+    action_id = request.form.get("action_id", "")
+    if actions.parse_action_id(action_id) is None:
+        abort(400)
+    action = Action(channel="web", action_id=action_id, user_id=g.user_id, event_id=uuid.uuid4().hex)
+    try:
+        answer = actions.dispatch(action, settings())
+    except Exception:
+        log.exception("action %s from the page failed", action_id)
+        answer = None
+        flash("Something went wrong handling that decision; see the log.", "error")
+    else:
+        flash(answer or "Done.", "ok")
+    audit(g.user_id, "web.decide", action_id, answer=answer)
+    return redirect(url_for("admin.waiting"))
+
+
+@bp.post("/admin/reply")
+def reply():
+    prefix, ident, text = (request.form.get(k, "") for k in ("prefix", "ident", "text"))
+    if not prefix or not ident or not text.strip():
+        flash("Write a reply first.", "error")
+        return redirect(url_for("admin.waiting"))
+    try:
+        answer = pending.reply(prefix, ident, text.strip(), g.user_id, settings())
+    except Exception:
+        log.exception("reply to %s-%s from the page failed", prefix, ident)
+        flash("Something went wrong sending that reply; see the log.", "error")
+    else:
+        flash(answer or "Sent.", "ok")
+        audit(g.user_id, "web.reply", f"{prefix}-{ident}")
+    return redirect(url_for("admin.waiting"))
+
+
+# --- agents and their mounts ------------------------------------------------------------------
+
+@bp.get("/admin/agents")
+def agents():
+    rows = [(a, a.wirings.count(), Session.select().where(Session.agent_group == a).count(), declared_mounts(a))
+            for a in auth.visible_agents(g.user_id)]
+    return render_template("agents.html", rows=rows)
+
+
+@bp.get("/admin/agents/<folder>")
+def agent(folder: str):
+    a = agent_or_404(folder)
+    try:
+        allowlist, allowlist_error = current_allowlist(settings().mount_allowlist), None
+    except AllowlistError as exc:
+        allowlist, allowlist_error = None, str(exc)
+    wirings = (Wiring.select(Wiring, MessagingGroup).join(MessagingGroup).where(Wiring.agent_group == a)
+               .order_by(MessagingGroup.channel_type, MessagingGroup.platform_id))
+    return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
+                           allowlist=allowlist, allowlist_error=allowlist_error)
+
+
+@bp.post("/admin/agents/<folder>/mounts")
+def mount_add(folder: str):
+    a = agent_or_404(folder)
+    readwrite = request.form.get("mode") == "rw"
+    try:
+        approved = add_mount(g.user_id, settings(), a, request.form.get("host_path", ""),
+                             request.form.get("name", ""), readwrite)
+    except ChangeRefused as exc:
+        flash(f"Mount refused: {exc}", "error")
+    else:
+        mode = "read-write: it can create, change and delete files there" if readwrite else "read-only"
+        flash(f"{a.folder} will see {approved.host_path} at /workspace/extra/{approved.name} ({mode}) "
+              "from its next sandbox start.", "warn" if readwrite else "ok")
+    return redirect(url_for("admin.agent", folder=folder))
+
+
+@bp.post("/admin/agents/<folder>/mounts/<name>/remove")
+def mount_remove(folder: str, name: str):
+    a = agent_or_404(folder)
+    try:
+        remove_mount(g.user_id, a, name)
+    except ChangeRefused as exc:
+        flash(str(exc), "error")
+    else:
+        flash(f"Removed mount {name!r} from {folder} (from its next sandbox start).", "ok")
+    return redirect(url_for("admin.agent", folder=folder))
+
+
+# --- wirings ----------------------------------------------------------------------------------
+
+def form_choices() -> dict:
+    return dict(kinds=CHAT_KINDS, engage_modes=ENGAGE_MODES, sender_scopes=SENDER_SCOPES,
+                ignored_policies=IGNORED_POLICIES, unknown_policies=UNKNOWN_SENDER_POLICIES)
+
+
+def wiring_or_404(wiring_id: int) -> Wiring:
+    w = Wiring.get_or_none(Wiring.id == wiring_id)
+    if w is None or w.agent_group_id not in visible_ids():
+        abort(404)
+    return w
+
+
+def wiring_form() -> WiringForm:
+    f = request.form
+    engage = f.get("engage") or None
+    # the pattern box only counts for engage 'pattern' (switching away from it must not need clearing it)
+    return WiringForm(channel=f.get("channel", ""), chat_id=f.get("chat_id", ""), kind=f.get("kind") or None,
+                      engage=engage, pattern=(f.get("pattern") or None) if engage == "pattern" else None,
+                      sender_scope=f.get("sender_scope") or "all", ignored=f.get("ignored") or "drop",
+                      unknown_senders=f.get("unknown_senders") or None, name=f.get("name") or None)
+
+
+@bp.get("/admin/wirings")
+def wirings():
+    rows = (Wiring.select(Wiring, MessagingGroup, AgentGroup).join(MessagingGroup).switch(Wiring).join(AgentGroup)
+            .where(Wiring.agent_group.in_(visible_ids() or [-1]))
+            .order_by(MessagingGroup.channel_type, MessagingGroup.platform_id, AgentGroup.folder))
+    return render_template("wirings.html", wirings=list(rows), agents=list(auth.visible_agents(g.user_id)),
+                           **form_choices())
+
+
+@bp.post("/admin/wirings")
+def wiring_create():
+    a = agent_or_404(request.form.get("agent", ""))
+    try:
+        w, created = save_wiring(g.user_id, a, wiring_form())
+    except ChangeRefused as exc:
+        flash(f"Not wired: {exc}", "error")
+        return redirect(url_for("admin.wirings"))
+    mg = w.messaging_group
+    flash(f"{'Wired' if created else 'Updated'} {mg.channel_type}:{mg.platform_id} → {a.folder}.", "ok")
+    return redirect(url_for("admin.wirings"))
+
+
+@bp.get("/admin/wirings/<int:wiring_id>")
+def wiring_edit(wiring_id: int):
+    w = wiring_or_404(wiring_id)
+    return render_template("wiring_edit.html", w=w, mounts=declared_mounts(w.agent_group), **form_choices())
+
+
+@bp.post("/admin/wirings/<int:wiring_id>")
+def wiring_update(wiring_id: int):
+    w = wiring_or_404(wiring_id)
+    mg = w.messaging_group
+    form = wiring_form()
+    form = WiringForm(mg.channel_type, mg.platform_id, form.kind, form.engage, form.pattern, form.sender_scope,
+                      form.ignored, form.unknown_senders, form.name)
+    try:
+        save_wiring(g.user_id, w.agent_group, form)
+    except ChangeRefused as exc:
+        flash(f"Not changed: {exc}", "error")
+        return redirect(url_for("admin.wiring_edit", wiring_id=wiring_id))
+    flash(f"Updated {mg.channel_type}:{mg.platform_id} → {w.agent_group.folder}.", "ok")
+    return redirect(url_for("admin.wirings"))
+
+
+@bp.post("/admin/wirings/<int:wiring_id>/remove")
+def wiring_remove(wiring_id: int):
+    w = wiring_or_404(wiring_id)
+    label = f"{w.messaging_group.channel_type}:{w.messaging_group.platform_id} → {w.agent_group.folder}"
+    remove_wiring(g.user_id, w)
+    flash(f"Removed {label}.", "ok")
+    return redirect(url_for("admin.wirings"))
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+@bp.get("/admin/sessions")
+def sessions():
+    mgr = manager()
+    rows = []
+    query = (Session.select(Session, AgentGroup).join(AgentGroup).where(Session.agent_group.in_(visible_ids() or [-1]))
+             .order_by(Session.last_active_at.desc()).limit(200))
+    for s in query:
+        state, obs = sandbox_state.session_state(mgr, s.agent_group.folder, s.id, settings().sessions_dir)
+        mg = s.messaging_group_id and MessagingGroup.get_or_none(MessagingGroup.id == s.messaging_group_id)
+        rows.append((s, mg, state, obs))
+    return render_template("sessions.html", rows=rows, explain=sandbox_state.EXPLAIN, has_runtime=mgr is not None)
+
+
+@bp.post("/admin/sessions/<session_id>/stop")
+def session_stop(session_id: str):
+    s = Session.get_or_none(Session.id == session_id)
+    if s is None or s.agent_group_id not in visible_ids():
+        abort(404)
+    mgr = manager()
+    if mgr is None:
+        flash("This process does not run the sandboxes; stop it where the service runs.", "error")
+    else:
+        mgr.stop(s.agent_group.folder, s.id)
+        audit(g.user_id, "session.stop", f"{s.agent_group.folder}/{s.id}", via="web")
+        flash(f"Stopped the sandbox of {s.agent_group.folder}/{s.id}; the next message starts a new one.", "ok")
+    return redirect(url_for("admin.sessions"))
+
+
+# --- tasks ------------------------------------------------------------------------------------
+
+def scheduled_messages(limit: int = 200) -> list[dict]:
+    """Pending scheduled work in the sessions (messages_in kind 'task' or with a future process_after)."""
+    out = []
+    for s in (Session.select(Session, AgentGroup).join(AgentGroup)
+              .where(Session.agent_group.in_(visible_ids() or [-1]))):
+        path = store.session_path(settings().sessions_dir, s.agent_group.folder, s.id) / schema.INBOUND
+        if not path.exists():
+            continue
+        conn = schema.connect(path, readonly=True)
+        try:
+            rows = conn.execute("SELECT id, kind, process_after, recurrence, series_id, content FROM messages_in "
+                                "WHERE status = 'pending' AND (kind = 'task' OR recurrence IS NOT NULL OR "
+                                "process_after > ?) ORDER BY process_after LIMIT ?",
+                                (schema.utc_now_iso(), limit)).fetchall()
+        except Exception:  # noqa: BLE001 — an old or half-written file shows nothing, not an error page
+            rows = []
+        finally:
+            conn.close()
+        for r in rows:
+            try:
+                text = json.loads(r["content"]).get("text") or json.loads(r["content"]).get("prompt") or ""
+            except (ValueError, AttributeError):
+                text = ""
+            out.append({"agent": s.agent_group.folder, "session": s.id, "kind": r["kind"], "due": r["process_after"],
+                        "recurrence": r["recurrence"], "series": r["series_id"], "text": text})
+    return sorted(out, key=lambda t: t["due"] or "")[:limit]
+
+
+def task_table(limit: int = 200) -> tuple[list[str], list[tuple]] | None:
+    """The central `tasks` table, if this version has one (shown column by column)."""
+    if "tasks" not in database.get_tables():
+        return None
+    cursor = database.execute_sql(f"SELECT * FROM tasks ORDER BY 1 DESC LIMIT {int(limit)}")
+    return [c[0] for c in cursor.description], cursor.fetchall()
+
+
+@bp.get("/admin/tasks")
+def tasks():
+    return render_template("tasks.html", scheduled=scheduled_messages(), table=task_table())
+
+
+# --- audit log --------------------------------------------------------------------------------
+
+@bp.get("/admin/audit")
+def audit_log():
+    if auth.admin_scope(g.user_id) is not None:
+        return render_template("audit.html", rows=[], restricted=True, q="", older=None)
+    q = (request.args.get("q") or "").strip()
+    before = request.args.get("before", type=int)
+    query = AuditLog.select().order_by(AuditLog.id.desc())
+    if q:
+        query = query.where(AuditLog.action.contains(q) | AuditLog.actor.contains(q) | AuditLog.target.contains(q))
+    if before:
+        query = query.where(AuditLog.id < before)
+    rows = list(query.limit(AUDIT_PAGE + 1))
+    older = rows[AUDIT_PAGE - 1].id if len(rows) > AUDIT_PAGE else None
+    return render_template("audit.html", rows=rows[:AUDIT_PAGE], restricted=False, q=q, older=older)

@@ -1,0 +1,136 @@
+"""/chat: the logged-in owner or admin talks to an agent (the `web` channel, channels/web.py).
+
+The page works without JavaScript (a form that posts and redirects); with it, static/chat.js
+sends without a reload and polls /chat/<folder>/messages.json for new and changed lines.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from flask import (Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request,
+                   send_file, url_for)
+
+from .. import actions
+from ..channels import web as channel
+from ..channels.base import Action
+from ..models import AgentGroup, WebMessage, audit, utcnow
+from ..security import UnsafePath, contained
+from . import auth
+
+bp = Blueprint("chat", __name__)
+bp.before_request(auth.require_login)
+log = logging.getLogger("nanoclaw.webchat")
+
+# a poll asks for rows changed since its last cursor; the overlap covers a write that
+# committed with an updated_at just before the cursor was taken
+CURSOR_OVERLAP = timedelta(seconds=2)
+
+
+def agent_or_404(folder: str) -> AgentGroup:
+    agent = auth.visible_agents(g.user_id).where(AgentGroup.folder == folder).first()
+    if agent is None:
+        abort(404)
+    return agent
+
+
+def wants_json() -> bool:
+    return request.accept_mimetypes.best == "application/json"
+
+
+def waker():
+    wake = current_app.extensions.get("nanoclaw.waker")
+    return None if wake is None else (lambda session: wake(session.agent_group.folder, session.id))
+
+
+@bp.get("/chat")
+def index():
+    agents = list(auth.visible_agents(g.user_id))
+    if len(agents) == 1:
+        return redirect(url_for("chat.conversation", folder=agents[0].folder))
+    return render_template("chat_index.html", agents=agents)
+
+
+@bp.get("/chat/<folder>")
+def conversation(folder: str):
+    agent = agent_or_404(folder)
+    rows = channel.transcript(channel.chat_id_for(g.user_id, folder))
+    return render_template("chat.html", agent=agent, rows=rows, cursor=utcnow().isoformat(),
+                           last_id=rows[-1].id if rows else 0,
+                           live=current_app.extensions.get("nanoclaw.waker") is not None)
+
+
+@bp.post("/chat/<folder>")
+def send(folder: str):
+    agent = agent_or_404(folder)
+    text = (request.form.get("text") or "").strip()
+    if not text:
+        if wants_json():
+            return jsonify(error="the message is empty"), 400
+        flash("Write a message first.", "error")
+        return redirect(url_for("chat.conversation", folder=folder))
+    posted = channel.post(current_app.config["NANOCLAW"], agent, g.user_id, g.user.name or g.user_id, text,
+                          wake=waker())
+    note = None
+    if not posted.routed:
+        note = f"Not delivered to {agent.name}: {posted.dropped}."
+    elif current_app.extensions.get("nanoclaw.waker") is None:
+        note = "Stored. No sandbox runtime runs in this process; the agent answers when the service runs."
+    if wants_json():
+        return jsonify(message=channel.serialize(posted.message), note=note)
+    if note:
+        flash(note, "warn")
+    return redirect(url_for("chat.conversation", folder=folder))
+
+
+@bp.get("/chat/<folder>/messages.json")
+def messages(folder: str):
+    agent_or_404(folder)
+    after = request.args.get("after", default=0, type=int)
+    since = None
+    if request.args.get("since"):
+        try:
+            since = datetime.fromisoformat(request.args["since"]) - CURSOR_OVERLAP
+        except ValueError:
+            return jsonify(error="since must be an ISO time"), 400
+    cursor = utcnow().isoformat()
+    rows = channel.transcript(channel.chat_id_for(g.user_id, folder), after=after, since=since)
+    return jsonify(messages=[channel.serialize(r) for r in rows], cursor=cursor)
+
+
+@bp.post("/chat/<folder>/action")
+def action(folder: str):
+    """A button on a card the agent (or a capability) sent to this chat."""
+    agent_or_404(folder)
+    action_id = request.form.get("action_id", "")
+    if actions.parse_action_id(action_id) is None:
+        abort(400)
+    clicked = Action(channel="web", action_id=action_id, user_id=g.user_id,
+                     chat_id=channel.chat_id_for(g.user_id, folder), message_id=request.form.get("message_id"),
+                     event_id=uuid.uuid4().hex)
+    try:
+        answer = actions.dispatch(clicked, current_app.config["NANOCLAW"])
+    except Exception:
+        log.exception("web chat action %s failed", action_id)
+        answer = "Something went wrong handling that button."
+    audit(g.user_id, "web.decide", action_id, answer=answer, via="chat")
+    if wants_json():
+        return jsonify(text=answer or "Done.")
+    flash(answer or "Done.", "ok")
+    return redirect(url_for("chat.conversation", folder=folder))
+
+
+@bp.get("/chat/<folder>/file/<int:message_id>")
+def file(folder: str, message_id: int):
+    agent_or_404(folder)
+    row = WebMessage.get_or_none(WebMessage.id == message_id,
+                                 WebMessage.chat_id == channel.chat_id_for(g.user_id, folder))
+    if row is None or not row.file_path:
+        abort(404)
+    try:
+        path = contained(current_app.config["NANOCLAW"].data_dir / "web" / "files", row.file_path)
+    except UnsafePath:
+        abort(404)
+    # never rendered inline: an agent-made HTML file must not run as this site
+    return send_file(path, as_attachment=True, download_name=row.file_name)

@@ -1,0 +1,40 @@
+"""Set-up of the operator's page on the app: secret key, cookie rules, CSRF, blueprints."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import render_template
+from flask_wtf.csrf import CSRFError, CSRFProtect
+
+from . import auth
+
+csrf = CSRFProtect()
+
+
+def configure(app, settings) -> None:
+    app.config["SECRET_KEY"] = settings.secret_key or auth.local_secret_key(settings.data_dir)
+    app.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_NAME="nanoclaw_session",
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=auth.SESSION_HOURS),
+        # the token lives as long as the login session, which expires on its own; a page left
+        # open on a phone for an hour must still be able to approve something
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+
+
+def register(app, exempt=()) -> None:
+    from . import admin, chat
+    csrf.init_app(app)
+    for blueprint in exempt:
+        csrf.exempt(blueprint)
+    app.register_blueprint(auth.bp)
+    app.register_blueprint(admin.bp)
+    app.register_blueprint(chat.bp)
+
+    @app.errorhandler(CSRFError)
+    def csrf_refused(exc):
+        return render_template("error.html", title="Form refused",
+                               message="This form's security token is missing or no longer valid. "
+                                       "Reload the page and try again."), 400
