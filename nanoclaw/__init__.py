@@ -44,6 +44,8 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     app.register_blueprint(webhooks.bp)
     page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
 
+    from . import capabilities  # noqa: F401  (approvals, questions: gates, card actions, system ops)
+
     from .cli import nanoclaw_group
     app.cli.add_command(nanoclaw_group)
     return app

@@ -168,8 +168,67 @@ def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
     AuditLog.create(actor=actor, action=action, target=target, detail=detail or None)
 
 
+class PendingSenderApproval(Base):
+    """An unknown sender waiting for the approver's nsa- card (one per chat and sender)."""
+    messaging_group = pw.ForeignKeyField(MessagingGroup, on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    sender_id = pw.CharField()
+    sender_name = pw.CharField(null=True)
+    original_message = JSONField()  # the InboundEvent, replayed on allow
+    approver_user_id = pw.CharField()
+    card_channel = pw.CharField(null=True)
+    card_chat_id = pw.CharField(null=True)
+    card_message_id = pw.CharField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "pending_sender_approvals"
+        indexes = ((("messaging_group", "sender_id"), True),)
+
+
+class PendingChannelApproval(Base):
+    """An unwired chat waiting for the approver's nca- card (one per chat). state: card | naming."""
+    messaging_group = pw.ForeignKeyField(MessagingGroup, unique=True, on_delete="CASCADE")
+    sender_id = pw.CharField(null=True)
+    sender_name = pw.CharField(null=True)
+    original_message = JSONField()
+    approver_user_id = pw.CharField()
+    state = pw.CharField(default="card")
+    card_channel = pw.CharField(null=True)
+    card_chat_id = pw.CharField(null=True)
+    card_message_id = pw.CharField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "pending_channel_approvals"
+
+
+class PendingQuestion(Base):
+    """An agent's ask_user_question card (ncq-), answered at most once, until expires_at."""
+    session = pw.ForeignKeyField(Session, on_delete="CASCADE")
+    question_id = pw.CharField()
+    title = pw.CharField(default="")
+    question = pw.TextField()
+    options = JSONField()
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    thread_id = pw.CharField(null=True)
+    card_message_id = pw.CharField(null=True)
+    expires_at = pw.DateTimeField()
+    answered_at = pw.DateTimeField(null=True)
+    answered_by = pw.CharField(null=True)
+    answer_index = pw.IntegerField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "pending_questions"
+        indexes = ((("session", "question_id"), True),)
+
+
 ALL_MODELS = [AgentGroup, MessagingGroup, Wiring, User, UserRole, AgentGroupMember, UserDm, Session,
-              InboundEvent, DroppedMessage, AuditLog]
+              InboundEvent, DroppedMessage, AuditLog, PendingSenderApproval, PendingChannelApproval,
+              PendingQuestion]
 
 
 # --- the web page (migration 0002_web) -------------------------------------------------------

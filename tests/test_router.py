@@ -11,7 +11,8 @@ from nanoclaw.sessions import session_schema as schema
 
 @pytest.mark.parametrize("mode, pattern, text, mentioned, dm, sticky, expected", [
     ("pattern", ".", "anything", False, False, False, True),
-    ("pattern", ".", "", False, False, False, False),
+    ("pattern", ".", "", False, False, False, True),  # '.' = everything: a photo without a caption too
+    ("pattern", "x", "", False, False, False, False),
     ("pattern", r"^@?andy\b", "andy, hi", False, False, False, True),
     ("pattern", r"^@?andy\b", "hi andy", False, False, False, False),
     ("pattern", "(", "x", False, False, False, False),

@@ -46,6 +46,7 @@ class InboundEvent:
     from_self: bool = False          # our own bot's message: never routed back in
     reply_to: ReplyTo | None = None
     attachments: tuple[dict, ...] = ()
+    chat_name: str | None = None     # the group's title, when the platform sends it (for approval cards)
 
     @property
     def user_id(self) -> str:

@@ -233,6 +233,7 @@ class TelegramAdapter:
             reply_to=ReplyTo(str(replied["message_id"]), display_name(replied.get("from")),
                              replied.get("text") or replied.get("caption")) if replied else None,
             attachments=attachments,
+            chat_name=chat.get("title"),
         )
 
     def _action(self, event_id: str, query: dict) -> Action:

@@ -6,15 +6,16 @@ only adapts them to the SDK. A capability adds its module to TOOL_MODULES.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from typing import Any
 
-from . import messaging
+from . import interactive, messaging
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging]
+TOOL_MODULES = [messaging, interactive]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]
@@ -53,6 +54,8 @@ def build_server(ctx: ToolContext):
     def adapt(fn, name, description, schema):
         @tool(name, description, schema)
         async def handler(args: dict[str, Any]) -> dict[str, Any]:
+            if getattr(fn, "blocking", False):  # waits for a person: keep the SDK's event loop free
+                return await asyncio.to_thread(call_tool, ctx, fn, args)
             return call_tool(ctx, fn, args)
         return handler
 

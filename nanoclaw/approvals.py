@@ -1,0 +1,433 @@
+"""Approvals: unknown senders (`nsa-<id>:allow|deny`) and unknown chats
+(`nca-<id>:<agent folder>|create|ignore`).
+
+The router calls the gates below; the approver answers with a card in their DM.
+- Approver: the agent group's admins, then global admins, then owners — the first of them with
+  a reachable DM, preferring a DM on the platform the message came from.
+- Only the chosen approver or an admin may answer; the first answer wins (the pending row is
+  deleted atomically); the card is edited to say who decided; a later click is told so.
+- Every request and decision is in audit_log. Nothing is remembered after a deny or ignore:
+  a later message asks again.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import peewee
+
+from . import router
+from .actions import register_action
+from .channels.base import Card, get_adapter
+from .db import database
+from .models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, PendingChannelApproval,
+                     PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
+from .security import folder_problem, slugify
+from .sessions.store import Target
+from .wiring import resolve_engage
+
+log = logging.getLogger("nanoclaw.approvals")
+
+PLATFORM_NAMES = {"telegram": "Telegram", "whatsapp": "WhatsApp", "slack": "Slack", "discord": "Discord",
+                  "web": "the web chat", "cli": "the local chat"}
+EXCERPT = 200
+CANCEL_WORDS = ("cancel", "ignore", "stop", "never mind", "nevermind")
+
+
+# --- pure helpers ----------------------------------------------------------------------------
+
+def platform_name(channel: str) -> str:
+    return PLATFORM_NAMES.get(channel, channel.capitalize())
+
+
+def person(name: str | None, user_id: str | None) -> str:
+    """'Alice (telegram:42)'."""
+    if not user_id:
+        return name or "Someone"
+    return f"{name} ({user_id})" if name and name != user_id else user_id
+
+
+def where(kind: str, channel: str, chat_name: str | None, chat_id: str) -> str:
+    """'in the Telegram group 'Team'' / 'in a direct message on Telegram'."""
+    platform = platform_name(channel)
+    if kind == "dm":
+        return f"in a direct message on {platform}"
+    return f"in the {platform} group '{chat_name}'" if chat_name else f"in a {platform} group (id {chat_id})"
+
+
+def excerpt(text: str | None, limit: int = EXCERPT) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    user_id: str
+    dms: tuple[Target, ...]
+
+
+def choose_approver(tiers: list[list[Candidate]], channel: str) -> tuple[str, Target] | None:
+    """The first tier with someone reachable decides; inside it, a DM on `channel` wins."""
+    for tier in tiers:
+        reachable = [c for c in tier if c.dms]
+        for c in reachable:
+            for dm in c.dms:
+                if dm.channel_type == channel:
+                    return c.user_id, dm
+        if reachable:
+            return reachable[0].user_id, reachable[0].dms[0]
+    return None
+
+
+def agent_value(agent: AgentGroup) -> str:
+    """The card value naming an agent: its folder, or '#<id>' when the folder is long or would
+    read as one of the other choices."""
+    if len(agent.folder) <= 40 and agent.folder not in ("create", "ignore") and not agent.folder.startswith("#"):
+        return agent.folder
+    return f"#{agent.id}"
+
+
+# --- who approves ----------------------------------------------------------------------------
+
+def dms_of(user_id: str) -> tuple[Target, ...]:
+    """Where a user can be reached privately: user_dms, else a DM chat whose id is their platform id
+    (Telegram and WhatsApp DMs are)."""
+    found = [Target(d.channel_type, d.platform_id) for d in UserDm.select().where(UserDm.user == user_id)
+             .order_by(UserDm.id)]
+    channel, _, native = user_id.partition(":")
+    if native and not any(t.channel_type == channel for t in found):
+        mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == native,
+                                        MessagingGroup.kind == "dm")
+        if mg is not None:
+            found.append(Target(channel, native))
+    return tuple(found)
+
+
+def approver_tiers(agent_group_id: int | None) -> list[list[Candidate]]:
+    def users(query) -> list[Candidate]:
+        seen, out = set(), []
+        for role in query.order_by(UserRole.id):
+            if role.user_id not in seen:
+                seen.add(role.user_id)
+                out.append(Candidate(role.user_id, dms_of(role.user_id)))
+        return out
+    tiers = []
+    if agent_group_id is not None:
+        tiers.append(users(UserRole.select().where(UserRole.role == "admin", UserRole.agent_group == agent_group_id)))
+    tiers.append(users(UserRole.select().where(UserRole.role == "admin", UserRole.agent_group.is_null())))
+    tiers.append(users(UserRole.select().where(UserRole.role == "owner")))
+    return tiers
+
+
+def pick_approver(agent_group_id: int | None, channel: str) -> tuple[str, Target] | None:
+    return choose_approver(approver_tiers(agent_group_id), channel)
+
+
+def may_decide(user_id: str, approver_user_id: str, agent_group_id: int | None) -> bool:
+    return user_id == approver_user_id or router.is_owner_or_admin(user_id, agent_group_id)
+
+
+def display(user_id: str | None) -> str:
+    if not user_id:
+        return "someone"
+    user = User.get_or_none(User.id == user_id)
+    return (user.name if user and user.name else None) or user_id
+
+
+# --- shared effects --------------------------------------------------------------------------
+
+def send_card(settings, target: Target, card: Card) -> str | None:
+    return get_adapter(target.channel_type, settings).send_card(target, card)
+
+
+def edit_card(settings, row, text: str) -> None:
+    """Replace the card's text (and drop its buttons) to show the outcome; best effort."""
+    if not (row.card_channel and row.card_chat_id and row.card_message_id):
+        return
+    try:
+        get_adapter(row.card_channel, settings).edit_text(Target(row.card_channel, row.card_chat_id),
+                                                          row.card_message_id, text)
+    except Exception as exc:
+        log.warning("could not edit the card %s in %s:%s: %s", row.card_message_id, row.card_channel,
+                    row.card_chat_id, exc)
+
+
+def say(settings, target: Target, text: str) -> None:
+    try:
+        get_adapter(target.channel_type, settings).send_text(target, text)
+    except Exception as exc:
+        log.warning("could not write to %s:%s: %s", target.channel_type, target.platform_id, exc)
+
+
+def earlier_decision(key: str, verbs: dict[str, str]) -> str:
+    """What a click on an already-decided card is told (from audit_log)."""
+    entry = (AuditLog.select().where(AuditLog.target == key, AuditLog.action.in_(list(verbs)))
+             .order_by(AuditLog.id.desc()).first())
+    if entry is None:
+        return "This request is no longer pending."
+    return f"Already decided: {verbs[entry.action]} by {display(entry.actor)}."
+
+
+def add_member(user_id: str, name: str | None, agent_group_id: int) -> None:
+    with database.atomic():
+        user, _ = User.get_or_create(id=user_id, defaults={"name": name})
+        AgentGroupMember.get_or_create(user=user, agent_group=agent_group_id)
+
+
+def connect(mg: MessagingGroup, agent: AgentGroup, actor: str) -> Wiring:
+    """Wire the chat to the agent with the defaults of the chat's kind."""
+    values = dict(resolve_engage(mg.kind, None, None).__dict__)
+    with database.atomic():
+        wiring, created = Wiring.get_or_create(messaging_group=mg, agent_group=agent, defaults=values)
+        if mg.denied_at is not None:
+            MessagingGroup.update(denied_at=None).where(MessagingGroup.id == mg.id).execute()
+        if created:
+            audit(actor, "wiring.create", f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder,
+                  kind=mg.kind, via="approval", **values)
+    return wiring
+
+
+def create_agent(settings, name: str, actor: str) -> AgentGroup:
+    """A new agent group named `name`, its folder a free slug of the name, with its CLAUDE.md."""
+    base = slugify(name)
+    if not base:
+        raise ValueError(f"'{name}' gives no usable folder name")
+    folder, n = base, 2
+    while folder_problem(folder) or AgentGroup.get_or_none(AgentGroup.folder == folder):
+        folder = f"{base[:58]}-{n}"
+        n += 1
+    instructions = f"You are {name}, a helpful personal assistant."
+    path = settings.groups_dir / folder
+    path.mkdir(parents=True, exist_ok=True)
+    if not (path / "CLAUDE.md").exists():
+        (path / "CLAUDE.md").write_text(f"# {name}\n\n{instructions}\n")
+    with database.atomic():
+        agent = AgentGroup.create(name=name, folder=folder, instructions=instructions)
+        audit(actor, "agent.create", folder, name=name, via="approval")
+    return agent
+
+
+# --- unknown sender (nsa-) -------------------------------------------------------------------
+
+SENDER_VERBS = {"approval.sender.allow": "allowed", "approval.sender.deny": "denied"}
+
+
+@router.register_gate("unknown_sender")
+def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> None:
+    """A stranger under request_approval: one card per (chat, sender) while it is pending."""
+    if PendingSenderApproval.select().where(PendingSenderApproval.messaging_group == mg,
+                                            PendingSenderApproval.sender_id == event.user_id).exists():
+        log.info("%s in %s:%s is already waiting for approval; message dropped", event.user_id,
+                 mg.channel_type, mg.platform_id)
+        return
+    agent = wiring.agent_group
+    chosen = pick_approver(agent.id, event.channel)
+    if chosen is None:
+        log.warning("nobody can approve %s in %s:%s for %s (no owner or admin with a reachable DM); dropped",
+                    event.user_id, mg.channel_type, mg.platform_id, agent.folder)
+        return
+    approver, dm = chosen
+    try:
+        with database.atomic():
+            row = PendingSenderApproval.create(messaging_group=mg, agent_group=agent, sender_id=event.user_id,
+                                               sender_name=event.sender_name,
+                                               original_message=router.event_to_json(event),
+                                               approver_user_id=approver)
+    except peewee.IntegrityError:  # a concurrent message from the same stranger asked already
+        return
+    who, place = person(event.sender_name, event.user_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    card = Card("New sender", f"{who} wants to talk to {agent.name} {place} — allow?\n\n"
+                              f"Their message: “{excerpt(event.text)}”",
+                (("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
+    try:
+        message_id = send_card(settings, dm, card)
+    except Exception as exc:
+        log.error("could not send the approval card for %s to %s: %s; nothing is pending", event.user_id,
+                  approver, exc)
+        row.delete_instance()
+        return
+    PendingSenderApproval.update(card_channel=dm.channel_type, card_chat_id=dm.platform_id,
+                                 card_message_id=message_id).where(PendingSenderApproval.id == row.id).execute()
+    audit("router", "approval.sender.request", f"nsa-{row.id}", sender=event.user_id, agent=agent.folder,
+          chat=f"{mg.channel_type}:{mg.platform_id}", approver=approver)
+
+
+@register_action("nsa")
+def decide_sender(action, ident: str, value: str, settings) -> str:
+    row = PendingSenderApproval.get_or_none(PendingSenderApproval.id == ident) if ident.isdigit() else None
+    if row is None:
+        return earlier_decision(f"nsa-{ident}", SENDER_VERBS)
+    if value not in ("allow", "deny"):
+        return "Unknown choice."
+    if not may_decide(action.user_id, row.approver_user_id, row.agent_group_id):
+        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+    if PendingSenderApproval.delete().where(PendingSenderApproval.id == row.id).execute() != 1:
+        return earlier_decision(f"nsa-{ident}", SENDER_VERBS)  # another click won a moment ago
+    mg, agent = row.messaging_group, row.agent_group
+    who, place = person(row.sender_name, row.sender_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    decider = display(action.user_id)
+    if value == "allow":
+        add_member(row.sender_id, row.sender_name, agent.id)
+    audit(action.user_id, f"approval.sender.{value}", f"nsa-{ident}", sender=row.sender_id, agent=agent.folder,
+          chat=f"{mg.channel_type}:{mg.platform_id}")
+    if value == "allow":
+        edit_card(settings, row, f"✅ Allowed by {decider}: {who} can now talk to {agent.name} {place}.")
+        router.replay(row.original_message, settings, wake=router.current_waker())
+        return f"Allowed: {row.sender_name or row.sender_id} can talk to {agent.name} now."
+    edit_card(settings, row, f"🚫 Denied by {decider}: {who} may not talk to {agent.name} {place}.")
+    return f"Denied: {row.sender_name or row.sender_id} was not let in."
+
+
+# --- unknown chat (nca-) ---------------------------------------------------------------------
+
+CHANNEL_VERBS = {"approval.channel.connect": "connected", "approval.channel.create": "a new agent was created",
+                 "approval.channel.ignore": "ignored"}
+
+
+@router.register_gate("unwired")
+def ask_about_channel(event, mg: MessagingGroup, settings, wake):
+    """A chat no agent answers: wire it silently for an owner/admin when there is exactly one agent,
+    else one card per chat (a later message replaces the stored one)."""
+    if event.sender_is_bot:
+        return None
+    agents = list(AgentGroup.select().order_by(AgentGroup.id))
+    if len(agents) == 1 and router.is_owner_or_admin(event.user_id, agents[0].id):
+        connect(mg, agents[0], event.user_id)
+        audit(event.user_id, "approval.channel.autowire", f"{mg.channel_type}:{mg.platform_id}",
+              agent=agents[0].folder)
+        log.info("wired %s:%s to %s for its owner/admin %s", mg.channel_type, mg.platform_id, agents[0].folder,
+                 event.user_id)
+        return router.route(event, settings, wake=wake, replay=True)
+    stored = router.event_to_json(event)
+    updated = (PendingChannelApproval.update(original_message=stored, sender_id=event.user_id,
+                                             sender_name=event.sender_name, updated_at=utcnow())
+               .where(PendingChannelApproval.messaging_group == mg).execute())
+    if updated:
+        return router.drop(event, "no_agent_wired", keep_content=False)  # the card is out already
+    chosen = pick_approver(None, event.channel)
+    if chosen is None:
+        log.warning("nobody can approve the new chat %s:%s (no owner or admin with a reachable DM); dropped",
+                    mg.channel_type, mg.platform_id)
+        return None
+    approver, dm = chosen
+    try:
+        with database.atomic():
+            row = PendingChannelApproval.create(messaging_group=mg, sender_id=event.user_id,
+                                                sender_name=event.sender_name, original_message=stored,
+                                                approver_user_id=approver)
+    except peewee.IntegrityError:
+        return router.drop(event, "no_agent_wired", keep_content=False)
+    who, place = person(event.sender_name, event.user_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    buttons = tuple((a.name, f"nca-{row.id}:{agent_value(a)}") for a in agents)
+    buttons += (("➕ Create new", f"nca-{row.id}:create"), ("Ignore", f"nca-{row.id}:ignore"))
+    question = "Connect it to which agent?" if agents else "Create an agent for it?"
+    card = Card("New chat — connect it?",
+                f"{who} is writing to the bot {place}, and no agent answers there yet. {question}\n\n"
+                f"Their message: “{excerpt(event.text)}”", buttons)
+    try:
+        message_id = send_card(settings, dm, card)
+    except Exception as exc:
+        log.error("could not send the new-chat card for %s:%s to %s: %s; nothing is pending", mg.channel_type,
+                  mg.platform_id, approver, exc)
+        row.delete_instance()
+        return None
+    PendingChannelApproval.update(card_channel=dm.channel_type, card_chat_id=dm.platform_id,
+                                  card_message_id=message_id).where(PendingChannelApproval.id == row.id).execute()
+    audit("router", "approval.channel.request", f"nca-{row.id}", sender=event.user_id,
+          chat=f"{mg.channel_type}:{mg.platform_id}", approver=approver)
+    return router.drop(event, "no_agent_wired", keep_content=False)
+
+
+def _agent_for(value: str) -> AgentGroup | None:
+    if value.startswith("#") and value[1:].isdigit():
+        return AgentGroup.get_or_none(AgentGroup.id == int(value[1:]))
+    return AgentGroup.get_or_none(AgentGroup.folder == value)
+
+
+@register_action("nca")
+def decide_channel(action, ident: str, value: str, settings) -> str:
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    if row is None:
+        return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+    if not may_decide(action.user_id, row.approver_user_id, None):
+        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+    if row.state == "naming":
+        return f"Waiting for {display(row.approver_user_id)} to reply with the new agent's name."
+    mg = row.messaging_group
+    place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    decider = display(action.user_id)
+    key = f"nca-{ident}"
+    if value == "create":
+        claimed = (PendingChannelApproval.update(state="naming", approver_user_id=action.user_id, updated_at=utcnow())
+                   .where(PendingChannelApproval.id == row.id, PendingChannelApproval.state == "card").execute())
+        if claimed != 1:
+            return earlier_decision(key, CHANNEL_VERBS)
+        edit_card(settings, row, f"➕ {decider} is creating a new agent for the chat {place}.")
+        prompt_to = (Target(action.channel, action.chat_id) if action.chat_id
+                     else next(iter(dms_of(action.user_id)), None))
+        if prompt_to is not None:
+            say(settings, prompt_to, f"What should the new agent for the chat {place} be called? "
+                                     "Reply with a name (or 'cancel').")
+        return "Reply with the new agent's name."
+    if value == "ignore":
+        agent = None
+    else:
+        agent = _agent_for(value)
+        if agent is None:
+            return "That agent no longer exists; pick another one."
+    if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id,
+                                             PendingChannelApproval.state == "card").execute() != 1:
+        return earlier_decision(key, CHANNEL_VERBS)
+    if agent is None:
+        audit(action.user_id, "approval.channel.ignore", key, chat=f"{mg.channel_type}:{mg.platform_id}")
+        edit_card(settings, row, f"Ignored by {decider}: no agent answers {place}.")
+        return "Ignored."
+    _wire_and_replay(row, mg, agent, action.user_id, settings)
+    audit(action.user_id, "approval.channel.connect", key, chat=f"{mg.channel_type}:{mg.platform_id}",
+          agent=agent.folder)
+    edit_card(settings, row, f"🔌 Connected by {decider}: {agent.name} now answers {place}.")
+    return f"Connected to {agent.name}."
+
+
+def _wire_and_replay(row: PendingChannelApproval, mg: MessagingGroup, agent: AgentGroup, actor: str,
+                     settings, wake=None) -> None:
+    connect(mg, agent, actor)
+    if row.sender_id:
+        add_member(row.sender_id, row.sender_name, agent.id)
+    router.replay(row.original_message, settings, wake=wake or router.current_waker())
+
+
+@router.register_gate("before")
+def take_new_agent_name(event, settings, wake):
+    """The approver's DM reply after "Create new": the new agent's name (or 'cancel')."""
+    if event.kind != "dm":
+        return None
+    row = (PendingChannelApproval.select().where(PendingChannelApproval.state == "naming",
+                                                 PendingChannelApproval.approver_user_id == event.user_id)
+           .order_by(PendingChannelApproval.updated_at).first())
+    if row is None:
+        return None
+    here = Target(event.channel, event.chat_id, event.thread_id)
+    mg = row.messaging_group
+    place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    key = f"nca-{row.id}"
+    name = " ".join((event.text or "").split())[:64]
+    if name.lower() in CANCEL_WORDS:
+        if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute():
+            audit(event.user_id, "approval.channel.ignore", key, chat=f"{mg.channel_type}:{mg.platform_id}")
+            edit_card(settings, row, f"Ignored by {display(event.user_id)}: no agent answers {place}.")
+            say(settings, here, f"OK, nothing was created; no agent answers {place}.")
+        return router.RouteResult(handled="approval_name")
+    if not slugify(name):
+        say(settings, here, "That name has no letters or digits to make a folder from. "
+                            "Reply with another name, or 'cancel'.")
+        return router.RouteResult(handled="approval_name")
+    if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
+        return None  # decided meanwhile: an ordinary message after all
+    agent = create_agent(settings, name, event.user_id)
+    audit(event.user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}",
+          agent=agent.folder)
+    edit_card(settings, row, f"➕ Created by {display(event.user_id)}: {agent.name} now answers {place}.")
+    say(settings, here, f"Created the agent {agent.name} (folder {agent.folder}); it now answers {place}.")
+    _wire_and_replay(row, mg, agent, event.user_id, settings, wake=wake)
+    return router.RouteResult(handled="approval_name")

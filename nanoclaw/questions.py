@@ -1,0 +1,151 @@
+"""Agent questions: the agent's `ask_user_question` tool → a card in the session's chat →
+a click `ncq-<id>:<option index>` → an `answer` row in the session's inbound.db, which the
+tool (blocked, polling) reads.
+
+- The outbound row `{"op": "question", question_id, title, question, options, expires_at}` is a
+  system op (delivery.register_op): the card goes to the row's own target, which must be the
+  session's chat or one of its destinations. Re-applying the row never sends a second card.
+- Anyone the agent knows (owner, admin, member), or anyone in a public chat, may answer; the
+  first answer wins; the card is edited to show the choice.
+- After expires_at a click is told the question expired (the tool has returned already).
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import peewee
+
+from . import router
+from .actions import register_action
+from .channels.base import Card, DeliveryError, get_adapter
+from .db import database
+from .delivery import register_op
+from .models import PendingQuestion, Session, User, audit, utcnow
+from .sessions import store
+from .sessions.store import Target
+
+log = logging.getLogger("nanoclaw.questions")
+
+MAX_OPTIONS = 10
+
+
+def parse_expiry(value: str | None, fallback_s: float = 300.0) -> datetime:
+    """The tool's UTC ISO deadline as the naive UTC datetime the central DB stores."""
+    try:
+        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return dt.astimezone(timezone.utc).replace(tzinfo=None) if dt.tzinfo else dt
+    except (TypeError, ValueError):
+        return utcnow() + timedelta(seconds=fallback_s)
+
+
+def card_for(pq: PendingQuestion) -> Card:
+    buttons = tuple((str(label)[:80], f"ncq-{pq.id}:{i}") for i, label in enumerate(pq.options[:MAX_OPTIONS]))
+    return Card(pq.title or "Question", pq.question, buttons)
+
+
+def outcome_text(pq: PendingQuestion, line: str) -> str:
+    head = f"{pq.title}\n{pq.question}" if pq.title else pq.question
+    return f"{head}\n\n{line}"
+
+
+def _connected():
+    """The delivery thread has no connection of its own; a request thread has one open."""
+    return database.connection_context() if database.is_closed() else _Nothing()
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        return False
+
+
+def deliver_question(session_path: Path, row, settings) -> str | None:
+    """System op "question": record the pending question and show its card (once)."""
+    op = row.op
+    options = op.get("options")
+    if not isinstance(options, list) or not options or not op.get("question") or not op.get("question_id"):
+        raise DeliveryError("malformed question (needs question_id, question and options)", permanent=True)
+    if row.target not in store.allowed_targets(session_path):
+        raise DeliveryError(f"target {row.target} is not this session's chat or destination", permanent=True)
+    with _connected():
+        try:
+            with database.atomic():
+                pq, _ = PendingQuestion.get_or_create(
+                    session=session_path.name, question_id=str(op["question_id"])[:64],
+                    defaults=dict(title=str(op.get("title") or "")[:255], question=str(op["question"]),
+                                  options=[str(o) for o in options[:MAX_OPTIONS]],
+                                  channel_type=row.target.channel_type, platform_id=row.target.platform_id,
+                                  thread_id=row.target.thread_id, expires_at=parse_expiry(op.get("expires_at"))))
+        except peewee.IntegrityError:
+            raise DeliveryError(f"no session {session_path.name} for this question", permanent=True) from None
+        if pq.card_message_id:
+            return pq.card_message_id  # applied again after a restart: the card is out already
+        message_id = get_adapter(row.target.channel_type, settings).send_card(row.target, card_for(pq))
+        PendingQuestion.update(card_message_id=message_id).where(PendingQuestion.id == pq.id).execute()
+    return message_id
+
+
+register_op("question", deliver_question)
+
+
+def _edit(settings, pq: PendingQuestion, text: str) -> None:
+    if not pq.card_message_id:
+        return
+    try:
+        get_adapter(pq.channel_type, settings).edit_text(Target(pq.channel_type, pq.platform_id, pq.thread_id),
+                                                         pq.card_message_id, text)
+    except Exception as exc:
+        log.warning("could not edit question card %s: %s", pq.card_message_id, exc)
+
+
+def may_answer(user_id: str, session: Session) -> bool:
+    if router.is_known(user_id, session.agent_group_id):
+        return True
+    mg = session.messaging_group
+    return mg is not None and mg.unknown_sender_policy == "public"
+
+
+@register_action("ncq")
+def answer_question(action, ident: str, value: str, settings) -> str:
+    pq = PendingQuestion.get_or_none(PendingQuestion.id == ident) if ident.isdigit() else None
+    if pq is None:
+        return "This question is no longer open."
+    if pq.answered_at is not None:
+        return f"Already answered: {pq.options[pq.answer_index]}."
+    if utcnow() >= pq.expires_at:
+        _edit(settings, pq, outcome_text(pq, "⏱ Expired: no answer came in time."))
+        return "This question expired; the agent has moved on."
+    if not value.isdigit() or int(value) >= len(pq.options):
+        return "Unknown choice."
+    session = pq.session
+    if not may_answer(action.user_id, session):
+        return "Only people this agent knows can answer."
+    index = int(value)
+    claimed = (PendingQuestion.update(answered_at=utcnow(), answered_by=action.user_id, answer_index=index)
+               .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null()).execute())
+    if claimed != 1:
+        pq = PendingQuestion.get_by_id(pq.id)
+        return f"Already answered: {pq.options[pq.answer_index]}."
+    choice = pq.options[index]
+    name = display(action.user_id)
+    path = router.session_dir(settings, session)
+    target = Target(pq.channel_type, pq.platform_id, pq.thread_id)
+    store.write_message(path, kind="answer", trigger=True, target=target, message_id=f"answer:{pq.question_id}",
+                        content={"text": f"(answer to “{pq.title or pq.question}”) {choice}", "sender": name,
+                                 "sender_id": action.user_id, "question_id": pq.question_id,
+                                 "option_index": index, "answer": choice})
+    audit(action.user_id, "question.answer", f"ncq-{pq.id}", session=session.id, option=index)
+    _edit(settings, pq, outcome_text(pq, f"✅ {name} chose: {choice}"))
+    wake = router.current_waker()
+    if wake is not None:
+        wake(session)  # the sandbox waits already; this only matters if it stopped meanwhile
+    return f"You chose: {choice}"
+
+
+def display(user_id: str) -> str:
+    user = User.get_or_none(User.id == user_id)
+    return (user.name if user and user.name else None) or user_id

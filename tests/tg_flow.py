@@ -1,0 +1,106 @@
+"""Telegram as a person uses it, for flow tests: updates built like the Bot API sends them, posted
+to the real webhook (app.test_client()), and what the bot sent read back from the fake Bot API."""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+
+from tests.fakes.telegram_api import USERNAME, FakeTelegram
+
+SECRET = "wh-secret_flow-0123456789"
+MENTION = f"@{USERNAME}"
+_update_ids = itertools.count(700000000)
+_message_ids = itertools.count(10)
+
+
+def person(uid: int, first_name: str) -> dict:
+    return {"id": uid, "is_bot": False, "first_name": first_name}
+
+
+def message(chat_id: int, sender: dict, text: str, *, title: str | None = None, mention: bool = False,
+            topic: int | None = None, date: int | None = None) -> dict:
+    """An update carrying one message; in a group when `title` is given, else a private chat."""
+    if mention:
+        text = f"{MENTION} {text}"
+    chat = {"id": chat_id, "type": "supergroup", "title": title} if title else \
+        {"id": chat_id, "type": "private", "first_name": sender["first_name"]}
+    msg = {"message_id": next(_message_ids), "from": sender, "chat": chat, "date": date or int(time.time()),
+           "text": text}
+    if mention:
+        msg["entities"] = [{"offset": 0, "length": len(MENTION), "type": "mention"}]
+    if topic is not None:
+        chat["is_forum"] = True
+        msg.update(message_thread_id=topic, is_topic_message=True)
+    return {"update_id": next(_update_ids), "message": msg}
+
+
+def click(data: str, clicker: dict, card: dict) -> dict:
+    """A callback_query: `clicker` pressed the button with callback_data `data` on `card`
+    (a sendMessage call recorded by the fake)."""
+    chat_id = int(card["chat_id"])
+    return {"update_id": next(_update_ids), "callback_query": {
+        "id": f"cb{next(_update_ids)}", "from": clicker, "chat_instance": "-1", "data": data,
+        "message": {"message_id": card["_message_id"], "from": {"id": 7000001, "is_bot": True, "first_name": "Andy"},
+                    "chat": {"id": chat_id, "type": "private"}, "date": int(time.time()), "text": card["text"]}}}
+
+
+def post(app, update: dict):
+    resp = app.test_client().post("/webhooks/telegram", data=json.dumps(update).encode(),
+                                  headers={"Content-Type": "application/json",
+                                           "X-Telegram-Bot-Api-Secret-Token": SECRET})
+    assert resp.status_code == 200, resp.data
+    return resp
+
+
+class Telegram(FakeTelegram):
+    """The fake Bot API, also keeping each sent message with the id it was given (cards are
+    clicked and edited by that id)."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list[dict] = []
+
+    def _sendMessage(self, p, req):
+        result = super()._sendMessage(p, req)
+        if isinstance(result, dict):
+            with self._cond:
+                self.messages.append({**p, "_message_id": result["message_id"]})
+        return result
+
+
+def sent(tg: FakeTelegram, method: str = "sendMessage") -> list[dict]:
+    """Accepted calls of `method` (sendMessage ones with `_message_id`)."""
+    if method == "sendMessage":
+        with tg._cond:
+            return list(tg.messages)
+    return tg.calls(method)
+
+
+def cards(tg: FakeTelegram) -> list[dict]:
+    return [c for c in sent(tg) if c.get("reply_markup")]
+
+
+def buttons(card: dict) -> dict[str, str]:
+    """label -> callback_data."""
+    return {b["text"]: b["callback_data"] for row in card["reply_markup"]["inline_keyboard"] for b in row}
+
+
+def toasts(tg: FakeTelegram) -> list[str]:
+    return [c.get("text") for c in sent(tg, "answerCallbackQuery")]
+
+
+def edits(tg: FakeTelegram) -> list[dict]:
+    return sent(tg, "editMessageText")
+
+
+def texts(tg: FakeTelegram, chat_id) -> list[str]:
+    """Plain messages (no buttons) the bot wrote into one chat."""
+    return [c["text"] for c in sent(tg) if str(c.get("chat_id")) == str(chat_id) and not c.get("reply_markup")]
+
+
+def shown(card: dict) -> str:
+    """A card's text as the person sees it (Telegram renders the HTML)."""
+    import html
+    import re
+    return html.unescape(re.sub(r"</?b>", "", card["text"]))
