@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,20 +39,41 @@ def prepare(path: Path, routing: Target) -> None:
                      (routing.channel_type, routing.platform_id, routing.thread_id))
 
 
+_write_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    with _locks_guard:
+        return _write_locks.setdefault(path, threading.Lock())
+
+
 class _inbound:
-    """Context manager: a short write transaction on inbound.db (BEGIN IMMEDIATE so seq is safe)."""
+    """Context manager: a short write transaction on inbound.db (BEGIN IMMEDIATE so seq is safe).
+
+    Threads of this process queue on a lock first: SQLite's own busy handler sleeps in
+    growing steps, which under concurrent webhooks wastes far more time than it waits."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.lock = _write_lock(path)
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn = schema.connect(self.path / schema.INBOUND)
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.lock.acquire()
+        try:
+            self.conn = schema.connect(self.path / schema.INBOUND)
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
         return self.conn
 
     def __exit__(self, exc_type, *_):
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
-        self.conn.close()
+        try:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+            self.conn.close()
+        finally:
+            self.lock.release()
 
 
 def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
