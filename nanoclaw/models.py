@@ -281,3 +281,33 @@ class WebMessage(Base):
 
 
 ALL_MODELS += [WebPassword, WebLoginToken, WebSession, WebMessage]
+
+
+# --- scheduled tasks (migration 0004_scheduled_tasks) -----------------------------------------
+
+TASK_KINDS = ("once", "cron", "every")
+TASK_CONTEXTS = ("group", "isolated")
+
+
+class ScheduledTask(Base):
+    """A task an agent scheduled. Its agent group owns it; times are naive UTC."""
+    id = pw.CharField(primary_key=True)
+    agent_group = pw.ForeignKeyField(AgentGroup, backref="tasks", on_delete="CASCADE")
+    session = pw.ForeignKeyField(Session, null=True, backref="tasks", on_delete="SET NULL")
+    prompt = pw.TextField()
+    schedule_kind = pw.CharField()  # once | cron | every
+    schedule_value = pw.CharField()
+    context_mode = pw.CharField(default="group")  # group | isolated
+    status = pw.CharField(default="active")  # active | paused | done | cancelled | failed
+    next_run_at = pw.DateTimeField(null=True)
+    last_run_at = pw.DateTimeField(null=True)
+    runs = pw.IntegerField(default=0)
+    last_error = pw.TextField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+    updated_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "scheduled_tasks"
+
+
+ALL_MODELS += [ScheduledTask]

@@ -298,7 +298,7 @@ def test_every_view_renders(owner, site):
     Session.create(id="s1", agent_group=AgentGroup.get(), messaging_group=mg)
     for path, expect in [("/admin", "Waiting on you"), ("/admin/agents", "Andy"), ("/admin/agents/andy", "Read-only"),
                          ("/admin/wirings", "telegram:-100"), (f"/admin/wirings/{w.id}", "Remove this wiring"),
-                         ("/admin/sessions", "s1"), ("/admin/tasks", "Nothing is scheduled"),
+                         ("/admin/sessions", "s1"), ("/admin/tasks", "No scheduled tasks"),
                          ("/admin/audit", "agent.create"), ("/chat/andy", "Message Andy")]:
         response = owner.get(path)
         assert response.status_code == 200, path
@@ -352,14 +352,11 @@ def test_sandbox_state_rules():
     assert sandbox_state.state(retried, now) == "running"  # a newer message is being worked on
 
 
-def test_tasks_view_lists_scheduled_messages(owner, site):
-    from nanoclaw.sessions import store
+def test_tasks_view_lists_scheduled_tasks(owner, site):
+    from nanoclaw import scheduling
     mg = MessagingGroup.create(channel_type="telegram", platform_id="6")
-    Session.create(id="stask", agent_group=AgentGroup.get(), messaging_group=mg)
-    path = store.session_path(site.config["NANOCLAW"].sessions_dir, "andy", "stask")
-    store.prepare(path, Target("telegram", "6"))
-    store.write_message(path, content={"text": "water the plants"}, target=None, kind="task",
-                        process_after="2099-01-01T09:00:00.000Z")
+    session = Session.create(id="stask", agent_group=AgentGroup.get(), messaging_group=mg)
+    scheduling.schedule(AgentGroup.get(), session, "water the plants", at="2099-01-01T09:00", tz="UTC")
     body = owner.get("/admin/tasks").get_data(as_text=True)
     assert "water the plants" in body and "2099-01-01 09:00" in body
 

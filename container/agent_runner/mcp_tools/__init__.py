@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import interactive, messaging
+from . import interactive, messaging, scheduling
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive]
+TOOL_MODULES = [messaging, interactive, scheduling]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]

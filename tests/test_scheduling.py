@@ -1,0 +1,296 @@
+"""Scheduled tasks on the host (SQLite and PostgreSQL): local times stored as UTC, group
+ownership, the agent's ops through the real transport (the runner's own tool code writes
+outbound.db, delivery applies it and answers in inbound.db), runs written once, the CLI."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from nanoclaw import delivery, scheduling
+from nanoclaw.models import AgentGroup, MessagingGroup, ScheduledTask, Session
+from nanoclaw.scheduling import TaskError, from_db, parse_schedule, to_db
+from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
+from nanoclaw.sessions import store
+
+from agent_runner.config import RunnerConfig  # noqa: E402
+from agent_runner.mcp_tools import ToolContext, Turn  # noqa: E402
+from agent_runner.mcp_tools import scheduling as tools  # noqa: E402
+from agent_runner.mcp_tools.context import ToolError  # noqa: E402
+from agent_runner.store import SessionStore  # noqa: E402
+from agent_runner.targets import Target as RunnerTarget  # noqa: E402
+
+UTC = timezone.utc
+TZ = "America/New_York"
+NOW = datetime(2026, 3, 6, 15, 0, tzinfo=UTC)  # 10:00 in New York, a Friday
+
+
+def make_session(settings, folder: str, chat: str = "chat-1") -> tuple[AgentGroup, Session]:
+    group = AgentGroup.get_or_none(AgentGroup.folder == folder) or AgentGroup.create(name=folder, folder=folder)
+    mg = MessagingGroup.create(channel_type="cli", platform_id=f"{folder}-{chat}")
+    session = Session.create(id=store.new_session_id(), agent_group=group, messaging_group=mg)
+    store.prepare(store.session_path(settings.sessions_dir, folder, session.id), store.Target("cli", mg.platform_id))
+    return group, session
+
+
+def path_of(settings, session) -> object:
+    return store.session_path(settings.sessions_dir, session.agent_group.folder, session.id)
+
+
+def inbound_rows(path, where="1=1"):
+    conn = sqlite3.connect(path / schema.INBOUND)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute(f"SELECT * FROM messages_in WHERE {where} ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+# --- pure parsing --------------------------------------------------------------------------------
+
+def test_a_naive_time_is_the_users_local_time_and_is_stored_utc():
+    kind, value, first = parse_schedule("2026-03-09T09:00", None, None, NOW, TZ)
+    assert (kind, value) == ("once", "2026-03-09T09:00")
+    assert first == datetime(2026, 3, 9, 13, 0, tzinfo=UTC)  # EDT (UTC-4) after the 8 March change
+
+
+def test_cron_runs_in_local_time_and_sunday_is_zero():
+    _, _, first = parse_schedule(None, "0 9 * * 0", None, NOW, TZ)
+    local = first.astimezone(ZoneInfo(TZ))
+    assert (local.strftime("%A"), local.hour, local.minute) == ("Sunday", 9, 0)
+
+
+@pytest.mark.parametrize("at, cron, every, says", [
+    (None, None, None, "exactly one"), ("2026-03-09T09:00", "0 9 * * *", None, "exactly one"),
+    ("2026-03-01T09:00", None, None, "in the past"), ("next tuesday", None, None, "ISO"),
+    (None, "0 9 * *", None, "5 fields"), (None, "0 25 * * *", None, "cron expression"),
+    (None, None, "10s", "too often"), (None, None, "soon", "interval"),
+])
+def test_bad_schedules_say_what_would_be_right(at, cron, every, says):
+    with pytest.raises(TaskError, match=says):
+        parse_schedule(at, cron, every, NOW, TZ)
+
+
+# --- actions, group ownership --------------------------------------------------------------------
+
+def test_one_group_can_never_see_or_change_anothers_tasks(app):
+    settings = app.config["NANOCLAW"]
+    alice, a_session = make_session(settings, "alice")
+    bob, b_session = make_session(settings, "bob")
+    secret = scheduling.schedule(bob, b_session, "bob's secret", cron="0 7 * * *", tz=TZ, now=NOW)
+    mine = scheduling.schedule(alice, a_session, "water the plants", every="1d", tz=TZ, now=NOW)
+    assert [t.id for t in scheduling.open_tasks(alice)] == [mine.id]
+    for action in ("pause", "resume", "cancel"):
+        with pytest.raises(TaskError, match="no open task"):
+            scheduling.set_state(alice, secret.id, action, tz=TZ)
+    with pytest.raises(TaskError, match="no open task"):
+        scheduling.update(alice, secret.id, prompt="mine now", tz=TZ)
+    assert ScheduledTask.get_by_id(secret.id).status == "active"
+    assert ScheduledTask.get_by_id(secret.id).prompt == "bob's secret"
+
+
+def test_pause_resume_cancel(app):
+    settings = app.config["NANOCLAW"]
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "standup notes", cron="0 9 * * 1-5", tz=TZ, now=NOW)
+    assert from_db(task.next_run_at) == datetime(2026, 3, 9, 13, 0, tzinfo=UTC)  # Monday 09:00 EDT
+    assert scheduling.set_state(group, task.id, "pause", tz=TZ).status == "paused"
+    with pytest.raises(TaskError, match="already paused"):
+        scheduling.set_state(group, task.id, "pause", tz=TZ)
+    # resumed a week later: the missed runs are skipped, the grid stays 09:00 local
+    later = datetime(2026, 3, 16, 15, 0, tzinfo=UTC)
+    resumed = scheduling.set_state(group, task.id, "resume", tz=TZ, now=later)
+    assert resumed.status == "active" and from_db(resumed.next_run_at) == datetime(2026, 3, 17, 13, 0, tzinfo=UTC)
+    assert scheduling.set_state(group, task.id, "cancel", tz=TZ).status == "cancelled"
+    assert scheduling.open_tasks(group) == []
+
+
+# --- the agent's ops through the real transport --------------------------------------------------
+
+class Host:
+    """The host's delivery loop for one session, on a thread (as the background thread runs it)."""
+
+    def __init__(self, path, settings):
+        self.path, self.settings = path, settings
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        from nanoclaw.db import database
+        while not self.stop.is_set():
+            delivery.deliver_session(self.path, self.settings)
+            time.sleep(0.02)
+        database.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stop.set()
+        self.thread.join(5)
+
+
+def agent_context(path, settings) -> ToolContext:
+    env = {"NANOCLAW_SESSION_DIR": str(path), "TZ": settings.timezone}
+    ctx = ToolContext(store=SessionStore(path), config=RunnerConfig.from_env(env))
+    ctx.turn = Turn(reply_to=RunnerTarget("cli", "x"), in_reply_to="m1")
+    return ctx
+
+
+@pytest.fixture
+def agent(app, make_settings):
+    settings = app.config["NANOCLAW"]
+    group, session = make_session(settings, "andy")
+    path = path_of(settings, session)
+    ctx = agent_context(path, settings)
+    with Host(path, settings):
+        yield ctx, group, session, path
+    ctx.store.close()
+
+
+def test_agent_schedules_lists_and_cancels_through_outbound_ops(agent):
+    ctx, group, session, path = agent
+    tomorrow = (datetime.now(ZoneInfo("UTC")) + timedelta(days=1)).strftime("%Y-%m-%dT08:30")
+    said = tools.schedule_task(ctx, "Remind me to call mum", at=tomorrow)
+    task = ScheduledTask.get(ScheduledTask.agent_group == group.id)
+    assert said.startswith(f"Task {task.id} scheduled: once, first run ") and "08:30 (UTC)" in said
+    assert task.session_id == session.id and from_db(task.next_run_at).strftime("%H:%M") == "08:30"
+    assert task.id in tools.list_tasks(ctx) and "Remind me to call mum" in tools.list_tasks(ctx)
+    assert "cancelled" in tools.cancel_task(ctx, task.id)
+    assert tools.list_tasks(ctx) == "No scheduled tasks."
+    # the answers are completed rows: no turn ever picks them up as work
+    assert {r["status"] for r in inbound_rows(path, "kind = 'answer'")} == {"completed"}
+    assert inbound_rows(path, "status = 'pending'") == []
+
+
+def test_agent_is_told_what_was_wrong(agent):
+    ctx, *_ = agent
+    with pytest.raises(ToolError, match="5 fields"):
+        tools.schedule_task(ctx, "x", cron="every morning")
+    with pytest.raises(ToolError, match="exactly one"):
+        tools.schedule_task(ctx, "x", at="2030-01-01T09:00", every="1d")
+    with pytest.raises(ToolError, match="no open task"):
+        tools.pause_task(ctx, "nope1234")
+
+
+def test_another_groups_task_is_invisible_to_the_agent(agent, app):
+    ctx, *_ = agent
+    bob, b_session = make_session(app.config["NANOCLAW"], "bob")
+    secret = scheduling.schedule(bob, b_session, "bob's secret", every="1h", tz="UTC")
+    assert "bob's secret" not in tools.list_tasks(ctx)
+    with pytest.raises(ToolError, match="no open task"):
+        tools.cancel_task(ctx, secret.id)
+    assert ScheduledTask.get_by_id(secret.id).status == "active"
+
+
+def test_an_op_applied_again_after_a_crash_is_applied_once(agent, app):
+    ctx, group, session, path = agent
+    settings = app.config["NANOCLAW"]
+    tools.schedule_task(ctx, "daily digest", cron="0 18 * * *")
+    conn = sqlite3.connect(path / schema.INBOUND)
+    conn.execute("UPDATE delivered SET status = 'sending'")  # as if the host died while applying it
+    conn.commit()
+    conn.close()
+    assert delivery.settle_interrupted(path) >= 1
+    delivery.deliver_session(path, settings)
+    assert ScheduledTask.select().where(ScheduledTask.agent_group == group.id).count() == 1
+
+
+def test_without_a_host_the_tool_says_the_request_is_queued(app, monkeypatch):
+    settings = app.config["NANOCLAW"]
+    _group, session = make_session(settings, "solo")
+    ctx = agent_context(path_of(settings, session), settings)
+    monkeypatch.setattr(tools, "ANSWER_WAIT_S", 0.2)
+    with pytest.raises(ToolError, match="queued"):
+        tools.list_tasks(ctx)
+    ctx.store.close()
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+def test_a_group_run_continues_the_chats_session_and_is_written_once(app):
+    settings = replace(app.config["NANOCLAW"], timezone=TZ)
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "morning brief", cron="0 9 * * *", tz=TZ, now=NOW)
+    due = from_db(task.next_run_at)
+    run = scheduling.fire(settings, task.id, due, now=due)
+    assert run.ref.session_id == session.id and not run.ref.isolated_run
+    assert run.next_run == datetime(2026, 3, 8, 13, 0, tzinfo=UTC)  # 09:00 local again: DST began that night
+    assert scheduling.fire(settings, task.id, due, now=due) is None  # that run moved on already
+    rows = inbound_rows(path_of(settings, session), "kind = 'task'")
+    assert len(rows) == 1 and rows[0]["trigger"] == 1 and rows[0]["status"] == "pending"
+    assert json.loads(rows[0]["content"])["text"] == "morning brief"
+    assert (rows[0]["channel_type"], rows[0]["platform_id"]) == ("cli", "andy-chat-1")  # answers in the chat
+
+
+def test_a_run_interrupted_before_it_moved_on_is_not_written_twice(app):
+    settings = replace(app.config["NANOCLAW"], timezone=TZ)
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "water", every="1h", tz=TZ, now=NOW)
+    due = from_db(task.next_run_at)
+    scheduling.fire(settings, task.id, due, now=due)
+    ScheduledTask.update(next_run_at=to_db(due), runs=0).where(ScheduledTask.id == task.id).execute()  # the crash
+    scheduling.fire(settings, task.id, due, now=due + timedelta(seconds=3))
+    assert len(inbound_rows(path_of(settings, session), "kind = 'task'")) == 1
+    assert from_db(ScheduledTask.get_by_id(task.id).next_run_at) == due + timedelta(hours=1)
+
+
+def test_after_downtime_an_overdue_task_runs_once_then_stays_on_its_grid(app):
+    settings = replace(app.config["NANOCLAW"], timezone=TZ)
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "daily", cron="30 8 * * *", tz=TZ, now=NOW)
+    due = from_db(task.next_run_at)
+    back = due + timedelta(days=3, hours=2)  # the host was down for three days
+    run = scheduling.fire(settings, task.id, due, now=back)
+    assert run.next_run.astimezone(ZoneInfo(TZ)).strftime("%H:%M") == "08:30" and run.next_run > back
+    assert run.next_run - back < timedelta(days=1)
+    assert len(inbound_rows(path_of(settings, session), "kind = 'task'")) == 1
+
+
+def test_an_isolated_run_gets_a_fresh_session_answering_in_the_same_chat(app):
+    settings = replace(app.config["NANOCLAW"], timezone=TZ)
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "news digest", every="1d", context="isolated", tz=TZ, now=NOW)
+    first = scheduling.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=1))
+    task = ScheduledTask.get_by_id(task.id)
+    second = scheduling.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=2))
+    refs = [first.ref, second.ref]
+    assert all(r.isolated_run for r in refs) and len({r.session_id for r in refs} | {session.id}) == 3
+    for ref in refs:
+        conn = sqlite3.connect(ref.path / schema.INBOUND)
+        assert conn.execute("SELECT channel_type, platform_id FROM routing").fetchone() == ("cli", "andy-chat-1")
+        conn.close()
+        assert not (ref.path / schema.OUTBOUND).exists()  # nothing of the chat's conversation
+
+
+def test_a_paused_task_does_not_run(app):
+    settings = replace(app.config["NANOCLAW"], timezone=TZ)
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "ping", every="1h", tz=TZ, now=NOW)
+    scheduling.set_state(group, task.id, "pause", tz=TZ)
+    assert scheduling.fire(settings, task.id, from_db(task.next_run_at)) is None
+    assert inbound_rows(path_of(settings, session), "kind = 'task'") == []
+
+
+# --- the operator's CLI --------------------------------------------------------------------------
+
+def test_tasks_cli(app, cli):
+    settings = app.config["NANOCLAW"]
+    group, session = make_session(settings, "andy")
+    task = scheduling.schedule(group, session, "check the mail", cron="0 9 * * 0", tz="UTC")
+    out = cli("tasks", "list")
+    assert out.exit_code == 0 and task.id in out.output and "cron '0 9 * * 0'" in out.output
+    assert "(UTC)" in out.output and "check the mail" in out.output
+    assert "paused" in cli("tasks", "pause", task.id).output
+    assert "resumed" in cli("tasks", "resume", task.id).output
+    assert "cancelled" in cli("tasks", "cancel", task.id).output
+    assert "no scheduled tasks" in cli("tasks", "list").output
+    bad = cli("tasks", "pause", "nope")
+    assert bad.exit_code == 2 and bad.output.strip() == "error: no open task 'nope'"
