@@ -22,6 +22,7 @@ from .channels.base import Card, get_adapter
 from .db import database
 from .models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, PendingChannelApproval,
                      PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
+from .pending import register_reply
 from .security import folder_problem, slugify
 from .sessions.store import Target
 from .wiring import resolve_engage
@@ -209,6 +210,14 @@ def create_agent(settings, name: str, actor: str) -> AgentGroup:
 
 # --- unknown sender (nsa-) -------------------------------------------------------------------
 
+def sender_card(row: PendingSenderApproval) -> Card:
+    mg, agent = row.messaging_group, row.agent_group
+    who, place = person(row.sender_name, row.sender_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    return Card("New sender", f"{who} wants to talk to {agent.name} {place} — allow?\n\n"
+                              f"Their message: “{excerpt(row.original_message.get('text'))}”",
+                (("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
+
+
 SENDER_VERBS = {"approval.sender.allow": "allowed", "approval.sender.deny": "denied"}
 
 
@@ -235,12 +244,8 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
                                                approver_user_id=approver)
     except peewee.IntegrityError:  # a concurrent message from the same stranger asked already
         return
-    who, place = person(event.sender_name, event.user_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
-    card = Card("New sender", f"{who} wants to talk to {agent.name} {place} — allow?\n\n"
-                              f"Their message: “{excerpt(event.text)}”",
-                (("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
     try:
-        message_id = send_card(settings, dm, card)
+        message_id = send_card(settings, dm, sender_card(row))
     except Exception as exc:
         log.error("could not send the approval card for %s to %s: %s; nothing is pending", event.user_id,
                   approver, exc)
@@ -317,15 +322,8 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
                                                 approver_user_id=approver)
     except peewee.IntegrityError:
         return router.drop(event, "no_agent_wired", keep_content=False)
-    who, place = person(event.sender_name, event.user_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
-    buttons = tuple((a.name, f"nca-{row.id}:{agent_value(a)}") for a in agents)
-    buttons += (("➕ Create new", f"nca-{row.id}:create"), ("Ignore", f"nca-{row.id}:ignore"))
-    question = "Connect it to which agent?" if agents else "Create an agent for it?"
-    card = Card("New chat — connect it?",
-                f"{who} is writing to the bot {place}, and no agent answers there yet. {question}\n\n"
-                f"Their message: “{excerpt(event.text)}”", buttons)
     try:
-        message_id = send_card(settings, dm, card)
+        message_id = send_card(settings, dm, channel_card(row, agents))
     except Exception as exc:
         log.error("could not send the new-chat card for %s:%s to %s: %s; nothing is pending", mg.channel_type,
                   mg.platform_id, approver, exc)
@@ -336,6 +334,17 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
     audit("router", "approval.channel.request", f"nca-{row.id}", sender=event.user_id,
           chat=f"{mg.channel_type}:{mg.platform_id}", approver=approver)
     return router.drop(event, "no_agent_wired", keep_content=False)
+
+
+def channel_card(row: PendingChannelApproval, agents: list[AgentGroup]) -> Card:
+    mg = row.messaging_group
+    who, place = person(row.sender_name, row.sender_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    buttons = tuple((a.name, f"nca-{row.id}:{agent_value(a)}") for a in agents)
+    buttons += (("➕ Create new", f"nca-{row.id}:create"), ("Ignore", f"nca-{row.id}:ignore"))
+    question = "Connect it to which agent?" if agents else "Create an agent for it?"
+    return Card("New chat — connect it?",
+                f"{who} is writing to the bot {place}, and no agent answers there yet. {question}\n\n"
+                f"Their message: “{excerpt(row.original_message.get('text'))}”", buttons)
 
 
 def _agent_for(value: str) -> AgentGroup | None:
@@ -407,27 +416,45 @@ def take_new_agent_name(event, settings, wake):
            .order_by(PendingChannelApproval.updated_at).first())
     if row is None:
         return None
-    here = Target(event.channel, event.chat_id, event.thread_id)
+    answer = name_new_agent(row, event.user_id, event.text, settings, wake)
+    if answer is None:
+        return None  # decided meanwhile: an ordinary message after all
+    say(settings, Target(event.channel, event.chat_id, event.thread_id), answer)
+    return router.RouteResult(handled="approval_name")
+
+
+def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, settings, wake=None) -> str | None:
+    """Create the agent named `text` (or drop the request on 'cancel'), wire the chat to it and
+    replay its message. Returns what to tell the approver; None if the row was decided meanwhile."""
     mg = row.messaging_group
     place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
     key = f"nca-{row.id}"
-    name = " ".join((event.text or "").split())[:64]
+    name = " ".join((text or "").split())[:64]
     if name.lower() in CANCEL_WORDS:
-        if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute():
-            audit(event.user_id, "approval.channel.ignore", key, chat=f"{mg.channel_type}:{mg.platform_id}")
-            edit_card(settings, row, f"Ignored by {display(event.user_id)}: no agent answers {place}.")
-            say(settings, here, f"OK, nothing was created; no agent answers {place}.")
-        return router.RouteResult(handled="approval_name")
+        if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
+            return None
+        audit(user_id, "approval.channel.ignore", key, chat=f"{mg.channel_type}:{mg.platform_id}")
+        edit_card(settings, row, f"Ignored by {display(user_id)}: no agent answers {place}.")
+        return f"OK, nothing was created; no agent answers {place}."
     if not slugify(name):
-        say(settings, here, "That name has no letters or digits to make a folder from. "
-                            "Reply with another name, or 'cancel'.")
-        return router.RouteResult(handled="approval_name")
+        return "That name has no letters or digits to make a folder from. Reply with another name, or 'cancel'."
     if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
-        return None  # decided meanwhile: an ordinary message after all
-    agent = create_agent(settings, name, event.user_id)
-    audit(event.user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}",
-          agent=agent.folder)
-    edit_card(settings, row, f"➕ Created by {display(event.user_id)}: {agent.name} now answers {place}.")
-    say(settings, here, f"Created the agent {agent.name} (folder {agent.folder}); it now answers {place}.")
-    _wire_and_replay(row, mg, agent, event.user_id, settings, wake=wake)
-    return router.RouteResult(handled="approval_name")
+        return None
+    agent = create_agent(settings, name, user_id)
+    audit(user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder)
+    edit_card(settings, row, f"➕ Created by {display(user_id)}: {agent.name} now answers {place}.")
+    _wire_and_replay(row, mg, agent, user_id, settings, wake=wake)
+    return f"Created the agent {agent.name} (folder {agent.folder}); it now answers {place}."
+
+
+# --- the operator page (web/waiting_sources.py lists these rows; a name can be replied there) --
+
+@register_reply("nca")
+def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    if row is None or row.state != "naming":
+        return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+    if not may_decide(user_id, row.approver_user_id, None):
+        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+    return name_new_agent(row, user_id, text, settings, router.current_waker()) or \
+        earlier_decision(f"nca-{ident}", CHANNEL_VERBS)

@@ -149,3 +149,4 @@ def answer_question(action, ident: str, value: str, settings) -> str:
 def display(user_id: str) -> str:
     user = User.get_or_none(User.id == user_id)
     return (user.name if user and user.name else None) or user_id
+

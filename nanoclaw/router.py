@@ -318,8 +318,8 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         elif replay and _already_written(path, message_id):
             continue  # this agent had it already (it knew the sender); do not wake it again
         content = event.content()
-        if command is not None:
-            content["command"] = command
+        if command in commands.ADMIN_ONLY:
+            content["command"] = command  # for the runner: act on the conversation, not a chat line
         store.write_message(path, content=content, target=target, trigger=engaged,
                             timestamp=event.timestamp, message_id=message_id)
         Session.update(last_active_at=utcnow()).where(Session.id == session.id).execute()

@@ -4,14 +4,11 @@ the agent's session (and, once, all the way to the agent's answer through a real
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from datetime import datetime, timezone
 
 import pytest
 
-from conftest import require
 from nanoclaw import create_app
 from nanoclaw.approvals import Candidate, choose_approver, where
 from nanoclaw.db import database
@@ -21,8 +18,8 @@ from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, DroppedMess
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from tests.fakes.telegram_api import TOKEN
-from tests.tg_flow import (SECRET, Telegram, buttons, cards, click, edits, message, person, post, shown, texts,
-                           toasts)
+from tests.tg_flow import (SECRET, Telegram, buttons, cards, click, edits, message, person, post, sandbox_service,
+                           shown, texts, toasts)
 
 OWNER, BOB, CARL, ADA = person(111, "Olivia"), person(444, "Bob"), person(555, "Carl"), person(666, "Ada")
 GROUP = -100777
@@ -291,43 +288,44 @@ def test_owner_in_a_new_chat_with_two_agents_gets_a_card(app, tg):
     assert "Olivia (telegram:111) is writing to the bot in the Telegram group 'Family'" in shown(card)
 
 
+# --- the operator page shows the same rows; deciding there is the same handler ----------------
+
+def test_pending_rows_on_the_page_are_decided_by_the_same_handlers(app, tg):
+    from nanoclaw import actions, pending
+    from nanoclaw.channels.base import Action
+    owner_with_andy(app)
+    cli(app, "agent", "create", "Bea")
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    post(app, message(GROUP, BOB, "hi there", title="Team", mention=True))  # unknown sender
+    post(app, message(-100888, ADA, "hello", title="Lab", mention=True))  # unknown chat
+    settings = app.config["NANOCLAW"]
+    items = {i.key.split("-")[0]: i for i in pending.pending_items(settings, "telegram:111").items}
+    assert set(items) == {"nsa", "nca"}
+    assert items["nsa"].title == "Bob (telegram:444) wants to talk to Andy"
+    assert ("Where", "in the Telegram group 'Team'") in items["nsa"].details
+    assert items["nsa"].buttons == tuple(buttons(cards(tg)[0]).items())
+    assert pending.pending_items(settings, "telegram:444").items == []  # a stranger sees nothing
+    answer = actions.dispatch(Action("web", items["nsa"].buttons[0][1], "telegram:111"), settings)
+    assert answer.startswith("Allowed") and edits(tg)[-1]["text"].startswith("✅ Allowed by Olivia")
+    create = dict(items["nca"].buttons)["➕ Create new"]
+    assert actions.dispatch(Action("web", create, "telegram:111"), settings) == "Reply with the new agent's name."
+    [naming] = pending.pending_items(settings, "telegram:111").items
+    assert pending.reply("nca", naming.key.split("-")[1], "Lab Helper", "telegram:111", settings) == \
+        "Created the agent Lab Helper (folder lab-helper); it now answers in the Telegram group 'Lab'."
+    assert [r["content"]["text"] for r in inbound(app, "lab-helper")] == ["@andy_test_bot hello"]
+
+
 # --- the whole way: the agent answers through a real sandbox -----------------------------------
 
-def test_allowed_stranger_gets_the_agents_answer_through_a_real_sandbox(make_settings, sqlite_url, tmp_path):
-    from nanoclaw import background
-    from nanoclaw.proxy import ProxyServer
-    from nanoclaw.runtime.base import select_runtime
-    from nanoclaw.sandboxes import SandboxManager, mounts_for
-    from tests.fakes.model_api import FakeModel, Reply
-
-    require(shutil.which("bwrap") is not None, "bubblewrap is not installed")
-    with FakeModel(script=lambda req: Reply.say("Booked: table for four at 8.")) as model, Telegram() as tg:
-        settings = make_settings(DATABASE_URL=sqlite_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                                 TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
-                                 ANTHROPIC_API_KEY="sk-ant-approvals-e2e", NANOCLAW_RUNTIME="bwrap",
-                                 NANOCLAW_INSTALL_ID=f"appr-{os.getpid()}")
-        app = create_app(settings)
-        database.connect(reuse_if_open=True)
-        apply_pending(database.obj, log=lambda _l: None)
-        owner_with_andy(app)
-        cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
-        door = ProxyServer(settings, lambda: ["andy"]).start()
-        runtime = select_runtime(settings, lambda _line: None)
-        manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings))
-        bg = background.start(app, manager)
-        try:
-            post(app, message(GROUP, BOB, "book a table for four", title="Team", mention=True))
-            [card] = cards(tg)
-            post(app, click(buttons(card)["✅ Allow"], OWNER, card))
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and not texts(tg, GROUP):
-                time.sleep(0.1)
-            assert texts(tg, GROUP) == ["Booked: table for four at 8."]
-            prompt = model.model_calls()[0].current_prompt()
-            assert '<message sender="Bob"' in prompt and "book a table for four</message>" in prompt
-        finally:
-            bg.shutdown()
-            for name in runtime.list_sandboxes(settings.install_id):
-                runtime.stop(name)
-            door.stop()
-            database.close()
+def test_allowed_stranger_gets_the_agents_answer_through_a_real_sandbox(make_settings, sqlite_url):
+    from tests.fakes.model_api import Reply
+    with sandbox_service(make_settings, sqlite_url, lambda req: Reply.say("Booked: table for four at 8.")) as svc:
+        owner_with_andy(svc.app)
+        svc.cli("wire", "telegram", str(GROUP), "andy", "--kind", "group")
+        svc.post(message(GROUP, BOB, "book a table for four", title="Team", mention=True))
+        [card] = cards(svc.tg)
+        svc.post(click(buttons(card)["✅ Allow"], OWNER, card))
+        svc.wait(lambda: texts(svc.tg, GROUP), what="the agent's answer in the group")
+        assert texts(svc.tg, GROUP) == ["Booked: table for four at 8."]
+        prompt = svc.model.model_calls()[0].current_prompt()
+        assert '<message sender="Bob"' in prompt and "book a table for four</message>" in prompt

@@ -19,8 +19,9 @@ def person(uid: int, first_name: str) -> dict:
 
 
 def message(chat_id: int, sender: dict, text: str, *, title: str | None = None, mention: bool = False,
-            topic: int | None = None, date: int | None = None) -> dict:
-    """An update carrying one message; in a group when `title` is given, else a private chat."""
+            topic: int | None = None, date: int | None = None, command: bool = False) -> dict:
+    """An update carrying one message; in a group when `title` is given, else a private chat.
+    mention: "@bot " is put before the text; command: the first word is a bot_command entity."""
     if mention:
         text = f"{MENTION} {text}"
     chat = {"id": chat_id, "type": "supergroup", "title": title} if title else \
@@ -29,6 +30,8 @@ def message(chat_id: int, sender: dict, text: str, *, title: str | None = None, 
            "text": text}
     if mention:
         msg["entities"] = [{"offset": 0, "length": len(MENTION), "type": "mention"}]
+    if command:
+        msg["entities"] = [{"offset": 0, "length": len(text.split()[0]), "type": "bot_command"}]
     if topic is not None:
         chat["is_forum"] = True
         msg.update(message_thread_id=topic, is_topic_message=True)
@@ -104,3 +107,72 @@ def shown(card: dict) -> str:
     import html
     import re
     return html.unescape(re.sub(r"</?b>", "", card["text"]))
+
+
+class Service:
+    """The web program's pieces in this process: the app (webhooks through app.test_client()), the
+    background delivery and waker, a real sandbox runtime, and the proxy door to a fake model."""
+
+    def __init__(self, app, tg, model, settings):
+        self.app, self.tg, self.model, self.settings = app, tg, model, settings
+
+    def cli(self, *args):
+        result = self.app.test_cli_runner().invoke(args=["nanoclaw", *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    def post(self, update):
+        return post(self.app, update)
+
+    def wait(self, predicate, timeout: float = 90.0, what: str = "it"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = predicate()
+            if found:
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}")
+
+
+def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
+    """A context manager yielding a Service on SQLite; needs bubblewrap (a CI run fails without it)."""
+    import contextlib
+    import os
+    import shutil
+
+    from conftest import require
+    from nanoclaw import background, create_app
+    from nanoclaw.db import database
+    from nanoclaw.migrate import apply_pending
+    from nanoclaw.proxy import ProxyServer
+    from nanoclaw.runtime.base import select_runtime
+    from nanoclaw.sandboxes import SandboxManager, mounts_for
+    from tests.fakes.model_api import FakeModel
+    from tests.fakes.telegram_api import TOKEN
+
+    @contextlib.contextmanager
+    def run():
+        require(shutil.which("bwrap") is not None, "bubblewrap is not installed")
+        with FakeModel(script=script) as model, Telegram() as tg:
+            settings = make_settings(DATABASE_URL=sqlite_url, TELEGRAM_BOT_TOKEN=TOKEN,
+                                     TELEGRAM_WEBHOOK_SECRET=SECRET, TELEGRAM_API_BASE=tg.url,
+                                     ANTHROPIC_UPSTREAM_URL=model.url, ANTHROPIC_API_KEY="sk-ant-flow-e2e",
+                                     NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}")
+            app = create_app(settings)
+            database.connect(reuse_if_open=True)
+            apply_pending(database.obj, log=lambda _l: None)
+            groups = settings.groups_dir
+            door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
+                               else [], rescan_interval=0.2).start()
+            sandbox_runtime = select_runtime(settings, lambda _line: None)
+            manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))
+            bg = background.start(app, manager)
+            try:
+                yield Service(app, tg, model, settings)
+            finally:
+                bg.shutdown()
+                for name in sandbox_runtime.list_sandboxes(settings.install_id):
+                    sandbox_runtime.stop(name)
+                door.stop()
+                database.close()
+    return run()
