@@ -290,7 +290,9 @@ def test_owner_in_a_new_chat_with_two_agents_gets_a_card(app, tg):
 
 # --- the operator page shows the same rows; deciding there is the same handler ----------------
 
-def test_pending_rows_on_the_page_are_decided_by_the_same_handlers(app, tg):
+def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
+    """The operator page sends the card's own action ids (channel 'web', no chat) and replies to
+    a "name the new agent" item through pending.reply."""
     from nanoclaw import actions, pending
     from nanoclaw.channels.base import Action
     owner_with_andy(app)
@@ -298,21 +300,23 @@ def test_pending_rows_on_the_page_are_decided_by_the_same_handlers(app, tg):
     cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
     post(app, message(GROUP, BOB, "hi there", title="Team", mention=True))  # unknown sender
     post(app, message(-100888, ADA, "hello", title="Lab", mention=True))  # unknown chat
+    sender_card, chat_card = cards(tg)
     settings = app.config["NANOCLAW"]
-    items = {i.key.split("-")[0]: i for i in pending.pending_items(settings, "telegram:111").items}
-    assert set(items) == {"nsa", "nca"}
-    assert items["nsa"].title == "Bob (telegram:444) wants to talk to Andy"
-    assert ("Where", "in the Telegram group 'Team'") in items["nsa"].details
-    assert items["nsa"].buttons == tuple(buttons(cards(tg)[0]).items())
-    assert pending.pending_items(settings, "telegram:444").items == []  # a stranger sees nothing
-    answer = actions.dispatch(Action("web", items["nsa"].buttons[0][1], "telegram:111"), settings)
+    assert actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:444"), settings) == \
+        "Only Olivia or an admin can decide this."
+    answer = actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:111"), settings)
     assert answer.startswith("Allowed") and edits(tg)[-1]["text"].startswith("✅ Allowed by Olivia")
-    create = dict(items["nca"].buttons)["➕ Create new"]
+    create = buttons(chat_card)["➕ Create new"]
     assert actions.dispatch(Action("web", create, "telegram:111"), settings) == "Reply with the new agent's name."
-    [naming] = pending.pending_items(settings, "telegram:111").items
-    assert pending.reply("nca", naming.key.split("-")[1], "Lab Helper", "telegram:111", settings) == \
+    assert texts(tg, 111)[-1].startswith("What should the new agent")  # asked in the owner's DM too
+    ident = create.split("-")[1].split(":")[0]
+    assert pending.reply("nca", ident, "Lab Helper", "telegram:444", settings) == \
+        "Only Olivia or an admin can decide this."
+    assert pending.reply("nca", ident, "Lab Helper", "telegram:111", settings) == \
         "Created the agent Lab Helper (folder lab-helper); it now answers in the Telegram group 'Lab'."
     assert [r["content"]["text"] for r in inbound(app, "lab-helper")] == ["@andy_test_bot hello"]
+    assert pending.reply("nca", ident, "Again", "telegram:111", settings) == \
+        "Already decided: a new agent was created by Olivia."
 
 
 # --- the whole way: the agent answers through a real sandbox -----------------------------------
