@@ -3,11 +3,22 @@
 Whoever takes the exclusive lock on data/scheduler.lock runs it: a second
 gunicorn worker or a `flask` command never runs the jobs twice.
 
-- delivery: a thread that watches the outbound.db of live sessions (a stat per
+- start-up (at once, in a job): this install's sandboxes left by a previous run
+  are removed, deliveries a killed predecessor left half done are settled, and
+  the first sweep runs over every open session; wakes that arrive meanwhile
+  wait in the queue and start right after;
+- delivery: a thread that watches the outbound.db of active sessions (a stat per
   session per tick; the database is opened only when the file changed) and
-  hands new rows to the adapters;
-- wake: an APScheduler job that drains the capacity queue and wakes sessions
-  whose due work has no sandbox.
+  hands new rows to the adapters (or to a system op's handler);
+- sweep (every SWEEP_INTERVAL_S): liveness, stuck claims, retries, idle stops,
+  wakes of due work (sweep.py), over the active sessions only (active.py);
+- drain (every DRAIN_INTERVAL_S): starts queued wakes when there is room;
+- scheduled tasks: exact-time jobs (task_timer.py).
+
+SIGTERM (gunicorn's worker_exit → shutdown()): stop taking work, let the
+delivery in flight finish, stop the scheduler (running jobs finish), stop the
+sandboxes (their runners give in-flight rows back), close the database. The
+next start carries on from the session files.
 """
 from __future__ import annotations
 
@@ -18,11 +29,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import delivery
+from . import delivery, sweep
+from .active import ActiveSet, SessionRef, everything, session_ids_of
 from .db import database
 from .sessions import session_schema as schema
 from .sessions import store
@@ -30,9 +43,10 @@ from .sessions import store
 log = logging.getLogger("nanoclaw.background")
 
 DELIVERY_TICK_S = 0.02
-WAKE_INTERVAL_S = 2.0
 LIVE_REFRESH_S = 2.0
 FULL_PASS_S = 1.0
+SWEEP_INTERVAL_S = 10.0
+DRAIN_INTERVAL_S = 2.0
 
 
 def take_lock(path: Path):
@@ -70,18 +84,105 @@ class Background:
     lock_handle: object
     scheduler: BackgroundScheduler | None = None
     live: dict[Path, tuple] = field(default_factory=dict)
+    ready: threading.Event = field(default_factory=threading.Event)  # start-up done
+    last_sweep: sweep.PassResult | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _pool: ThreadPoolExecutor | None = None
+    _timer: object | None = None
 
-    def watch(self, path: Path) -> None:
-        """Deliver for this session from now on (called on wake)."""
-        self.live.setdefault(path, ())
+    def __post_init__(self):
+        self.active = ActiveSet(self.settings)
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
 
-    def _refresh_live(self) -> None:
-        from .models import Session
-        with database.connection_context():
-            for s in Session.select(Session.id, Session.agent_group).where(Session.status == "active"):
-                self.live.setdefault(store.session_path(self.settings.sessions_dir, s.agent_group.folder, s.id), ())
+    # --- sessions ------------------------------------------------------------------------------
+    def watch(self, ref: SessionRef | Path) -> None:
+        """Deliver and sweep for this session from now on (called on wake)."""
+        if isinstance(ref, Path):
+            ref = SessionRef(ref.parent.name, ref.name, ref)
+        self.active.woke(ref)
+        self.live.setdefault(ref.path, ())
+
+    def wake(self, folder: str, session_id: str, *, task: bool = False) -> None:
+        """Start the session's sandbox off the caller's thread (or queue it: capacity, start-up)."""
+        if self.manager is None or self._stop.is_set():
+            return
+        try:
+            self._pool.submit(self.manager.wake, folder, session_id, task=task)
+        except RuntimeError:  # the pool is shut down: we are stopping
+            pass
+
+    def running_ids(self) -> set[str]:
+        if self.manager is None:
+            return set()
+        return session_ids_of(self.manager.running(), self.settings.install_id)
+
+    def refresh(self) -> list[SessionRef]:
+        """The active sessions now; the delivery loop watches exactly these."""
+        refs = self.active.refresh(self.running_ids())
+        paths = {r.path for r in refs}
+        for path in list(self.live):
+            if path not in paths:
+                self.live.pop(path, None)
+        for path in paths:
+            self.live.setdefault(path, ())
+        return refs
+
+    # --- jobs ------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Orphans out, half-done deliveries settled, the first sweep over every session, then
+        the regular jobs and the delivery thread."""
+        started = time.monotonic()
+        try:
+            if self.manager is not None:
+                removed = self.manager.stop_all()
+                if removed:
+                    log.info("removed %d sandbox(es) left by a previous run: %s", len(removed), ", ".join(removed))
+            self.sweep(full=True)
+        except Exception as exc:
+            log.exception("start-up recovery failed: %s", exc)
+        finally:
+            if self.manager is not None:
+                self.manager.held = False
+            self.ready.set()
+        log.info("start-up recovery done in %.2fs", time.monotonic() - started)
+        if self._stop.is_set():
+            return
+        self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
+        self._thread.start()
+        self.scheduler.add_job(self.sweep, "interval", seconds=SWEEP_INTERVAL_S, id="sweep", max_instances=1,
+                               coalesce=True)
+        self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
+                               coalesce=True, next_run_time=datetime.now(timezone.utc))
+        if self._timer is not None:
+            self._timer.start()
+
+    def sweep(self, full: bool = False) -> sweep.PassResult:
+        started = time.monotonic()
+        refs = self.refresh()
+        if full:
+            refs = everything(self.settings)
+        manager = self.manager
+
+        def wake(ref: SessionRef, task: bool = False) -> None:
+            self.watch(ref)
+            self.wake(ref.folder, ref.session_id, task=task)
+        result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(), settle=full,
+                                  pressure=bool(manager and manager.queue),
+                                  stop=(manager.stop if manager else lambda *_: None), wake=wake)
+        self.last_sweep = result
+        took = time.monotonic() - started
+        if full or result.stopped or result.resets or result.failed or took > 1:
+            log.info("sweep%s: %d session(s) in %.0f ms; stopped %d, retries %d, failed %d, woken %d",
+                     " (start-up, all sessions)" if full else "", result.sessions, took * 1000,
+                     len(result.stopped), result.resets, result.failed, len(result.woken))
+        if result.stopped:
+            self.drain()
+        return result
+
+    def drain(self) -> None:
+        if self.manager is not None and self.manager.queue:
+            self.manager.drain()
 
     def _delivery_loop(self) -> None:
         next_refresh = next_full = 0.0
@@ -89,7 +190,7 @@ class Background:
             now = time.monotonic()
             if now >= next_refresh:
                 try:
-                    self._refresh_live()
+                    self.refresh()
                 except Exception as exc:
                     log.warning("could not list sessions: %s", exc)
                 next_refresh = now + LIVE_REFRESH_S
@@ -98,45 +199,51 @@ class Background:
             if full:
                 next_full = now + FULL_PASS_S
             for path, seen in list(self.live.items()):
+                if self._stop.is_set():
+                    break  # shutting down: the delivery in flight finished, the rest waits for the next start
                 sig = outbound_signature(path)
                 if sig == seen and not full:
                     continue
                 try:
                     delivery.deliver_session(path, self.settings)
-                    self.live[path] = sig
+                    if path in self.live:
+                        self.live[path] = sig
                 except Exception as exc:  # keep the loop alive; the row stays for the next tick
                     log.exception("delivery for %s failed: %s", path, exc)
             self._stop.wait(DELIVERY_TICK_S)
 
-    def wake_due(self) -> None:
-        """Wake sessions with due triggering work and no sandbox (also drains the capacity queue)."""
-        if self.manager is None:
-            return
-        while self.manager.queue:
-            folder, session_id = self.manager.queue.popleft()
-            if not self.manager.wake(folder, session_id):
-                break
-        for path in list(self.live):
-            folder, session_id = path.parent.name, path.name
-            if store.has_due_trigger(path) and not self.manager.is_running(folder, session_id):
-                self.manager.wake(folder, session_id)
-
+    # --- life ------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
-        self._thread.start()
+        from .task_timer import TaskTimer
+        if self.manager is not None:
+            self.manager.held = True  # until the orphans are gone and the first sweep ran
         self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.scheduler.add_job(self.wake_due, "interval", seconds=WAKE_INTERVAL_S, id="wake_due",
-                               max_instances=1, coalesce=True)
+        self._timer = TaskTimer(self.settings, self.scheduler, wake=self.wake, watch=self.watch)
+        self.scheduler.add_job(self.startup, "date", id="startup", run_date=datetime.now(timezone.utc),
+                               misfire_grace_time=None)
         self.scheduler.start()
-        log.info("background jobs started in pid %d (delivery every %.0f ms)", os.getpid(), DELIVERY_TICK_S * 1000)
+        log.info("background jobs started in pid %d (sweep every %.0f s, delivery every %.0f ms)", os.getpid(),
+                 SWEEP_INTERVAL_S, DELIVERY_TICK_S * 1000)
 
-    def shutdown(self) -> None:
+    def shutdown(self, stop_sandboxes: bool = True) -> None:
+        if self.manager is not None:
+            self.manager.closing = True  # no new sandboxes from here on
         self._stop.set()
-        if self.scheduler:
-            self.scheduler.shutdown(wait=False)
         if self._thread:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=15)  # the delivery in flight finishes
+        if self._timer is not None:
+            self._timer.close()
+        if self.scheduler and self.scheduler.running:
+            self.scheduler.shutdown(wait=True)  # a running job (sweep, task run) finishes
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.manager is not None and stop_sandboxes:
+            stopped = self.manager.stop_all()
+            if stopped:
+                log.info("stopped %d sandbox(es); their runners gave back what was in flight", len(stopped))
+        if not database.is_closed():
+            database.close()
         self.lock_handle.close()
+        log.info("background jobs stopped in pid %d", os.getpid())
 
 
 def start(app, manager=None) -> Background | None:
@@ -150,12 +257,10 @@ def start(app, manager=None) -> Background | None:
     bg.start()
     app.extensions["nanoclaw.background"] = bg
     if manager is not None:
-        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
-
         def waker(folder: str, session_id: str) -> None:
             """Called by routing: watch the session and start its sandbox off the request thread."""
             bg.watch(store.session_path(settings.sessions_dir, folder, session_id))
-            pool.submit(manager.wake, folder, session_id)
+            bg.wake(folder, session_id)
         app.extensions["nanoclaw.waker"] = waker
     return bg
 

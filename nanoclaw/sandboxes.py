@@ -3,7 +3,8 @@
 Builds the SandboxSpec (what the agent may see) from the settings, the agent
 group and the session, and starts it through the selected Runtime. Starting is
 idempotent per session; at most MAX_CONCURRENT_CONTAINERS run at once and
-further wakes wait in a queue that the sweep drains.
+further wakes wait in a queue that the background jobs drain: first come, first
+served, except that within an agent group a due task goes before chat messages.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import logging
 import re
 import threading
 import time
-from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
 from .config import PROJECT_ROOT
 from .runtime.base import Mount, SandboxSpec
 from .sessions import store
@@ -63,6 +66,24 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
     return SandboxSpec(**kwargs)
 
 
+@dataclass
+class QueuedWake:
+    folder: str
+    session_id: str
+    task: bool = False  # the session has a due scheduled task
+
+
+def pick_next(queue: list[QueuedWake]) -> int:
+    """Index of the wake to start next: the oldest, unless its agent group also waits with a
+    due task, which then goes first (within a group, tasks before chat messages)."""
+    head = queue[0]
+    if not head.task:
+        for i, q in enumerate(queue):
+            if q.task and q.folder == head.folder:
+                return i
+    return 0
+
+
 class SandboxManager:
     """One per process that wakes sessions (the web program, or a `chat` command)."""
 
@@ -73,7 +94,9 @@ class SandboxManager:
         self.mounts_for = mounts_for or (lambda folder: ())
         self._lock = threading.Lock()
         self._starting: set[str] = set()
-        self.queue: deque[tuple[str, str]] = deque()
+        self.queue: list[QueuedWake] = []
+        self.held = False     # start-up: wakes queue until orphans are gone and the first sweep ran
+        self.closing = False  # shutdown: no new sandboxes
         self.last_error: str | None = None
 
     def name_of(self, folder: str, session_id: str) -> str:
@@ -85,21 +108,51 @@ class SandboxManager:
     def is_running(self, folder: str, session_id: str) -> bool:
         return self.runtime.is_running(sandbox_name(self.settings.install_id, folder, session_id))
 
-    def wake(self, folder: str, session_id: str) -> bool:
+    def _at_capacity(self) -> bool:
+        return len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers
+
+    def _enqueue(self, folder: str, session_id: str, task: bool) -> None:
+        for q in self.queue:
+            if (q.folder, q.session_id) == (folder, session_id):
+                q.task = q.task or task
+                return
+        self.queue.append(QueuedWake(folder, session_id, task))
+
+    def wake(self, folder: str, session_id: str, *, task: bool = False) -> bool:
         """Make sure the session's sandbox runs. False if it had to queue (capacity) or failed."""
         name = sandbox_name(self.settings.install_id, folder, session_id)
         with self._lock:
+            if self.closing:
+                return False
             if name in self._starting:
                 return True
             if self.runtime.is_running(name):
                 return True
-            if len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers:
-                if (folder, session_id) not in self.queue:
-                    self.queue.append((folder, session_id))
-                log.info("wake of %s/%s queued: %d sandboxes already run", folder, session_id,
-                         self.settings.max_concurrent_containers)
+            if self.held or self._at_capacity():
+                self._enqueue(folder, session_id, task)
+                if not self.held:
+                    log.info("wake of %s/%s queued: %d sandboxes already run", folder, session_id,
+                             self.settings.max_concurrent_containers)
                 return False
             self._starting.add(name)
+        return self._start(folder, session_id, name)
+
+    def drain(self) -> int:
+        """Start queued wakes while there is room; returns how many started."""
+        started = 0
+        while True:
+            with self._lock:
+                if self.closing or self.held or not self.queue or self._at_capacity():
+                    return started
+                entry = self.queue.pop(pick_next(self.queue))
+                name = sandbox_name(self.settings.install_id, entry.folder, entry.session_id)
+                if name in self._starting or self.runtime.is_running(name):
+                    continue
+                self._starting.add(name)
+            if self._start(entry.folder, entry.session_id, name):
+                started += 1
+
+    def _start(self, folder: str, session_id: str, name: str) -> bool:
         try:
             self._wait_for_proxy(folder)
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)))
@@ -119,6 +172,21 @@ class SandboxManager:
 
     def stop(self, folder: str, session_id: str) -> None:
         self.runtime.stop(sandbox_name(self.settings.install_id, folder, session_id))
+
+    def stop_all(self, timeout: float = 5) -> list[str]:
+        """Stop every sandbox of this install (start-up: a previous run's orphans; shutdown: ours).
+        A stopped runner gives its in-flight rows back, so the next start carries on."""
+        names = self.running()
+        if names:
+            with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="nanoclaw-stop") as pool:
+                list(pool.map(lambda n: self._stop_quietly(n, timeout), names))
+        return names
+
+    def _stop_quietly(self, name: str, timeout: float) -> None:
+        try:
+            self.runtime.stop(name, timeout=timeout)
+        except Exception as exc:  # one stuck sandbox must not keep the others running
+            log.error("could not stop sandbox %s: %s", name, exc)
 
     def _wait_for_proxy(self, folder: str) -> None:
         sock = self.settings.proxy_dir / folder / "proxy.sock"
