@@ -276,7 +276,7 @@ def test_a_failing_provider_is_reported_not_fatal(owner):
 def test_reply_box_reaches_the_registered_reply_handler(owner):
     got = []
 
-    @pending.register_pending("questions")
+    @pending.register_pending("test_questions")
     def items(settings, user_id):
         return [pending.PendingItem(key="tq-9", kind="Question", title="Which day?", body="", created_at=utcnow(),
                                     reply_prefix="tq")]
@@ -287,7 +287,7 @@ def test_reply_box_reaches_the_registered_reply_handler(owner):
         owner.post("/admin/reply", data={"csrf_token": csrf_of(page), "prefix": "tq", "ident": "9", "text": "Friday"})
         assert got == [(OWNER, "9", "Friday")]
     finally:
-        pending.unregister_pending("questions")
+        pending.unregister_pending("test_questions")
 
 
 # --- views ------------------------------------------------------------------------------------
@@ -497,3 +497,62 @@ def test_empty_chat_message_is_refused(owner):
     response = owner.post("/chat/andy", data={"csrf_token": token_for(owner, "/chat/andy"), "text": "  "},
                           headers={"Accept": "application/json"})
     assert response.status_code == 400 and WebMessage.select().count() == 0
+
+
+# --- the real approval and question capabilities on the page ----------------------------------
+
+def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site, cli):
+    from nanoclaw import router
+    from nanoclaw.channels.base import InboundEvent
+    from nanoclaw.models import PendingSenderApproval, UserDm
+    from nanoclaw.sessions import store
+    settings = site.config["NANOCLAW"]
+    assert cli("wire", "telegram", "777", "andy").exit_code == 0  # a DM whose strangers need approval
+    UserDm.create(user=OWNER, channel_type="web", platform_id=webchannel.chat_id_for(OWNER, "andy"))
+    router.route(InboundEvent(channel="telegram", event_id="u1", chat_id="777", kind="dm", sender_id="777",
+                              sender_name="Bo", text="Hi, lunch?", timestamp="2026-01-01T10:00:00.000Z"), settings)
+    row = PendingSenderApproval.get()
+    chat = owner.get("/chat/andy").get_data(as_text=True)
+    assert f'value="nsa-{row.id}:allow"' in chat  # the card reached the owner's DM (here: the web chat)
+    page = owner.get("/admin").get_data(as_text=True)
+    assert "Bo (telegram:777) wants to talk to Andy" in page and "Hi, lunch?" in page
+    assert f'value="nsa-{row.id}:allow"' in page  # the same action id as the card
+
+    decided = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"nsa-{row.id}:allow"},
+                         follow_redirects=True).get_data(as_text=True)
+    assert "Allowed: Bo can talk to Andy now." in decided and "wants to talk to Andy" not in decided
+    chat = owner.get("/chat/andy").get_data(as_text=True)
+    assert "Allowed by Olga" in chat and f'value="nsa-{row.id}:deny"' not in chat  # the card shows who decided
+    late = owner.post("/chat/andy/action", data={"csrf_token": csrf_of(chat), "action_id": f"nsa-{row.id}:deny"},
+                      headers={"Accept": "application/json"})
+    assert late.json["text"] == "Already decided: allowed by Olga."  # first answer won
+    session = Session.get(Session.messaging_group == MessagingGroup.get(MessagingGroup.platform_id == "777"))
+    conn = store.schema.connect(store.session_path(settings.sessions_dir, "andy", session.id) / "inbound.db",
+                                readonly=True)
+    texts = [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in")]
+    conn.close()
+    assert texts == ["Hi, lunch?"]  # the stored message, replayed to the agent
+
+
+def test_an_open_agent_question_is_answered_on_the_page(owner, site):
+    from nanoclaw.models import PendingQuestion
+    from nanoclaw.sessions import store
+    settings = site.config["NANOCLAW"]
+    mg = MessagingGroup.create(channel_type="telegram", platform_id="42", kind="dm")
+    session = Session.create(id="sq", agent_group=AgentGroup.get(), messaging_group=mg)
+    path = store.session_path(settings.sessions_dir, "andy", "sq")
+    store.prepare(path, Target("telegram", "42"))
+    pq = PendingQuestion.create(session=session, question_id="q1", title="Dinner", question="Which day?",
+                                options=["Friday", "Saturday"], channel_type="telegram", platform_id="42",
+                                expires_at=utcnow() + timedelta(minutes=5))
+    PendingQuestion.create(session=session, question_id="q0", question="Expired?", options=["yes"],
+                           channel_type="telegram", platform_id="42", expires_at=utcnow() - timedelta(seconds=1))
+    page = owner.get("/admin").get_data(as_text=True)
+    assert "Which day?" in page and f'value="ncq-{pq.id}:1"' in page and "Expired?" not in page
+    answered = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"ncq-{pq.id}:1"},
+                          follow_redirects=True).get_data(as_text=True)
+    assert "You chose: Saturday" in answered and "Which day?" not in answered
+    conn = store.schema.connect(path / "inbound.db", readonly=True)
+    kinds = [(r[0], json.loads(r[1])["answer"]) for r in conn.execute("SELECT kind, content FROM messages_in")]
+    conn.close()
+    assert kinds == [("answer", "Saturday")]

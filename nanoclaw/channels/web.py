@@ -136,7 +136,9 @@ class WebAdapter:
     def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
         with _connected():
             row = self._row(target, platform_message_id)
-            WebMessage.update(text=text, updated_at=utcnow()).where(WebMessage.id == row.id).execute()
+            # like a platform's edit, the new text replaces the card's body and its buttons go
+            card = dict(row.card, body=text, buttons=[]) if row.card else None
+            WebMessage.update(text=text, card=card, updated_at=utcnow()).where(WebMessage.id == row.id).execute()
 
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         with _connected():

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from datetime import datetime, timezone
@@ -20,12 +19,9 @@ from flask import Blueprint, abort, current_app, flash, g, redirect, render_temp
 from .. import actions, pending
 from ..channels.base import Action
 from ..cli import declared_mounts
-from ..db import database
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
-                      AgentGroup, AuditLog, MessagingGroup, Session, Wiring, audit)
+                      AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from ..mounts import AllowlistError, current_allowlist
-from ..sessions import session_schema as schema
-from ..sessions import store
 from . import auth, sandbox_state
 from .changes import ChangeRefused, WiringForm, add_mount, remove_mount, remove_wiring, save_wiring
 
@@ -285,45 +281,12 @@ def session_stop(session_id: str):
 
 # --- tasks ------------------------------------------------------------------------------------
 
-def scheduled_messages(limit: int = 200) -> list[dict]:
-    """Pending scheduled work in the sessions (messages_in kind 'task' or with a future process_after)."""
-    out = []
-    for s in (Session.select(Session, AgentGroup).join(AgentGroup)
-              .where(Session.agent_group.in_(visible_ids() or [-1]))):
-        path = store.session_path(settings().sessions_dir, s.agent_group.folder, s.id) / schema.INBOUND
-        if not path.exists():
-            continue
-        conn = schema.connect(path, readonly=True)
-        try:
-            rows = conn.execute("SELECT id, kind, process_after, recurrence, series_id, content FROM messages_in "
-                                "WHERE status = 'pending' AND (kind = 'task' OR recurrence IS NOT NULL OR "
-                                "process_after > ?) ORDER BY process_after LIMIT ?",
-                                (schema.utc_now_iso(), limit)).fetchall()
-        except Exception:  # noqa: BLE001 — an old or half-written file shows nothing, not an error page
-            rows = []
-        finally:
-            conn.close()
-        for r in rows:
-            try:
-                text = json.loads(r["content"]).get("text") or json.loads(r["content"]).get("prompt") or ""
-            except (ValueError, AttributeError):
-                text = ""
-            out.append({"agent": s.agent_group.folder, "session": s.id, "kind": r["kind"], "due": r["process_after"],
-                        "recurrence": r["recurrence"], "series": r["series_id"], "text": text})
-    return sorted(out, key=lambda t: t["due"] or "")[:limit]
-
-
-def task_table(limit: int = 200) -> tuple[list[str], list[tuple]] | None:
-    """The central `tasks` table, if this version has one (shown column by column)."""
-    if "tasks" not in database.get_tables():
-        return None
-    cursor = database.execute_sql(f"SELECT * FROM tasks ORDER BY 1 DESC LIMIT {int(limit)}")
-    return [c[0] for c in cursor.description], cursor.fetchall()
-
-
 @bp.get("/admin/tasks")
 def tasks():
-    return render_template("tasks.html", scheduled=scheduled_messages(), table=task_table())
+    rows = (ScheduledTask.select(ScheduledTask, AgentGroup).join(AgentGroup)
+            .where(ScheduledTask.agent_group.in_(visible_ids() or [-1]))
+            .order_by(ScheduledTask.status, ScheduledTask.next_run_at.asc(nulls="LAST")).limit(200))
+    return render_template("tasks.html", tasks=list(rows))
 
 
 # --- audit log --------------------------------------------------------------------------------

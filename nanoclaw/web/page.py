@@ -25,7 +25,7 @@ def configure(app, settings) -> None:
 
 
 def register(app, exempt=()) -> None:
-    from . import admin, chat
+    from . import admin, chat, waiting_sources  # noqa: F401  (the approval/question items register themselves)
     csrf.init_app(app)
     for blueprint in exempt:
         csrf.exempt(blueprint)
