@@ -339,7 +339,7 @@ def test_paths_outside_v1_are_404_and_connect_is_refused(start_proxy, upstream):
         reply += chunk
     s.close()
     assert reply.startswith(b"HTTP/1.1 403")
-    assert b"egress to pypi.org:443 is not allowed for agent group 'alpha'" in reply
+    assert b"egress to pypi.org is not on the allowlist of agent group 'alpha'" in reply
 
 
 # -- sockets and identity ------------------------------------------------------------------

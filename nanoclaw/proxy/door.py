@@ -2,9 +2,11 @@
 
 The listener that accepted the connection tells us the agent group (the socket
 path is the identity); nothing the caller sends can change it. Routes are
-checked in order, first prefix match wins: credential routes (a later issue)
-go before the model route. CONNECT goes to the egress handler, which refuses
-until the allowlist exists.
+checked in order: the group's own credential routes (`local_routes`) first,
+then the shared table (the model route). A proxy-style request with an absolute
+URL (`GET http://host/...`, what `http_proxy` makes clients send) goes to
+`forward`, which serves a host credential route or refuses: plain HTTP never
+leaves. CONNECT goes to the egress handler (the group's allowlist).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class Request:
     query: str
     headers: list[tuple[str, str]]
     body: bytes
+    authority: str | None = None  # host[:port] of an absolute-form URL (a plain-HTTP proxy request)
 
 
 def has_dot_segment(path: str) -> bool:
@@ -68,9 +71,11 @@ class Reply:
         self.chunked = False
         self.started = False
 
-    def simple(self, status: int, body: bytes, content_type: str, *, close: bool = False) -> None:
+    def simple(self, status: int, body: bytes, content_type: str, *, close: bool = False,
+               reason: str | None = None) -> None:
+        """reason: a custom reason phrase (the one part of a CONNECT refusal most clients print)."""
         h = self._h
-        h.send_response(status)
+        h.send_response(status, reason.replace("\r", " ").replace("\n", " ") if reason else None)
         h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(body)))
         if close:
@@ -117,6 +122,19 @@ class Reply:
     def finish(self) -> None:
         if self.chunked:
             self._h.wfile.write(b"0\r\n\r\n")
+
+    def hijack(self, status: int, reason: str):
+        """Answer a CONNECT and hand over the raw connection: (socket, buffered reader).
+
+        Bytes the client sent right after its request may already sit in the reader's buffer,
+        so read the first piece from the reader, the rest from the socket."""
+        h = self._h
+        h.send_response(status, reason)
+        h.end_headers()
+        h.wfile.flush()
+        self.started = True
+        h.close_connection = True  # after the tunnel, this connection is done
+        return h.connection, h.rfile
 
     def abort(self) -> None:
         """The body broke off midway: drop the connection so the caller sees it incomplete."""
@@ -190,8 +208,17 @@ class DoorHandler(BaseHTTPRequestHandler):
                 self.close_connection = True  # the rest of the stream cannot be trusted
                 status = reply.error(exc.status, str(exc), "invalid_request_error")
                 return
-            request = Request(folder, self.command, path, query, list(self.headers.items()), body)
-            route = door.routes.find(path)
+            authority = split.netloc if split.scheme in ("http", "https") else None
+            request = Request(folder, self.command, path, query, list(self.headers.items()), body, authority)
+            if authority is not None:
+                route = door.forward(request)
+                if route is None:
+                    status = reply.error(403, f"nanoclaw proxy: plain HTTP to {authority} is refused; only HTTPS "
+                                              "(CONNECT) to allowlisted hosts or a credential route goes out",
+                                         "permission_error")
+                    return
+            else:
+                route = door.local_routes(request) or door.routes.find(path)
             if has_dot_segment(path):
                 status = reply.error(400, "nanoclaw proxy: '.' and '..' path segments are refused",
                                      "invalid_request_error")
@@ -228,9 +255,13 @@ class Door:
     """What every socket shares: the route table, the egress handler, the request log."""
 
     def __init__(self, routes: RouteTable, *, egress: Callable[[Request, Reply], int] = refuse_connect,
+                 local_routes: Callable[[Request], Route | None] = lambda request: None,
+                 forward: Callable[[Request], Route | None] = lambda request: None,
                  logger: logging.Logger | None = None):
         self.routes = routes
         self.egress = egress
+        self.local_routes = local_routes  # the agent group's credential routes by path
+        self.forward = forward  # absolute-form requests: a credential route by host, or None
         self.log = logger or logging.getLogger("nanoclaw.proxy")
 
     def log_request(self, folder: str, method: str, path: str, status: int, started: float) -> None:

@@ -76,23 +76,28 @@ class ModelApi:
             resp.close()
 
     def _relay(self, request: Request, resp: requests.Response, reply: Reply) -> int:
-        status = resp.status_code
-        has_body = request.method != "HEAD" and status not in (204, 304) and status >= 200
-        reply.start(status, downstream_response_headers(resp.raw.headers.items()), has_body=has_body)
-        if not has_body:
-            return status
-        raw = resp.raw
-        try:
-            while True:
-                piece = raw.read1(RELAY_PIECE, decode_content=False)
-                if not piece:
-                    break
-                reply.write(piece)
-        except (BrokenPipeError, ConnectionResetError):
-            raise  # the caller left; the door logs it and drops the connection
-        except Exception:  # upstream broke off mid-body: headers are out, so cut the stream
-            reply.abort()
-            return status
-        reply.finish()
-        raw.release_conn()  # fully read: the connection goes back to the pool
+        return relay(request, resp, reply)
+
+
+def relay(request: Request, resp: requests.Response, reply: Reply) -> int:
+    """Pass an upstream response on piece by piece (credential routes use it too)."""
+    status = resp.status_code
+    has_body = request.method != "HEAD" and status not in (204, 304) and status >= 200
+    reply.start(status, downstream_response_headers(resp.raw.headers.items()), has_body=has_body)
+    if not has_body:
         return status
+    raw = resp.raw
+    try:
+        while True:
+            piece = raw.read1(RELAY_PIECE, decode_content=False)
+            if not piece:
+                break
+            reply.write(piece)
+    except (BrokenPipeError, ConnectionResetError):
+        raise  # the caller left; the door logs it and drops the connection
+    except Exception:  # upstream broke off mid-body: headers are out, so cut the stream
+        reply.abort()
+        return status
+    reply.finish()
+    raw.release_conn()  # fully read: the connection goes back to the pool
+    return status

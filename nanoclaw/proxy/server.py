@@ -5,6 +5,10 @@ blocking entry of the supervisord `proxy` program. Groups added later get a
 socket within one rescan (~2 s, or at once on SIGHUP); deleted groups lose
 theirs. If another live proxy already serves a group's socket, we leave it
 alone and take over only once it stops answering.
+
+Each group's egress allowlist and credential routes come from its policy files
+(policy_files.py): read on use when they changed, checked on every rescan, and
+read again on SIGHUP.
 """
 from __future__ import annotations
 
@@ -16,8 +20,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..security import folder_problem
-from .door import Door, Route, RouteTable, refuse_connect
+from .credentials import CredentialRelay
+from .door import Door, Request, Route, RouteTable
+from .egress import EgressGate, resolve
 from .model_api import ModelApi
+from .policy_files import PolicyStore, policy_root
 from .sockets import FolderListener, SocketInUse, is_live, prepare_dir, socket_path
 
 RESCAN_S = 2.0
@@ -32,16 +39,23 @@ def plan(wanted: Iterable[str], served: Iterable[str]) -> tuple[set[str], set[st
 class ProxyServer:
     def __init__(self, settings, list_folders: Callable[[], Iterable[str]], *,
                  rescan_interval: float = RESCAN_S, logger: logging.Logger | None = None,
-                 extra_routes: Iterable[tuple[str, Route]] = ()):
+                 extra_routes: Iterable[tuple[str, Route]] = (), resolver: Callable = resolve,
+                 secrets: Callable[[str], str | None] | None = None,
+                 on_policy_change: Callable[..., None] | None = None):
         self.settings = settings
         self.proxy_dir = Path(settings.proxy_dir)
         self.list_folders = list_folders
         self.rescan_interval = rescan_interval
         self.log = logger or logging.getLogger("nanoclaw.proxy")
         self.model_api = ModelApi.from_settings(settings)
-        # Checked in order: credential routes (later) come before the model route.
+        self.policies = PolicyStore(policy_root(settings), on_change=on_policy_change, logger=self.log)
+        self.credentials = CredentialRelay(secrets)
+        # The group's credential routes are asked first, then this table in order.
         self.door = Door(RouteTable((*tuple(extra_routes), ("/v1/", self.model_api))),
-                         egress=refuse_connect, logger=self.log)
+                         egress=EgressGate(self.policies, resolver=resolver),
+                         local_routes=self._credential_by_path, forward=self._credential_by_host,
+                         logger=self.log)
+        self._reload_policies = threading.Event()
         self._listeners: dict[str, FolderListener] = {}
         self._deferred: set[str] = set()  # served by another live process
         self._pinned: set[str] = set()  # ensure_socket() asked for these
@@ -71,6 +85,7 @@ class ProxyServer:
             for folder in list(self._listeners):
                 self._close(folder)
         self.model_api.close()
+        self.credentials.close()
 
     def __enter__(self) -> "ProxyServer":
         return self.start()
@@ -79,8 +94,23 @@ class ProxyServer:
         self.stop()
 
     def rescan_now(self) -> None:
-        """Rescan without waiting for the next tick (SIGHUP)."""
+        """Rescan without waiting for the next tick."""
         self._wake.set()
+
+    def reload(self) -> None:
+        """SIGHUP: rescan the groups and read every policy file again."""
+        self._reload_policies.set()
+        self._wake.set()
+
+    # -- credential routes ---------------------------------------------------------------
+
+    def _credential_by_path(self, request: Request) -> Route | None:
+        route = self.policies.get(request.folder).routes.for_path(request.path)
+        return self.credentials.route(route) if route else None
+
+    def _credential_by_host(self, request: Request) -> Route | None:
+        route = self.policies.get(request.folder).routes.for_host(request.authority or "")
+        return self.credentials.route(route) if route else None
 
     # -- queries -------------------------------------------------------------------------
 
@@ -161,6 +191,7 @@ class ProxyServer:
             return
         self._deferred.discard(folder)
         self._listeners[folder] = listener
+        self.policies.get(folder)  # read its policy files now (a bad file is reported at once)
         self.log.info("proxy: listening for agent group %s on %s", folder, path)
 
     def _close(self, folder: str, remove_dir: bool = False) -> None:
@@ -183,22 +214,29 @@ class ProxyServer:
                 return
             try:
                 self.sync()
+                if self._reload_policies.is_set():
+                    self._reload_policies.clear()
+                    self.policies.reload_all()
+                self.policies.refresh(self.served)  # a changed file is applied (and reported) now
             except Exception:  # keep the door open whatever one scan did
                 self.log.exception("proxy: rescan failed")
 
 
 def serve_forever(settings, list_folders: Callable[[], Iterable[str]],
-                  logger: logging.Logger | None = None, *, rescan_interval: float = RESCAN_S) -> None:
-    """The supervisord `proxy` program: run until SIGTERM/SIGINT; SIGHUP rescans at once.
+                  logger: logging.Logger | None = None, *, rescan_interval: float = RESCAN_S,
+                  on_policy_change: Callable[..., None] | None = None) -> None:
+    """The supervisord `proxy` program: run until SIGTERM/SIGINT; SIGHUP rescans at once and
+    reads every policy file again.
 
     Call from the main thread (signal handlers). list_folders is called from the
     rescan thread, so it must open its own DB connection if it needs one.
     """
     log = logger or logging.getLogger("nanoclaw.proxy")
     stop = threading.Event()
-    server = ProxyServer(settings, list_folders, logger=log, rescan_interval=rescan_interval)
+    server = ProxyServer(settings, list_folders, logger=log, rescan_interval=rescan_interval,
+                         on_policy_change=on_policy_change)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
-    signal.signal(signal.SIGHUP, lambda *_: server.rescan_now())
+    signal.signal(signal.SIGHUP, lambda *_: server.reload())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server.start()

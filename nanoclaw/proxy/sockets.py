@@ -58,6 +58,7 @@ class FolderListener(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = False
+    request_queue_size = 128  # a sandbox opens many connections at once (npm, pip): never refuse one
 
     def __init__(self, path: Path, folder: str, door: Door):
         self.folder = folder

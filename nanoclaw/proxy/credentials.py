@@ -1,0 +1,188 @@
+"""Credential routes: the proxy adds a token the sandbox never sees.
+
+A route is keyed by a path prefix on the proxy (`/github/` -> the agent calls
+`$NANOCLAW_PROXY_URL/github/user`) or by a host name (the agent calls `http://api.github.com/user`
+through `http_proxy`; the proxy goes on over HTTPS). Either way the request is forwarded to the
+route's https upstream with the caller's own credentials dropped and the header
+`<header>: <format with {token}>` added, the token read from a host environment variable (the
+process environment, then the project's .env) at the moment of the request. The file names the
+variable, never its value.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from dotenv import dotenv_values
+
+from ..config import PROJECT_ROOT
+from ..proposal_rules import RuleError, check_route_match, check_secret_name, check_upstream
+from .door import Reply, Request
+from .headers import CALLER_AUTH, HOP_BY_HOP, RECOMPUTED, _connection_tokens
+from .model_api import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, _short, make_session, relay
+
+HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+DEFAULT_HEADER = "Authorization"
+DEFAULT_FORMAT = "Bearer {token}"
+
+
+@dataclass(frozen=True)
+class CredentialRoute:
+    match: str          # '/prefix/' or 'host[:port]'
+    upstream: str       # https://host[:port][/base]
+    secret: str         # host environment variable holding the token
+    header: str = DEFAULT_HEADER
+    format: str = DEFAULT_FORMAT
+
+    @property
+    def by_path(self) -> bool:
+        return self.match.startswith("/")
+
+    def describe(self) -> str:
+        return (f"{self.match} -> {self.upstream} with {self.header}: "
+                f"{self.format.replace('{token}', '$' + self.secret)}")
+
+    def as_dict(self) -> dict:
+        return {"match": self.match, "upstream": self.upstream, "secret": self.secret,
+                "header": self.header, "format": self.format}
+
+
+def check_route(data: dict) -> CredentialRoute:
+    """One route from its file form; RuleError names what is wrong."""
+    if not isinstance(data, dict):
+        raise RuleError("a route must be an object")
+    header = str(data.get("header") or DEFAULT_HEADER)
+    fmt = str(data.get("format") or DEFAULT_FORMAT)
+    if not HEADER_RE.match(header) or header.lower() in HOP_BY_HOP | RECOMPUTED:
+        raise RuleError(f"{header!r} cannot carry a credential")
+    if "{token}" not in fmt or not fmt.isprintable() or len(fmt) > 200:
+        raise RuleError("format must be printable text containing {token}")
+    return CredentialRoute(check_route_match(str(data.get("match") or "")),
+                           check_upstream(str(data.get("upstream") or "")),
+                           check_secret_name(str(data.get("secret") or "")), header, fmt)
+
+
+@dataclass(frozen=True)
+class CredentialRoutes:
+    routes: tuple[CredentialRoute, ...] = ()
+
+    def for_path(self, path: str) -> CredentialRoute | None:
+        """The longest matching prefix, so /api/v2/ wins over /api/."""
+        best = None
+        for route in self.routes:
+            if route.by_path and path.startswith(route.match) and (best is None or len(route.match) > len(best.match)):
+                best = route
+        return best
+
+    def for_host(self, authority: str) -> CredentialRoute | None:
+        """`api.github.com` also answers `api.github.com:80` (what a client sends for http://)."""
+        authority = authority.lower().rstrip(".")
+        bare = authority[:-3] if authority.endswith(":80") else authority
+        for route in self.routes:
+            if not route.by_path and route.match in (authority, bare):
+                return route
+        return None
+
+
+def parse_routes(data: dict) -> CredentialRoutes:
+    if not isinstance(data, dict) or not isinstance(data.get("routes", []), list):
+        raise RuleError('the file must be {"routes": [...]}')
+    routes, seen = [], set()
+    for i, raw in enumerate(data.get("routes", [])):
+        try:
+            route = check_route(raw)
+        except RuleError as exc:
+            raise RuleError(f"route {i + 1}: {exc}") from None
+        if route.match in seen:
+            raise RuleError(f"route {i + 1}: {route.match} is listed twice")
+        seen.add(route.match)
+        routes.append(route)
+    return CredentialRoutes(tuple(routes))
+
+
+class HostSecrets:
+    """Token lookup: the process environment first, then the project's .env (re-read when it changes)."""
+
+    def __init__(self, dotenv_path: Path | None = None):
+        self.dotenv_path = Path(dotenv_path or os.environ.get("NANOCLAW_ENV_FILE") or PROJECT_ROOT / ".env")
+        self._cache: tuple[tuple, dict] = ((), {})
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> str | None:
+        value = os.environ.get(name)
+        return value if value else self._dotenv().get(name) or None
+
+    def _dotenv(self) -> dict:
+        try:
+            st = self.dotenv_path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            return {}
+        with self._lock:
+            if self._cache[0] != stamp:
+                self._cache = (stamp, {k: v for k, v in dotenv_values(self.dotenv_path).items() if v})
+            return self._cache[1]
+
+
+def forward_headers(incoming: Iterable[tuple[str, str]], route: CredentialRoute, token: str) -> dict[str, str]:
+    """The caller's headers minus hop-by-hop and any credential it sent, plus the route's token."""
+    items = list(incoming)
+    drop = HOP_BY_HOP | CALLER_AUTH | RECOMPUTED | _connection_tokens(items) | {route.header.lower()}
+    out: dict[str, str] = {}
+    for name, value in items:
+        low = name.lower()
+        if low not in drop:
+            out[low] = f"{out[low]}, {value}" if low in out else value
+    out[route.header] = route.format.replace("{token}", token)
+    return out
+
+
+def upstream_url(route: CredentialRoute, request: Request) -> str:
+    rest = request.path[len(route.match):] if route.by_path else request.path.lstrip("/")
+    return f"{route.upstream}/{rest}" + (f"?{request.query}" if request.query else "")
+
+
+class CredentialRelay:
+    """Forwards requests that a credential route matches; one pooled session per upstream."""
+
+    def __init__(self, secrets: Callable[[str], str | None] | None = None):
+        self.secrets = secrets or HostSecrets()
+        self._sessions: dict[str, requests.Session] = {}
+        self._lock = threading.Lock()
+
+    def _session(self, upstream: str) -> requests.Session:
+        with self._lock:
+            if upstream not in self._sessions:
+                self._sessions[upstream] = make_session(upstream)
+            return self._sessions[upstream]
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions.values():
+                session.close()
+            self._sessions.clear()
+
+    def route(self, route: CredentialRoute) -> Callable[[Request, Reply], int]:
+        return lambda request, reply: self.forward(route, request, reply)
+
+    def forward(self, route: CredentialRoute, request: Request, reply: Reply) -> int:
+        token = self.secrets(route.secret)
+        if not token:
+            return reply.error(503, f"nanoclaw proxy: the credential route {route.match} has no token: the host "
+                                    f"environment variable {route.secret} is not set (ask the owner)")
+        try:
+            resp = self._session(route.upstream).request(
+                request.method, upstream_url(route, request), headers=forward_headers(request.headers, route, token),
+                data=request.body if request.body or request.method not in ("GET", "HEAD") else None,
+                stream=True, allow_redirects=False, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+        except requests.RequestException as exc:
+            return reply.error(502, f"nanoclaw proxy: {route.upstream} unreachable: {_short(exc)}")
+        try:
+            return relay(request, resp, reply)
+        finally:
+            resp.close()
