@@ -359,6 +359,13 @@ def test_tasks_view_lists_scheduled_tasks(owner, site):
     scheduling.schedule(AgentGroup.get(), session, "water the plants", at="2099-01-01T09:00", tz="UTC")
     body = owner.get("/admin/tasks").get_data(as_text=True)
     assert "water the plants" in body and "2099-01-01 09:00" in body
+    from nanoclaw.models import ScheduledTask
+    task = ScheduledTask.get()
+    owner.post(f"/admin/tasks/{task.id}/pause", data={"csrf_token": csrf_of(body)})
+    assert ScheduledTask.get().status == "paused"
+    owner.post(f"/admin/tasks/{task.id}/cancel", data={"csrf_token": csrf_of(body)})
+    assert ScheduledTask.get().status == "cancelled"
+    assert AuditLog.select().where(AuditLog.action == "task.cancel", AuditLog.actor == OWNER).exists()
 
 
 # --- wirings and mounts on the page -----------------------------------------------------------

@@ -289,6 +289,22 @@ def tasks():
     return render_template("tasks.html", tasks=list(rows))
 
 
+@bp.post("/admin/tasks/<task_id>/<any(pause, resume, cancel):action>")
+def task_action(task_id: str, action: str):
+    from ..scheduling import TaskError, set_state
+    task = ScheduledTask.get_or_none(ScheduledTask.id == task_id)
+    if task is None or task.agent_group_id not in visible_ids():
+        abort(404)
+    try:
+        set_state(task.agent_group, task.id, action, tz=settings().timezone)
+    except TaskError as exc:
+        flash(str(exc), "error")
+    else:
+        audit(g.user_id, f"task.{action}", task.id, via="web")
+        flash(f"Task {task.id} {dict(pause='paused', resume='resumed', cancel='cancelled')[action]}.", "ok")
+    return redirect(url_for("admin.tasks"))
+
+
 # --- audit log --------------------------------------------------------------------------------
 
 @bp.get("/admin/audit")
