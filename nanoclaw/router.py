@@ -86,6 +86,13 @@ def sender_admitted(policy: str, known: bool) -> tuple[bool, str | None]:
     return False, f"unknown_sender_{policy}"
 
 
+def asks_approval(policy: str, engaged: bool, ignored_policy: str, sender_is_bot: bool) -> bool:
+    """Is a refused stranger worth a card? Only under request_approval, only a person, and only
+    when the wiring would have used the message (engaged, or kept as context): chatter that would
+    be dropped anyway asks nobody."""
+    return policy == "request_approval" and not sender_is_bot and (engaged or ignored_policy == "accumulate")
+
+
 def session_thread(kind: str, thread_id: str | None) -> str:
     """Threads of a thread-capable chat get sessions of their own; elsewhere one per chat."""
     return (thread_id or "") if kind == "thread" else ""
@@ -273,7 +280,7 @@ def route(event: InboundEvent, settings, wake=None, *, replay: bool = False) -> 
         return drop(event, "denied_channel", keep_content=False)
     wirings = list(Wiring.select().where(Wiring.messaging_group == mg).order_by(Wiring.priority.desc(), Wiring.id))
     if not wirings:
-        for gate in gates("unwired"):
+        for gate in gates("unwired") if creates_chat(event.kind, event.mentioned) else ():  # addressed only
             handled = gate(event, mg, settings, wake)
             if handled is not None:
                 return handled
@@ -289,21 +296,23 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
     message_id = f"{event.channel}:{event.event_id}"
     command = commands.parse(event.text)
     refused_sender = refused_command = None
+    asked = False
     for wiring in wirings:
         known = is_known(event.user_id, wiring.agent_group_id)
         admitted, reason = sender_admitted(mg.unknown_sender_policy, known)
+        existing = get_session(settings, wiring, mg, thread, create=False)
+        engaged = engages(wiring.engage_mode, wiring.engage_pattern, text=event.text, mentioned=event.mentioned,
+                          is_dm=mg.kind == "dm", sticky_session=existing is not None and existing.status == "active")
         if not admitted:
-            if refused_sender is None and mg.unknown_sender_policy == "request_approval" \
-                    and not event.sender_is_bot:
+            if not asked and asks_approval(mg.unknown_sender_policy, engaged, wiring.ignored_message_policy,
+                                           event.sender_is_bot):
+                asked = True  # one card per message, for the first agent that would have used it
                 for gate in gates("unknown_sender"):
                     gate(event, mg, wiring, settings)
             refused_sender = refused_sender or reason
             continue  # a refused sender's message is never accumulated either
         if wiring.sender_scope == "known" and not known:
             continue
-        existing = get_session(settings, wiring, mg, thread, create=False)
-        engaged = engages(wiring.engage_mode, wiring.engage_pattern, text=event.text, mentioned=event.mentioned,
-                          is_dm=mg.kind == "dm", sticky_session=existing is not None and existing.status == "active")
         if command is not None:
             verdict = commands.verdict(command, is_owner_or_admin(event.user_id, wiring.agent_group_id))
             if not verdict.allowed:

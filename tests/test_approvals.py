@@ -137,6 +137,28 @@ def test_stranger_in_a_group_is_approved_by_the_owner_and_the_message_replayed(a
     assert len(cards(tg)) == 1
 
 
+def test_chatter_that_no_agent_would_use_asks_nobody(app, tg):
+    owner_with_andy(app)
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")  # mention, ignored: drop
+    post(app, message(GROUP, BOB, "anyone for lunch?", title="Team"))  # not addressed to the bot
+    assert cards(tg) == [] and not PendingSenderApproval.select().exists()
+    assert [d.reason for d in DroppedMessage.select()] == ["unknown_sender_request_approval"]
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--ignored", "accumulate")  # now it would be context
+    post(app, message(GROUP, BOB, "anyone?", title="Team"))
+    assert len(cards(tg)) == 1
+
+
+def test_a_denied_chat_stays_quiet(app, tg):
+    owner_with_andy(app)
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    MessagingGroup.update(denied_at=datetime.now(timezone.utc).replace(tzinfo=None)) \
+        .where(MessagingGroup.platform_id == str(GROUP)).execute()
+    post(app, message(GROUP, OWNER, "hello?", title="Team", mention=True))
+    post(app, message(GROUP, BOB, "hello?", title="Team", mention=True))
+    assert cards(tg) == [] and not Session.select().exists()
+    assert [(d.reason, d.content) for d in DroppedMessage.select()] == [("denied_channel", None)] * 2
+
+
 def test_deny_drops_and_remembers_nothing(app, tg):
     owner_with_andy(app)
     cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")

@@ -164,6 +164,17 @@ def test_fan_out_to_two_agents_with_different_modes(app, tg):
     assert Session.select().count() == 2  # one session per agent
 
 
+def test_wiring_changes_take_effect_on_the_next_message(app, tg):
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    post(app, message(GROUP, OWNER, "first", title="Team"))
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--engage", "pattern", "--pattern", ".")
+    post(app, message(GROUP, OWNER, "second", title="Team"))
+    cli(app, "unwire", "telegram", str(GROUP), "andy")
+    post(app, message(GROUP, OWNER, "third", title="Team"))
+    assert stored(app, "andy") == [("second", 1)]
+    assert [d.reason for d in DroppedMessage.select()][-1] == "no_agent_wired"
+
+
 def test_sticky_threads_follow_up_without_a_mention(app, tg):
     cli(app, "wire", "telegram", str(FORUM), "andy", "--kind", "thread")  # default: mention-sticky
     post(app, message(FORUM, OWNER, "status of the release?", title="Dev", topic=200, mention=True))
