@@ -335,3 +335,22 @@ def test_scheduled_tasks_fire_at_their_local_time(tmp_path, fakes):
     finally:
         svc.stop()
         print(svc.log[-8000:])
+
+
+def test_sigterm_stops_cleanly_and_the_next_start_carries_on(service, fakes):
+    model, tg = fakes
+    answers = iter([Reply.say("interrupted", delay_s=60), Reply.say("Carried on.")])
+    model.script = lambda req: next(answers)
+    service.start()
+    assert service.post(update("Summarise my week")) == 200
+    model.wait_for(lambda r: "Summarise my week" in r.current_prompt(), timeout=60)
+    sandbox = service.sandbox_pid()
+    service.proc.send_signal(signal.SIGTERM)
+    service.proc.wait(40)
+    assert service.proc.returncode == 0, service.log[-3000:]
+    assert "background jobs stopped" in service.log and not _alive(sandbox)
+    (row,) = service.inbound_rows()
+    assert (row["status"], row["tries"]) == ("pending", 0)  # given back by its runner: no try used up
+    service.start()
+    tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=30)
+    assert sent_texts(tg) == ["Carried on."]
