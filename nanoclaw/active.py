@@ -78,6 +78,10 @@ class ActiveSet:
         self._woken: dict[str, tuple[SessionRef, float]] = {}
         self.refs: dict[str, SessionRef] = {}
 
+    def woken_ids(self):
+        """A live view: sessions this process woke (within the window), as they are added."""
+        return self._woken.keys()
+
     def woke(self, ref: SessionRef) -> None:
         self._woken[ref.session_id] = (ref, time.monotonic())
         self.refs.setdefault(ref.session_id, ref)

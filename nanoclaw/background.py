@@ -4,9 +4,9 @@ Whoever takes the exclusive lock on data/scheduler.lock runs it: a second
 gunicorn worker or a `flask` command never runs the jobs twice.
 
 - start-up (at once, in a job): this install's sandboxes left by a previous run
-  are removed, deliveries a killed predecessor left half done are settled, and
-  the first sweep runs over every open session; wakes that arrive meanwhile
-  wait in the queue and start right after;
+  are removed (wakes that arrive meanwhile wait in the queue), then the first
+  sweep runs over every open session, settling deliveries a killed predecessor
+  left half done, while delivery, wakes and task runs already go on;
 - delivery: a thread that watches the outbound.db of active sessions (a stat per
   session per tick; the database is opened only when the file changed) and
   hands new rows to the adapters (or to a system op's handler);
@@ -130,32 +130,37 @@ class Background:
 
     # --- jobs ------------------------------------------------------------------------------------
     def startup(self) -> None:
-        """Orphans out, half-done deliveries settled, the first sweep over every session, then
-        the regular jobs and the delivery thread."""
+        """Orphans out; then wakes, delivery and tasks run while the first sweep goes over every
+        session (settling deliveries a killed predecessor left half done); then the regular sweep."""
         started = time.monotonic()
         try:
             if self.manager is not None:
                 removed = self.manager.stop_all()
                 if removed:
                     log.info("removed %d sandbox(es) left by a previous run: %s", len(removed), ", ".join(removed))
-            self.sweep(full=True)
         except Exception as exc:
-            log.exception("start-up recovery failed: %s", exc)
+            log.exception("could not remove the previous run's sandboxes: %s", exc)
         finally:
             if self.manager is not None:
                 self.manager.held = False
-            self.ready.set()
-        log.info("start-up recovery done in %.2fs", time.monotonic() - started)
         if self._stop.is_set():
             return
         self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
         self._thread.start()
-        self.scheduler.add_job(self.sweep, "interval", seconds=SWEEP_INTERVAL_S, id="sweep", max_instances=1,
-                               coalesce=True)
         self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(timezone.utc))
         if self._timer is not None:
             self._timer.start()
+        try:
+            self.sweep(full=True)
+        except Exception as exc:
+            log.exception("start-up sweep failed: %s", exc)
+        finally:
+            self.ready.set()
+        log.info("start-up recovery done in %.2fs", time.monotonic() - started)
+        if not self._stop.is_set():
+            self.scheduler.add_job(self.sweep, "interval", seconds=SWEEP_INTERVAL_S, id="sweep", max_instances=1,
+                                   coalesce=True)
 
     def sweep(self, full: bool = False) -> sweep.PassResult:
         started = time.monotonic()
@@ -169,6 +174,7 @@ class Background:
             self.wake(ref.folder, ref.session_id, task=task)
         result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(), settle=full,
                                   pressure=bool(manager and manager.queue),
+                                  skip=self.active.woken_ids() if full else frozenset(),
                                   stop=(manager.stop if manager else lambda *_: None), wake=wake)
         self.last_sweep = result
         took = time.monotonic() - started

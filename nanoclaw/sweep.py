@@ -148,6 +148,7 @@ def _mtime(path: Path) -> float | None:
 class Reading:
     view: SessionView
     due_task: bool = False  # due work includes a scheduled task (it goes first in the queue)
+    half_sent: bool = False  # a delivery was left 'sending' (by a killed predecessor, at start-up)
 
 
 def _open(path: Path) -> tuple[sqlite3.Connection | None, bool]:
@@ -194,6 +195,7 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
         kinds = {k for (k,) in conn.execute(
             "SELECT DISTINCT kind FROM messages_in WHERE status = 'pending' AND trigger = 1 AND "
             f"(process_after IS NULL OR process_after <= ?){unacked}", (now_iso,))}
+        half_sent = conn.execute("SELECT 1 FROM delivered WHERE status = 'sending' LIMIT 1").fetchone() is not None
     except sqlite3.Error as exc:  # the agent mid-create: look again next sweep
         log.warning("could not read %s: %s", path, exc)
         return Reading(SessionView(running=running, heartbeat_at=heartbeat, last_work_at=max(work, default=None)))
@@ -202,7 +204,7 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
     view = SessionView(running=running, heartbeat_at=heartbeat, claims=claims, current_tool=tool,
                        tool_timeout_ms=timeout_ms, last_work_at=max(work, default=None),
                        has_due_work=bool(kinds), failures=failures)
-    return Reading(view, due_task="task" in kinds)
+    return Reading(view, due_task="task" in kinds, half_sent=half_sent)
 
 
 def _failures(conn: sqlite3.Connection) -> tuple[Claim, ...]:
@@ -297,18 +299,21 @@ class PassResult:
 
 
 def sweep_pass(refs, running_ids: set[str], settings, *, stop, wake, now: float, pressure: bool = False,
-               settle: bool = False) -> PassResult:
+               settle: bool = False, skip=frozenset()) -> PassResult:
     """Decide and apply for each session of `refs` (active.SessionRef). `stop(folder, id)` stops
     a sandbox, `wake(ref, task=bool)` starts one (or queues it); `settle` (at start-up) first
-    settles the deliveries a killed predecessor left half done."""
+    settles the deliveries a killed predecessor left half done. Sessions in `skip` (woken while
+    the start-up pass runs) are left to the next regular sweep."""
     from . import delivery
     result = PassResult()
     for ref in refs:
+        if ref.session_id in skip:
+            continue
         result.sessions += 1
         try:
-            if settle:
-                delivery.settle_interrupted(ref.path)
             reading = read_view(ref.path, ref.session_id in running_ids, now)
+            if settle and reading.half_sent:
+                delivery.settle_interrupted(ref.path)
             idle = TASK_RUN_IDLE_S if ref.isolated_run else PRESSURE_IDLE_S if pressure else IDLE_S
             d = decide(reading.view, now, idle)
             if d.stop:
