@@ -426,6 +426,8 @@ def test_a_uid_1000_sandbox_reaches_the_proxy_through_the_mounted_dir(start_prox
         "sys.stdout.write(str(__import__('os').getuid())+' '+d.decode())\n")
     out = subprocess.run(
         ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+         # the venv may live under /tmp (a CI clone): bind it back over the fresh tmpfs
+         "--ro-bind", sys.prefix, sys.prefix,
          "--tmpfs", "/run", "--ro-bind", str(sock_dir), "/run/nanoclaw-proxy", "--unshare-all",
          "--unshare-user", "--uid", "1000", "--gid", "1000", "--die-with-parent",
          sys.executable, "-c", client],
