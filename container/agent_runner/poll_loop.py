@@ -47,6 +47,21 @@ def _str(v) -> str | None:
     return None if v is None else str(v)
 
 
+# Slash commands the host let through (only from admins; see nanoclaw/commands.py): the SDK runs
+# them itself when they are the whole prompt.
+COMMAND_DONE = {"/clear": "Conversation cleared: I start fresh from here.",
+                "/compact": "Conversation compacted: I keep a summary and drop the details."}
+
+
+def sdk_command(row: InboundRow) -> str | None:
+    """'/compact keep the todo list' for a row the router marked as that command, else None."""
+    command = row.content.get("command") if isinstance(row.content, dict) else None
+    if f"/{command}" not in COMMAND_DONE:
+        return None
+    words = str(row.content.get("text") or "").split(None, 1)
+    return f"/{command}" + (f" {words[1]}" if len(words) > 1 else "")
+
+
 def build_prompt(batch: list[InboundRow], tz: str) -> str:
     return format_messages([to_message(r) for r in batch], tz)
 
@@ -78,10 +93,13 @@ class PollLoop:
         self.tool_ctx.turn = Turn(reply_to=target, in_reply_to=answering.id)
         log.info("turn start: %d message(s), seq %d..%d", len(batch), batch[0].seq, batch[-1].seq)
         started = time.monotonic()
+        command = sdk_command(answering)
         try:
-            result = await self.provider.run_turn(build_prompt(batch, self.config.timezone))
+            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone))
         finally:
             self.tool_ctx.turn = Turn()
+        if command and not result.error and not (result.text or "").strip():
+            result.text = COMMAND_DONE[command.split()[0]]
         if result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
