@@ -421,15 +421,16 @@ def mount_remove(folder, name):
 def proxy_cmd():
     """Run the sandbox door: one unix socket per agent group (supervisord's `proxy` program).
 
-    SIGHUP rescans agent groups at once; SIGTERM stops and removes the sockets.
+    SIGHUP rescans agent groups and re-reads every policy file at once; SIGTERM stops and removes the sockets.
     """
     from .db import database as db
     from .proxy import serve_forever
+    from .proxy.policy_files import audit_change
 
     def list_folders():
         with db.connection_context():
             return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
-    serve_forever(settings(), list_folders)
+    serve_forever(settings(), list_folders, on_policy_change=audit_change)
 
 
 @nanoclaw_group.command("discord-gateway")

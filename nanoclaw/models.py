@@ -311,3 +311,52 @@ class ScheduledTask(Base):
 
 
 ALL_MODELS += [ScheduledTask]
+
+
+# --- help requests and proposals from agents (migration 0005_operator) ------------------------
+
+class HelpRequest(Base):
+    """An agent's ask_operator: open until the owner replies (card reply or the page)."""
+    session = pw.ForeignKeyField(Session, on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    ref = pw.CharField()
+    text = pw.TextField()
+    state = pw.CharField(default="open")  # open | answered
+    approver_user_id = pw.CharField(null=True)
+    card_channel = pw.CharField(null=True)
+    card_chat_id = pw.CharField(null=True)
+    card_message_id = pw.CharField(null=True)
+    answer = pw.TextField(null=True)
+    answered_by = pw.CharField(null=True)
+    answered_at = pw.DateTimeField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "help_requests"
+        indexes = ((("session", "ref"), True),)
+
+
+class PendingProposal(Base):
+    """A change an agent proposed (egress, credential route, packages, MCP server, new agent)."""
+    session = pw.ForeignKeyField(Session, on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    ref = pw.CharField()
+    kind = pw.CharField()
+    payload = JSONField()
+    reason = pw.TextField(default="")
+    state = pw.CharField(default="pending")  # pending | approved | rejected | failed
+    approver_user_id = pw.CharField(null=True)
+    card_channel = pw.CharField(null=True)
+    card_chat_id = pw.CharField(null=True)
+    card_message_id = pw.CharField(null=True)
+    decided_by = pw.CharField(null=True)
+    decided_at = pw.DateTimeField(null=True)
+    note = pw.TextField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "pending_proposals"
+        indexes = ((("session", "ref"), True),)
+
+
+ALL_MODELS += [HelpRequest, PendingProposal]

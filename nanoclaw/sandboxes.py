@@ -8,11 +8,13 @@ served, except that within an agent group a due task goes before chat messages.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from .config import PROJECT_ROOT
@@ -37,7 +39,9 @@ def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
 
 
 def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mount, ...] = (),
-               command: tuple[str, ...] | None = None) -> SandboxSpec:
+               command: tuple[str, ...] | None = None, image: str | None = None,
+               mcp_servers: dict | None = None) -> SandboxSpec:
+    """image / mcp_servers: what the owner approved for this agent group (agent_capabilities)."""
     session_dir = store.session_path(settings.sessions_dir, folder, session_id)
     global_dir = settings.groups_dir / "global"
     env = {
@@ -63,7 +67,25 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
     )
     if command:
         kwargs["command"] = command
+    if image:
+        kwargs["image"] = image
+    if mcp_servers:
+        env["NANOCLAW_MCP_SERVERS"] = json.dumps(mcp_servers, sort_keys=True)
     return SandboxSpec(**kwargs)
+
+
+def agent_capabilities(folder: str) -> dict:
+    """The group's approved image and MCP servers from its container_config ({} when none)."""
+    from .db import database
+    from .models import AgentGroup
+    try:
+        with (database.connection_context() if database.is_closed() else nullcontext()):
+            agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+    except Exception as exc:  # no database here (a bare test): the defaults
+        log.debug("no capabilities for %s: %s", folder, exc)
+        return {}
+    config = (agent.container_config or {}) if agent else {}
+    return {k: config[k] for k in ("image", "mcp_servers") if config.get(k)}
 
 
 @dataclass
@@ -87,11 +109,12 @@ def pick_next(queue: list[QueuedWake]) -> int:
 class SandboxManager:
     """One per process that wakes sessions (the web program, or a `chat` command)."""
 
-    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None):
+    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None, capabilities_for=None):
         self.settings = settings
         self.on_refused = on_refused  # tell the owner in chat why a sandbox did not start
         self.runtime = runtime
         self.mounts_for = mounts_for or (lambda folder: ())
+        self.capabilities_for = capabilities_for or agent_capabilities
         self._lock = threading.Lock()
         self._starting: set[str] = set()
         self.queue: list[QueuedWake] = []
@@ -155,7 +178,8 @@ class SandboxManager:
     def _start(self, folder: str, session_id: str, name: str) -> bool:
         try:
             self._wait_for_proxy(folder)
-            spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)))
+            spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
+                              **self.capabilities_for(folder))
             started = time.monotonic()
             self.runtime.start(spec)
             log.info("started sandbox %s (%s) in %.2fs", name, self.runtime.name, time.monotonic() - started)

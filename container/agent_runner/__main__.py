@@ -87,8 +87,10 @@ def main() -> int:
     if bridge:
         # Other HTTPS (WebFetch, pip, curl in Bash) goes out as CONNECT through the same door,
         # where the proxy applies the group's egress allowlist.
-        for var in ("HTTPS_PROXY", "https_proxy"):
+        # Plain http:// goes there too: the proxy serves credential routes by host and refuses the rest.
+        for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
             os.environ[var] = base_url
+        os.environ["NANOCLAW_PROXY_URL"] = base_url  # credential routes by path: $NANOCLAW_PROXY_URL/<prefix>/...
         for var in ("NO_PROXY", "no_proxy"):
             os.environ[var] = "127.0.0.1,localhost"
     log.info("runner start: session=%s group=%s", config.session_dir, config.group_dir)

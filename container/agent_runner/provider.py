@@ -17,6 +17,7 @@ from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKCli
                               ResultMessage, StreamEvent, SystemMessage, TextBlock)
 
 from .config import PLACEHOLDER_API_KEY, RunnerConfig
+from .extra_servers import extra_mcp_servers
 from .hooks import BLOCKED_TOOLS, make_hooks
 from .mcp_tools import SERVER_NAME, ToolContext, build_server
 from .reasons import short_reason
@@ -67,7 +68,7 @@ class ClaudeProvider:
             permission_mode="bypassPermissions",
             disallowed_tools=list(BLOCKED_TOOLS),
             include_partial_messages=True,  # every stream event touches the heartbeat
-            mcp_servers={SERVER_NAME: build_server(self.tool_ctx)},
+            mcp_servers={**extra_mcp_servers(), SERVER_NAME: build_server(self.tool_ctx)},
             hooks=make_hooks(self.store, self.on_event),
             # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
             setting_sources=["project", "user", "local"],

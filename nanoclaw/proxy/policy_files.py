@@ -273,3 +273,15 @@ def describe(policy_part) -> list[str]:
     if hasattr(policy_part, "entries"):
         return policy_part.as_list()
     return [r.describe() for r in getattr(policy_part, "routes", ())]
+
+
+def audit_change(folder: str, name: str, old, new, error: str | None) -> None:
+    """The proxy program's on_change: every reload (or refused file) in the audit log, as a diff of
+    names (hosts, routes, variable names), never a value."""
+    from ..db import database
+    from ..models import audit
+    with database.connection_context():
+        if error:
+            audit("proxy", "policy.invalid", folder, file=name, error=error[:500], kept="the previous policy")
+        else:
+            audit("proxy", "policy.reload", folder, file=name, diff=diff_lines(describe(old), describe(new)))

@@ -68,6 +68,7 @@ class SandboxSpec:
     uid: int = 1000
     gid: int = 1000
     labels: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None  # Docker: the agent group's own image (approved packages); None = the default
 
 
 class Runtime(Protocol):

@@ -91,7 +91,7 @@ class DockerRuntime:
             grant_to_sandbox_user(spec.session_dir, spec.group_dir, spec.uid, spec.gid)
             try:
                 self.client.containers.run(
-                    self.image,
+                    spec.image or self.image,
                     command=list(spec.command),
                     name=spec.name,
                     detach=True,

@@ -175,3 +175,75 @@ def build_image(settings, *, ca_bundle: Path | None = None, progress: Callable[[
     timings["image"] = time.monotonic() - started
     progress(f"built {settings.agent_image} in {timings['image']:.0f}s")
     return timings
+
+
+# --- per-agent-group images: the agent image plus the packages the owner approved ---------------
+
+GROUP_IMAGE_PREFIX = "nanoclaw-agent-"
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def group_image_tag(base: str, folder: str, apt: list[str], npm: list[str]) -> str:
+    """A tag that names exactly what is in the image: the same packages on the same base give the
+    same tag (built once), any change gives a new one (the old image stays until pruned)."""
+    import hashlib
+    import json
+    key = json.dumps({"base": base, "apt": sorted(set(apt)), "npm": sorted(set(npm))}, sort_keys=True)
+    repo = re.sub(r"[^a-z0-9_.-]", "-", folder.lower()).strip("-._") or "group"
+    return f"{GROUP_IMAGE_PREFIX}{repo}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def group_dockerfile(base: str, apt: list[str], npm: list[str], *, with_ca: bool) -> str:
+    """Package names were checked by regex on both sides; they are quoted here anyway."""
+    import shlex
+    apt = sorted(set(apt) | ({"nodejs", "npm"} if npm else set()))
+    ca_apt = "-o Acquire::https::CaInfo=/tmp/build-ca/ca.crt " if with_ca else ""
+    lines = [f"FROM {base}", "USER root", "COPY build-ca/ /tmp/build-ca/"]
+    if apt:
+        lines.append("RUN set -eu; export DEBIAN_FRONTEND=noninteractive; "
+                     f"apt-get {ca_apt}update; apt-get {ca_apt}install -y --no-install-recommends "
+                     + " ".join(shlex.quote(p) for p in apt) + "; rm -rf /var/lib/apt/lists/*")
+    if npm:
+        ca_env = "export NODE_EXTRA_CA_CERTS=/tmp/build-ca/ca.crt; " if with_ca else ""
+        lines.append(f"RUN set -eu; {ca_env}npm install -g --no-audit --no-fund "
+                     + " ".join(shlex.quote(p) for p in npm) + "; npm cache clean --force")
+    lines += ["RUN rm -rf /tmp/build-ca", "USER 1000:1000"]
+    return "\n".join(lines) + "\n"
+
+
+def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, ca_bundle: Path | None = None,
+                      progress: Callable[[str], None] = print, client=None) -> str:
+    """Build (unless it exists) the group's image on top of settings.agent_image; returns its tag.
+
+    ca_bundle: trusted during the build only (apt over https, npm), e.g. behind an intercepting
+    proxy; by default $NANOCLAW_BUILD_CA_BUNDLE, else the host's own system bundle."""
+    client = _client(client)
+    tag = group_image_tag(settings.agent_image, folder, apt, npm)
+    if _has_image(client, tag):
+        progress(f"{tag} exists already")
+        return tag
+    if not _has_image(client, settings.agent_image):
+        raise ImageBuildError(f"no base image {settings.agent_image}; build it first: flask --app app nanoclaw image build")
+    if ca_bundle is None:
+        configured = os.environ.get("NANOCLAW_BUILD_CA_BUNDLE")
+        ca_bundle = Path(configured) if configured else (SYSTEM_CA if configured is None and SYSTEM_CA.is_file() else None)
+    started = time.monotonic()
+    progress(f"building {tag}: {settings.agent_image} + apt {' '.join(apt) or '-'} + npm {' '.join(npm) or '-'}")
+    with tempfile.TemporaryDirectory(prefix="nanoclaw-group-image-") as ctx:
+        (Path(ctx) / "build-ca").mkdir()
+        if ca_bundle is not None:
+            shutil.copy(ca_bundle, Path(ctx) / "build-ca" / "ca.crt")
+        (Path(ctx) / "Dockerfile").write_text(group_dockerfile(settings.agent_image, apt, npm,
+                                                               with_ca=ca_bundle is not None))
+        last: list[str] = []
+        for chunk in client.api.build(path=ctx, tag=tag, rm=True, forcerm=True, pull=False, network_mode="host",
+                                      decode=True, labels={"nanoclaw.group": folder}):
+            if "error" in chunk:
+                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))
+            text = ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
+            for line in text.splitlines():
+                if line.strip():
+                    last = (last + [line])[-20:]
+                    progress(line)
+    progress(f"built {tag} in {time.monotonic() - started:.0f}s")
+    return tag

@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import interactive, messaging, scheduling
+from . import interactive, messaging, operator, scheduling
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive, scheduling]
+TOOL_MODULES = [messaging, interactive, scheduling, operator]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]

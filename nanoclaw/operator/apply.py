@@ -1,0 +1,167 @@
+"""Applying an approved proposal. Each applier checks the payload again (checks.check_payload ran
+before the owner saw it; the files it builds on are checked too) and returns an Outcome: what the
+agent is told, the diff for the audit log, and whether the group's sandboxes must restart.
+
+egress and credential routes only rewrite the group's policy file: the proxy reloads it on the next
+request, nothing restarts. Packages rebuild the group's image (Docker only); an MCP server changes
+the group's container_config. Both take effect in a restarted sandbox on the same session.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..db import database
+from ..models import AgentGroup
+from ..proxy.credentials import HostSecrets
+from ..proxy.policy_files import ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
+from ..proxy.policy_files import group_file as policy_file  # noqa: F401  (re-exported for tests)
+from ..proposal_rules import RuleError
+from . import checks
+
+log = logging.getLogger("nanoclaw.operator.apply")
+
+
+class ApplyError(RuntimeError):
+    """Applying failed; the message is shown to the owner and told to the agent."""
+
+
+@dataclass
+class Outcome:
+    agent_text: str
+    diff: list[str]
+    restart: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict:
+    """What checks.diff compares against, read now (a broken policy file reads as empty)."""
+    config = agent.container_config or {}
+    try:
+        if kind == "egress":
+            return {"allow": list(load_for_edit(policy_root(settings), agent.folder, "egress.json").get("allow", []))}
+        if kind == "credential_route":
+            from ..proxy.credentials import check_route
+            data = load_for_edit(policy_root(settings), agent.folder, ROUTES_FILE)
+            return {"routes": [check_route(r).describe() for r in data.get("routes", [])]}
+    except RuleError:
+        return {}
+    if kind == "install_packages":
+        from ..runtime.image import group_image_tag
+        have = config.get("packages") or {}
+        apt = sorted(set(have.get("apt", [])) | set(payload["apt"]))
+        npm = sorted(set(have.get("npm", [])) | set(payload["npm"]))
+        return {"apt": have.get("apt", []), "npm": have.get("npm", []),
+                "image": config.get("image") or settings.agent_image,
+                "new_image": group_image_tag(settings.agent_image, agent.folder, apt, npm)}
+    if kind == "mcp_server":
+        return {"servers": config.get("mcp_servers") or {}}
+    return {}
+
+
+def apply_egress(settings, agent: AgentGroup, payload: dict) -> Outcome:
+    try:
+        before, after = add_egress(policy_root(settings), agent.folder, payload["host"])
+    except RuleError as exc:
+        raise ApplyError(f"the egress file of {agent.folder} is invalid, fix it first: {exc}") from None
+    return Outcome(f"HTTPS to {payload['host']} is now allowed for you (no restart: your next request "
+                   "goes through).", diff_lines(before, after))
+
+
+def apply_route(settings, agent: AgentGroup, payload: dict) -> Outcome:
+    try:
+        before, after = put_route(policy_root(settings), agent.folder, payload)
+    except RuleError as exc:
+        raise ApplyError(f"the credential routes of {agent.folder} are invalid, fix them first: {exc}") from None
+    use = (f"call $NANOCLAW_PROXY_URL{payload['match']}…" if payload["match"].startswith("/")
+           else f"call http://{payload['match']}/… (through http_proxy)")
+    note = "" if HostSecrets()(payload["secret"]) else \
+        f" Note: the host has no value for ${payload['secret']} yet; requests answer 503 until the owner sets it."
+    return Outcome(f"The credential route is live: {use} and the proxy adds the token from "
+                   f"${payload['secret']} on the way to {payload['upstream']}.{note}", diff_lines(before, after))
+
+
+def docker_available(settings) -> str | None:
+    """None if package installs can work here, else why not."""
+    if settings.runtime == "bwrap":
+        return ("this host runs sandboxes with bubblewrap, which uses the host's own programs; packages need "
+                "the Docker runtime (or install them on the host yourself)")
+    from ..runtime import docker as docker_rt
+    client, where = docker_rt.connect()
+    if client is None:
+        return f"no Docker engine answers ({where}); packages need the Docker runtime"
+    return None
+
+
+def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None) -> Outcome:
+    from ..runtime.image import ImageBuildError, build_group_image
+    why_not = docker_available(settings)
+    if why_not:
+        raise ApplyError(why_not)
+    config = dict(agent.container_config or {})
+    have = config.get("packages") or {}
+    apt = sorted(set(have.get("apt", [])) | set(payload["apt"]))
+    npm = sorted(set(have.get("npm", [])) | set(payload["npm"]))
+    try:
+        checks.check_payload("install_packages", {"apt": apt, "npm": npm})  # the union obeys the rules too
+    except RuleError as exc:
+        raise ApplyError(f"together with what is installed already: {exc}") from None
+    lines: list[str] = []
+    try:
+        tag = (build or build_group_image)(settings, agent.folder, apt, npm, progress=lambda l: lines.append(l))
+    except ImageBuildError as exc:
+        raise ApplyError(f"the image build failed: {str(exc).splitlines()[0]}") from None
+    old = config.get("image") or settings.agent_image
+    with database.atomic():
+        fresh = AgentGroup.get_by_id(agent.id)
+        config = dict(fresh.container_config or {})
+        config["packages"] = {"apt": apt, "npm": npm}
+        config["image"] = tag
+        AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
+    diff = [f"+ {m}: {p}" for m, new in (("apt", payload["apt"]), ("npm", payload["npm"])) for p in new
+            if p not in have.get(m, [])] + [f"- image {old}", f"+ image {tag}"]
+    what = " ".join(payload["apt"] + payload["npm"])
+    return Outcome(f"Your image was rebuilt with {what} and your sandbox restarted on the same conversation.",
+                   diff, restart=True, extra={"image": tag})
+
+
+def apply_mcp(settings, agent: AgentGroup, payload: dict) -> Outcome:
+    with database.atomic():
+        fresh = AgentGroup.get_by_id(agent.id)
+        config = dict(fresh.container_config or {})
+        servers = dict(config.get("mcp_servers") or {})
+        old = servers.get(payload["name"])
+        servers[payload["name"]] = payload
+        config["mcp_servers"] = servers
+        AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
+    line = f"{payload['name']}: {payload['command']} {' '.join(payload['args'])}".rstrip()
+    diff = ([f"- {old['name']}: {old['command']} {' '.join(old.get('args', []))}".rstrip()] if old else []) + [f"+ {line}"]
+    return Outcome(f"The MCP server {payload['name']} was added; your sandbox restarted on the same "
+                   f"conversation and its tools are available as mcp__{payload['name']}__*.", diff, restart=True)
+
+
+def apply_create_agent(settings, payload: dict, actor: str) -> Outcome:
+    from ..approvals import create_agent
+    try:
+        agent = create_agent(settings, payload["name"], actor)
+    except ValueError as exc:
+        raise ApplyError(str(exc)) from None
+    if payload.get("instructions"):
+        AgentGroup.update(instructions=payload["instructions"]).where(AgentGroup.id == agent.id).execute()
+        (settings.groups_dir / agent.folder / "CLAUDE.md").write_text(
+            f"# {agent.name}\n\n{payload['instructions']}\n")
+    return Outcome(f"The agent {agent.name} was created (folder {agent.folder}); the owner can wire it to a chat.",
+                   [f"+ agent {agent.name} (folder {agent.folder})"], extra={"folder": agent.folder})
+
+
+def apply(settings, agent: AgentGroup, kind: str, payload: dict, actor: str) -> Outcome:
+    payload = checks.check_payload(kind, payload)  # again, right before it takes effect
+    if kind == "egress":
+        return apply_egress(settings, agent, payload)
+    if kind == "credential_route":
+        return apply_route(settings, agent, payload)
+    if kind == "install_packages":
+        return apply_packages(settings, agent, payload)
+    if kind == "mcp_server":
+        return apply_mcp(settings, agent, payload)
+    return apply_create_agent(settings, payload, actor)

@@ -1,0 +1,96 @@
+"""The host's own check of a proposal (the sandbox is not trusted) and the readable diff of its
+effect. Pure: the current state is passed in. A diff names hosts, routes, packages and variable
+names, never a secret value."""
+from __future__ import annotations
+
+from ..proposal_rules import (RuleError, check_agent, check_host_entry, check_mcp_server, check_packages,
+                              check_route_match, check_secret_name, check_text, check_upstream)
+
+KINDS = {
+    "egress": "Network access",
+    "credential_route": "Credential route",
+    "install_packages": "Packages",
+    "mcp_server": "MCP server",
+    "create_agent": "New agent",
+}
+
+
+def check_payload(kind: str, payload) -> dict:
+    """The normalised payload, or RuleError."""
+    if kind not in KINDS:
+        raise RuleError(f"unknown proposal kind {kind!r}")
+    if not isinstance(payload, dict):
+        raise RuleError("the proposal has no payload")
+    if kind == "egress":
+        return {"host": str(check_host_entry(str(payload.get("host") or "")))}
+    if kind == "credential_route":
+        return {"match": check_route_match(str(payload.get("match") or "")),
+                "upstream": check_upstream(str(payload.get("upstream") or "")),
+                "secret": check_secret_name(str(payload.get("secret") or ""))}
+    if kind == "install_packages":
+        apt, npm = check_packages(payload.get("apt"), payload.get("npm"))
+        return {"apt": apt, "npm": npm}
+    if kind == "mcp_server":
+        return check_mcp_server(payload.get("name"), payload.get("command"), payload.get("args"),
+                                payload.get("env"))
+    name, instructions = check_agent(payload.get("name"), payload.get("instructions"))
+    return {"name": name, "instructions": instructions}
+
+
+def check_reason(reason) -> str:
+    return check_text(reason if isinstance(reason, str) else "", "reason", required=False)
+
+
+def route_line(payload: dict) -> str:
+    return (f"{payload['match']} -> {payload['upstream']} with Authorization: Bearer ${payload['secret']}")
+
+
+def summary(kind: str, payload: dict) -> str:
+    """One line for a card title and the agent's messages."""
+    if kind == "egress":
+        return f"allow HTTPS to {payload['host']}"
+    if kind == "credential_route":
+        return f"a credential route {payload['match']} -> {payload['upstream']} (token ${payload['secret']})"
+    if kind == "install_packages":
+        parts = [f"apt {' '.join(payload['apt'])}"] * bool(payload["apt"]) + \
+                [f"npm {' '.join(payload['npm'])}"] * bool(payload["npm"])
+        return "install " + "; ".join(parts)
+    if kind == "mcp_server":
+        return f"add the MCP server {payload['name']}"
+    return f"create the agent {payload['name']!r}"
+
+
+def diff(kind: str, payload: dict, current: dict) -> list[str]:
+    """What changes, as '- old' / '+ new' lines. `current` holds what the diff compares against:
+    egress: {"allow": [...]}, credential_route: {"routes": [readable lines]}, install_packages:
+    {"apt": [...], "npm": [...], "image": tag, "new_image": tag}, mcp_server: {"servers": {...}}."""
+    if kind == "egress":
+        before = list(current.get("allow", []))
+        return [f"  {h}" for h in before] + ([] if payload["host"] in before else [f"+ {payload['host']}"])
+    if kind == "credential_route":
+        same = [r for r in current.get("routes", []) if r.split(" -> ", 1)[0] == payload["match"]]
+        return [f"- {r}" for r in same] + [f"+ {route_line(payload)}"]
+    if kind == "install_packages":
+        lines = []
+        for manager in ("apt", "npm"):
+            have = set(current.get(manager, []))
+            new = [p for p in payload[manager] if p not in have]
+            if new:
+                lines.append(f"+ {manager}: {' '.join(new)}")
+            kept = sorted(have)
+            if kept:
+                lines.append(f"  {manager} (already): {' '.join(kept)}")
+        if current.get("image") and current.get("new_image"):
+            lines.append(f"- image {current['image']}")
+            lines.append(f"+ image {current['new_image']} (rebuilt; the sandbox restarts)")
+        return lines
+    if kind == "mcp_server":
+        old = current.get("servers", {}).get(payload["name"])
+        line = f"{payload['name']}: {payload['command']} {' '.join(payload['args'])}".rstrip()
+        if payload["env"]:
+            line += f" (env from the sandbox: {', '.join(payload['env'])})"
+        out = [f"- {old['name']}: {old['command']} {' '.join(old.get('args', []))}".rstrip()] if old else []
+        return out + [f"+ {line}", "  (the sandbox restarts; the conversation goes on)"]
+    text = payload["instructions"]
+    short = text if len(text) <= 300 else text[:299] + "…"
+    return [f"+ agent {payload['name']!r}"] + ([f"  instructions: {short}"] if short else [])

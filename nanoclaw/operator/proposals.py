@@ -1,0 +1,245 @@
+"""Proposals: an agent's propose_egress / propose_credential_route / install_packages /
+add_mcp_server / create_agent row → a pending_proposals row and a card with its diff → the owner
+approves or rejects (`npr-<id>:approve|reject`, a reply to the card, or the page) → applied, audited,
+and the agent is told what changed.
+
+- The host checks every proposal itself before the card (a refusal is told to the agent at once)
+  and again right before applying it.
+- create_agent is only queued for an admin's agent: one with an admin role scoped to it, or one
+  that talks with an owner or admin in their DM. The host decides, not the tool.
+- Only the chosen approver, an owner or an admin may decide; the first decision wins (the row moves
+  out of 'pending' atomically); later clicks are told who decided.
+- install_packages rebuilds an image (minutes): it is applied on a worker thread and the card says
+  so meanwhile. Changes that need a restart stop the group's running sandboxes, tell each of their
+  agents what changed, and wake them; the SDK conversation resumes.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import peewee
+
+from .. import router
+from ..actions import register_action
+from ..approvals import display, may_decide
+from ..channels.base import Card, DeliveryError
+from ..db import database
+from ..delivery import register_op
+from ..models import AgentGroup, PendingProposal, Session, UserDm, UserRole, audit, utcnow
+from ..proposal_rules import RuleError
+from . import checks
+from .apply import ApplyError, Outcome, apply, current_state
+from .common import card_place, connected, edit_card, send_card, session_for, tell_agent
+from .restart import current_manager, runtime_for, stop_group
+
+log = logging.getLogger("nanoclaw.operator.proposals")
+
+PREFIX = "npr"
+SLOW_KINDS = ("install_packages",)
+APPROVE_WORDS = ("approve", "approved", "yes", "ok", "okay", "allow", "go")
+_workers: list[threading.Thread] = []
+
+
+# --- who may ask for what ----------------------------------------------------------------------
+
+def is_admin_agent(session: Session) -> bool:
+    """An admin's agent: an admin role is scoped to its group, or its chat is the DM of an owner/admin."""
+    group = session.agent_group_id
+    if UserRole.select().where(UserRole.role == "admin", UserRole.agent_group == group).exists():
+        return True
+    mg = session.messaging_group
+    if mg is None or mg.kind != "dm":
+        return False
+    owners = [r.user_id for r in UserRole.select().where((UserRole.role == "owner") |
+                                                         ((UserRole.role == "admin") & UserRole.agent_group.is_null()))]
+    if not owners:
+        return False
+    if UserDm.select().where(UserDm.user.in_(owners), UserDm.channel_type == mg.channel_type,
+                             UserDm.platform_id == mg.platform_id).exists():
+        return True
+    return f"{mg.channel_type}:{mg.platform_id}" in owners
+
+
+# --- the card ----------------------------------------------------------------------------------
+
+def card_text(p: PendingProposal, diff: list[str]) -> tuple[str, str]:
+    agent = p.agent_group
+    title = f"{agent.name} asks: {checks.summary(p.kind, p.payload)}"
+    body = "\n".join([f"{checks.KINDS.get(p.kind, p.kind)} for agent {agent.name} ({agent.folder})", *diff]
+                     + ([f"Why: {p.reason}"] if p.reason else [])
+                     + [f"(proposal {p.ref}; reply to this card with a reason to reject it)"])
+    return title, body
+
+
+def card_for(settings, p: PendingProposal) -> Card:
+    title, body = card_text(p, checks.diff(p.kind, p.payload, current_state(settings, p.agent_group, p.kind, p.payload)))
+    return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.id}:approve"), ("❌ Reject", f"{PREFIX}-{p.id}:reject")))
+
+
+# --- the system op -----------------------------------------------------------------------------
+
+def deliver_proposal(session_path: Path, row, settings) -> str | None:
+    """System op "proposal": check it, record it, show the owner its card (once)."""
+    op = row.op
+    ref, kind = str(op.get("ref") or "")[:32], str(op.get("kind") or "")
+    if not ref:
+        raise DeliveryError("malformed proposal (no ref)", permanent=True)
+    with connected():
+        session = session_for(session_path)
+        if session is None:
+            raise DeliveryError(f"no session {session_path.name} for this proposal", permanent=True)
+        existing = PendingProposal.get_or_none(PendingProposal.session == session.id, PendingProposal.ref == ref)
+        if existing is not None and (existing.card_message_id or existing.state != "pending"):
+            return existing.card_message_id  # applied again after a restart: the card is out already
+        try:
+            payload = checks.check_payload(kind, op.get("payload"))
+            reason = checks.check_reason(op.get("reason"))
+            if kind == "create_agent" and not is_admin_agent(session):
+                raise RuleError("only an admin's agent may create agents")
+        except RuleError as exc:
+            audit(f"agent:{session.agent_group.folder}", "proposal.refused", f"proposal:{ref}", kind=kind,
+                  error=str(exc))
+            tell_agent(settings, session, f"Your proposal id={ref} was refused by the host before reaching the "
+                                          f"owner: {exc}", message_id=f"proposal:{ref}:refused")
+            return None
+        approver, target = card_place(session, session_path)
+        try:
+            with database.atomic():
+                p, _ = PendingProposal.get_or_create(
+                    session=session.id, ref=ref,
+                    defaults=dict(agent_group=session.agent_group_id, kind=kind, payload=payload, reason=reason,
+                                  approver_user_id=approver))
+        except peewee.IntegrityError:
+            p = PendingProposal.get(PendingProposal.session == session.id, PendingProposal.ref == ref)
+        card = card_for(settings, p)
+        audit(f"agent:{session.agent_group.folder}", "proposal.request", f"{PREFIX}-{p.id}", kind=kind,
+              summary=checks.summary(kind, payload), diff=card.body.splitlines()[1:-1], approver=approver)
+        if target is None:
+            log.warning("proposal %s of %s: nobody to show it to (no owner DM, no chat); it waits on the page",
+                        p.id, session.agent_group.folder)
+            return None
+        message_id = send_card(settings, target, card)
+        PendingProposal.update(card_channel=target.channel_type, card_chat_id=target.platform_id,
+                               card_message_id=message_id).where(PendingProposal.id == p.id).execute()
+    return message_id
+
+
+register_op("proposal", deliver_proposal)
+
+
+# --- deciding ----------------------------------------------------------------------------------
+
+def earlier(p: PendingProposal) -> str:
+    verb = {"approved": "approved", "rejected": "rejected", "failed": "approved (applying failed)",
+            "applying": "approved (being applied)"}.get(p.state, p.state)
+    return f"Already {verb} by {display(p.decided_by)}."
+
+
+@register_action(PREFIX)
+def on_click(action, ident: str, value: str, settings) -> str:
+    return decide(ident, value, action.user_id, settings)
+
+
+def decide(ident: str, decision: str, user_id: str, settings, note: str | None = None) -> str:
+    """Approve or reject proposal `ident` as `user_id`; returns what to tell them."""
+    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    if p is None:
+        return "This proposal no longer exists."
+    if p.state != "pending":
+        return earlier(p)
+    if decision not in ("approve", "reject"):
+        return "Unknown choice."
+    if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
+        return f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin can decide this."
+    note = (note or "").strip()[:500] or None
+    state = "applying" if decision == "approve" else "rejected"
+    claimed = (PendingProposal.update(state=state, decided_by=user_id, decided_at=utcnow(), note=note)
+               .where(PendingProposal.id == p.id, PendingProposal.state == "pending").execute())
+    if claimed != 1:
+        return earlier(PendingProposal.get_by_id(p.id))
+    p = PendingProposal.get_by_id(p.id)
+    key, who, summary = f"{PREFIX}-{p.id}", display(user_id), checks.summary(p.kind, p.payload)
+    if decision == "reject":
+        audit(user_id, "proposal.reject", key, kind=p.kind, summary=summary, reason=p.reason, note=note)
+        edit_card(settings, p, f"❌ Rejected by {who}: {summary}" + (f"\nReason: {note}" if note else ""))
+        tell_agent(settings, p.session, f"The owner rejected your proposal id={p.ref} ({summary})"
+                                        + (f": {note}" if note else ".") + " Nothing was changed.",
+                   message_id=f"proposal:{p.ref}:decided")
+        return f"Rejected: {summary}."
+    if p.kind in SLOW_KINDS:
+        edit_card(settings, p, f"⏳ Approved by {who}: {summary}. Applying (this can take minutes)…")
+        waker, manager = router.current_waker(), current_manager()
+        worker = threading.Thread(target=_apply_in_background, args=(p.id, user_id, settings, waker, manager),
+                                  name=f"proposal-{p.id}", daemon=True)
+        _workers.append(worker)
+        worker.start()
+        return f"Approved: {summary}. Applying it now; the card will say when it is done."
+    return finish(p, user_id, settings, router.current_waker(), current_manager())
+
+
+def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> None:
+    with database.connection_context():
+        finish(PendingProposal.get_by_id(pid), user_id, settings, waker, manager)
+
+
+def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
+    """Apply an approved proposal, record the outcome, restart if needed, tell the agent."""
+    key, who, summary = f"{PREFIX}-{p.id}", display(user_id), checks.summary(p.kind, p.payload)
+    agent = AgentGroup.get_by_id(p.agent_group_id)
+    try:
+        outcome = apply(settings, agent, p.kind, p.payload, user_id)
+    except (ApplyError, RuleError) as exc:
+        PendingProposal.update(state="failed", note=str(exc)[:500]).where(PendingProposal.id == p.id).execute()
+        audit(user_id, "proposal.failed", key, kind=p.kind, summary=summary, error=str(exc))
+        edit_card(settings, p, f"⚠️ Approved by {who} but could not be applied: {summary}\n{exc}")
+        tell_agent(settings, p.session, f"The owner approved your proposal id={p.ref} ({summary}), but applying "
+                                        f"it failed: {exc}. Nothing was changed.",
+                   message_id=f"proposal:{p.ref}:decided", waker=waker)
+        return f"Approved, but applying it failed: {exc}"
+    PendingProposal.update(state="approved").where(PendingProposal.id == p.id).execute()
+    audit(user_id, "proposal.approve", key, kind=p.kind, summary=summary, reason=p.reason, diff=outcome.diff,
+          agent=agent.folder, session=p.session_id, **outcome.extra)
+    edit_card(settings, p, f"✅ Approved by {who}: {summary}\n" + "\n".join(outcome.diff))
+    restarted = _restart(settings, agent, manager) if outcome.restart else []
+    sessions = {p.session_id: p.session, **{s.id: s for s in restarted}}
+    for session in sessions.values():
+        text = (f"The owner approved your proposal id={p.ref} ({summary}). {outcome.agent_text}"
+                if session.id == p.session_id else
+                f"Your sandbox was restarted: the owner approved a change for this agent ({summary}).")
+        tell_agent(settings, session, text, message_id=f"proposal:{p.ref}:decided", waker=waker)
+    return f"Approved: {summary}."
+
+
+def _restart(settings, agent: AgentGroup, manager) -> list[Session]:
+    try:
+        return stop_group(settings, agent, runtime_for(settings, manager))
+    except Exception as exc:  # no runtime here: the next start uses the new setup anyway
+        log.warning("could not restart the sandboxes of %s: %s", agent.folder, exc)
+        return []
+
+
+def wait_for_workers(timeout: float = 600) -> None:
+    """Tests: wait until slow proposals (image builds) are applied."""
+    for worker in list(_workers):
+        worker.join(timeout)
+        _workers.remove(worker)
+
+
+# --- a reply to the card: approve, or reject with the reply as the reason ----------------------
+
+@router.register_gate("before")
+def reply_to_card(event, settings, wake):
+    if event.reply_to is None or not event.reply_to.message_id:
+        return None
+    p = (PendingProposal.select().where(PendingProposal.card_channel == event.channel,
+                                        PendingProposal.card_chat_id == event.chat_id,
+                                        PendingProposal.card_message_id == event.reply_to.message_id).first())
+    if p is None:
+        return None
+    text = " ".join((event.text or "").split())
+    decision = "approve" if text.lower().rstrip(".!") in APPROVE_WORDS else "reject"
+    answer = decide(str(p.id), decision, event.user_id, settings, note=None if decision == "approve" else text)
+    router.tell(event, settings, answer)
+    return router.RouteResult(handled="proposal_reply")

@@ -1,0 +1,46 @@
+"""Help requests and proposals on the operator page's "Waiting on you" (nanoclaw.pending).
+
+Each item carries its card's buttons (the same action ids), so deciding on the page runs the same
+handler as the chat card and the first decision wins either way. A help request takes its answer
+in the reply box; a proposal's reply box rejects it with the text as the reason ("approve" approves).
+"""
+from __future__ import annotations
+
+from ..approvals import display, may_decide
+from ..models import HelpRequest, PendingProposal
+from ..pending import PendingItem, register_pending, register_reply
+from . import checks, help_requests, proposals
+
+
+@register_pending("help_requests")
+def open_help_requests(settings, user_id: str):
+    for h in HelpRequest.select().where(HelpRequest.state == "open"):
+        if not may_decide(user_id, h.approver_user_id or "", h.agent_group_id):
+            continue
+        card = help_requests.card_for(h)
+        yield PendingItem(key=f"{help_requests.PREFIX}-{h.id}", kind="Help request", title=card.title,
+                          body=h.text, created_at=h.created_at, buttons=card.buttons,
+                          agent_folder=h.agent_group.folder, reply_prefix=help_requests.PREFIX,
+                          details=(("Asked", display(h.approver_user_id) if h.approver_user_id else "owners"),
+                                   ("Request", h.ref)))
+
+
+@register_pending("proposals")
+def pending_proposals(settings, user_id: str):
+    for p in PendingProposal.select().where(PendingProposal.state == "pending"):
+        if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
+            continue
+        card = proposals.card_for(settings, p)
+        yield PendingItem(key=f"{proposals.PREFIX}-{p.id}", kind=checks.KINDS.get(p.kind, "Proposal"),
+                          title=card.title, body=card.body, created_at=p.created_at, buttons=card.buttons,
+                          agent_folder=p.agent_group.folder, reply_prefix=proposals.PREFIX,
+                          details=(("Reply", "a reason rejects it; 'approve' approves it"),
+                                   ("Proposal", p.ref)))
+
+
+@register_reply(proposals.PREFIX)
+def proposal_reply(user_id: str, ident: str, text: str, settings) -> str:
+    text = " ".join((text or "").split())
+    if text.lower().rstrip(".!") in proposals.APPROVE_WORDS:
+        return proposals.decide(ident, "approve", user_id, settings)
+    return proposals.decide(ident, "reject", user_id, settings, note=text or None)

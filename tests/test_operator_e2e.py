@@ -1,0 +1,236 @@
+"""Operator control end to end: the real runner in a bwrap sandbox (real SDK + CLI, fake model), the
+real proxy door, the web program's webhooks and delivery, the fake Telegram where the owner sees
+cards, clicks and replies. Local HTTPS servers with a throw-away certificate stand in for the
+internet.
+
+- egress: a refused request (readable), propose_egress, the owner approves from the chat card, the
+  agent's next request goes through, in the same sandbox;
+- credential route: same, and the token reaches the upstream while `env` in the sandbox has none;
+- ask_operator: answered by a chat reply within the wait, and answered after it (the next message);
+- install_packages: refused names at the tool, then a proposal the owner approves (bwrap cannot
+  install: the agent and the card say so).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from fakes.https_server import HttpsServer, make_cert
+from nanoclaw.models import AuditLog, HelpRequest, PendingProposal
+from nanoclaw.proxy.policy_files import EGRESS_FILE, group_file, policy_root
+from tests.fakes.model_api import Reply
+from tests.tg_flow import _message_ids, buttons, cards, click, edits, message, person, sandbox_service, shown, texts, toasts
+
+OWNER = person(111, "Olivia")
+TOKEN = "rpt-token-0123456789abcdef-secret"
+CURL = "curl -sS -v --noproxy '' --cacert /workspace/group/test-ca.pem"
+
+
+def reply_to(card: dict, sender: dict, text: str) -> dict:
+    """The owner's chat reply to one of the bot's cards."""
+    update = message(int(card["chat_id"]), sender, text)
+    update["message"]["reply_to_message"] = {
+        "message_id": card["_message_id"], "from": {"id": 7000001, "is_bot": True, "first_name": "Andy"},
+        "chat": update["message"]["chat"], "date": int(time.time()), "text": card["text"]}
+    update["message"]["message_id"] = next(_message_ids)
+    return update
+
+
+def setup(svc, cert=None):
+    svc.cli("agent", "create", "Andy")
+    svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+    svc.cli("wire", "telegram", "111", "andy")
+    if cert is not None:
+        shutil.copy(cert.cert, svc.settings.groups_dir / "andy" / "test-ca.pem")
+
+
+def wait_card(svc, n=1):
+    return svc.wait(lambda: cards(svc.tg)[n - 1] if len(cards(svc.tg)) >= n else None, what=f"card {n}")
+
+
+def bash_results(model) -> list[str]:
+    out = []
+    for call in model.model_calls():
+        for r in call.tool_results():
+            out.append(r.text)
+    return out
+
+
+@pytest.fixture
+def cert(tmp_path):
+    return make_cert(tmp_path / "tls")
+
+
+# --- egress -------------------------------------------------------------------------------------
+
+def test_refused_egress_is_proposed_approved_from_the_card_and_works_without_a_restart(
+        make_settings, sqlite_url, cert):
+    with HttpsServer(cert) as site:
+        host = f"127.0.0.1:{site.port}"
+        fetch = f"{CURL} https://{host}/report 2>&1 | tail -n 25"
+
+        def brain(req):
+            prompt, results = req.current_prompt(), req.turn_tool_results()
+            if "fetch the report" in prompt:
+                if not results:
+                    return Reply.call("Bash", command=f"touch /tmp/same-sandbox; {fetch}")
+                if len(results) == 1:
+                    return Reply.call("mcp__nanoclaw__propose_egress", host=host, reason="to fetch the report")
+                return Reply.say("I asked the owner for access to the report server.")
+            if "approved your proposal" in prompt:
+                if not results:
+                    return Reply.call("Bash", command=f"test -e /tmp/same-sandbox && echo SAME-SANDBOX; {fetch}")
+                return Reply.say("Fetched: " + ("SAME-SANDBOX" if "SAME-SANDBOX" in results[-1].text else "new")
+                                 + (" ok" if '"ok": true' in results[-1].text else " failed"))
+            return Reply.say("?")
+
+        with sandbox_service(make_settings, sqlite_url, brain) as svc:
+            setup(svc, cert)
+            svc.post(message(111, OWNER, "fetch the report please"))
+            card = wait_card(svc)
+            refusal = bash_results(svc.model)[0]
+            assert f"403 egress to {host} is not on the allowlist of agent group 'andy'" in refusal
+            assert "propose_egress" in refusal
+            assert site.requests == []
+            assert f"Andy asks: allow HTTPS to {host}" in shown(card) and f"+ {host}" in shown(card)
+            assert "to fetch the report" in shown(card)
+            svc.wait(lambda: "I asked the owner" in " ".join(texts(svc.tg, 111)), what="the agent's first reply")
+
+            svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
+            assert toasts(svc.tg)[-1] == f"Approved: allow HTTPS to {host}."
+            svc.wait(lambda: any(t.startswith("Fetched:") for t in texts(svc.tg, 111)), what="the retry")
+            assert texts(svc.tg, 111)[-1] == "Fetched: SAME-SANDBOX ok"
+            assert [r["path"] for r in site.requests] == ["/report"]
+            assert edits(svc.tg)[-1]["text"].startswith(f"✅ Approved by Olivia: allow HTTPS to {host}")
+            allow = json.loads(group_file(policy_root(svc.settings), "andy", EGRESS_FILE).read_text())["allow"]
+            assert allow == [host]
+            entry = AuditLog.get(AuditLog.action == "proposal.approve")
+            assert entry.actor == "telegram:111" and entry.detail["diff"] == [f"+ {host}"]
+            svc.post(click(buttons(card)["❌ Reject"], OWNER, card))
+            assert toasts(svc.tg)[-1] == "Already approved by Olivia."
+
+
+# --- credential route ---------------------------------------------------------------------------
+
+def test_credential_route_carries_a_token_the_sandbox_never_sees(make_settings, sqlite_url, cert, monkeypatch):
+    monkeypatch.setenv("REPORT_API_TOKEN", TOKEN)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert.cert))  # the proxy trusts the test upstream
+    with HttpsServer(cert) as api:
+        call = "curl -sS $NANOCLAW_PROXY_URL/reports/latest"
+
+        def brain(req):
+            prompt, results = req.current_prompt(), req.turn_tool_results()
+            if "latest report" in prompt:
+                if not results:
+                    return Reply.call("Bash", command=call)
+                if len(results) == 1:
+                    return Reply.call("mcp__nanoclaw__propose_credential_route", host_or_path="/reports/",
+                                      upstream=api.url, secret_name="REPORT_API_TOKEN")
+                return Reply.say("I asked for a route to the report API.")
+            if "approved your proposal" in prompt:
+                if not results:
+                    return Reply.call("Bash", command=f"env; cat /proc/1/environ | tr '\\0' '\\n'; {call}")
+                return Reply.say("API says: " + results[-1].text.strip().splitlines()[-1])
+            return Reply.say("?")
+
+        with sandbox_service(make_settings, sqlite_url, brain) as svc:
+            setup(svc)
+            svc.post(message(111, OWNER, "get the latest report"))
+            card = wait_card(svc)
+            assert "no route for /reports/latest" in bash_results(svc.model)[0]
+            assert f"/reports/ -> {api.url} with Authorization: Bearer $REPORT_API_TOKEN" in shown(card)
+            svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
+            svc.wait(lambda: any(t.startswith("API says:") for t in texts(svc.tg, 111)), what="the call")
+            assert texts(svc.tg, 111)[-1] == 'API says: {"ok": true, "path": "/latest", "authorized": true}'
+            assert api.requests[-1]["headers"]["authorization"] == f"Bearer {TOKEN}"
+            env_dump = bash_results(svc.model)[-1]
+            assert "HOME=/workspace/session/home" in env_dump and "NANOCLAW_PROXY_URL=" in env_dump
+            assert TOKEN not in env_dump and "REPORT_API_TOKEN" not in env_dump
+            for model_call in svc.model.model_calls():
+                assert TOKEN not in model_call.all_text()
+            assert TOKEN not in json.dumps([a.detail for a in AuditLog.select()])
+
+
+# --- ask_operator -------------------------------------------------------------------------------
+
+def asking(wait_seconds: int):
+    def brain(req):
+        prompt, results = req.current_prompt(), req.turn_tool_results()
+        if "answer to your help request" in prompt:
+            return Reply.say("Late answer received: " + prompt.split(")", 1)[-1].split("<")[0].strip())
+        if "deploy" in prompt:
+            if not results:
+                return Reply.call("mcp__nanoclaw__ask_operator", text="Which branch should I deploy?",
+                                  wait_seconds=wait_seconds)
+            return Reply.say(f"Tool said: {results[-1].text}")
+        return Reply.say("?")
+    return brain
+
+
+def test_ask_operator_answered_in_time_by_a_reply_to_the_card(make_settings, sqlite_url):
+    with sandbox_service(make_settings, sqlite_url, asking(60)) as svc:
+        setup(svc)
+        svc.post(message(111, OWNER, "please deploy"))
+        card = wait_card(svc)
+        assert "Andy needs help" in shown(card) and "Which branch should I deploy?" in shown(card)
+        svc.post(reply_to(card, OWNER, "use main"))
+        svc.wait(lambda: any(t.startswith("Tool said:") for t in texts(svc.tg, 111)), what="the agent's answer")
+        assert "Sent to Andy." in texts(svc.tg, 111)
+        assert texts(svc.tg, 111)[-1] == "Tool said: The operator (Olivia) answered: use main"
+        time.sleep(1.0)  # the answer row must not start a turn of its own
+        assert len(svc.model.model_calls()) == 2
+        assert HelpRequest.get().state == "answered"
+        assert edits(svc.tg)[-1]["text"].endswith("↩ Olivia answered: use main")
+        svc.post(reply_to(card, OWNER, "no wait, use dev"))
+        assert texts(svc.tg, 111)[-1] == "Already answered by Olivia."
+
+
+def test_ask_operator_answered_late_arrives_as_the_next_message(make_settings, sqlite_url):
+    with sandbox_service(make_settings, sqlite_url, asking(2)) as svc:
+        setup(svc)
+        svc.post(message(111, OWNER, "please deploy"))
+        card = wait_card(svc)
+        svc.wait(lambda: any(t.startswith("Tool said:") for t in texts(svc.tg, 111)), what="the timeout")
+        said = [t for t in texts(svc.tg, 111) if t.startswith("Tool said:")][0]
+        ref = HelpRequest.get().ref
+        assert said.startswith(f"Tool said: pending, id={ref}.")
+        svc.post(reply_to(card, OWNER, "use the release branch"))
+        svc.wait(lambda: any(t.startswith("Late answer") for t in texts(svc.tg, 111)), what="the late answer")
+        assert texts(svc.tg, 111)[-1] == "Late answer received: use the release branch"
+
+
+# --- install_packages ---------------------------------------------------------------------------
+
+def test_install_packages_checked_then_proposed_and_approved(make_settings, sqlite_url):
+    def brain(req):
+        prompt, results = req.current_prompt(), req.turn_tool_results()
+        if "need jq" in prompt:
+            if not results:
+                return Reply.call("mcp__nanoclaw__install_packages", apt=["jq; rm -rf /"], reason="json")
+            if len(results) == 1:
+                return Reply.call("mcp__nanoclaw__install_packages", apt=["jq", "ripgrep"], npm=["@scope/tool"],
+                                  reason="to read JSON")
+            return Reply.say("Asked for jq.")
+        if "proposal" in prompt:
+            return Reply.say("Noted: " + ("failed" if "applying it failed" in prompt else "done"))
+        return Reply.say("?")
+
+    with sandbox_service(make_settings, sqlite_url, brain) as svc:
+        setup(svc)
+        svc.post(message(111, OWNER, "we need jq"))
+        card = wait_card(svc)
+        first = [r for call in svc.model.model_calls() for r in call.tool_results()][0]
+        assert first.is_error and "'jq; rm -rf /' is not a Debian package name" in first.text
+        assert "+ apt: jq ripgrep" in shown(card) and "+ npm: @scope/tool" in shown(card)
+        assert "+ image nanoclaw-agent-andy:" in shown(card)
+        svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
+        from nanoclaw.operator.proposals import wait_for_workers
+        wait_for_workers(60)
+        svc.wait(lambda: any(t.startswith("Noted:") for t in texts(svc.tg, 111)), what="the outcome")
+        assert texts(svc.tg, 111)[-1] == "Noted: failed"  # bwrap runs the host's programs: no image to build
+        p = PendingProposal.get()
+        assert p.state == "failed" and "bubblewrap" in p.note
+        assert "could not be applied" in edits(svc.tg)[-1]["text"]
