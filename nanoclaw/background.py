@@ -223,6 +223,7 @@ class Background:
         from .task_timer import TaskTimer
         if self.manager is not None:
             self.manager.held = True  # until the orphans are gone and the first sweep ran
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per job run (every 2 s)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self._timer = TaskTimer(self.settings, self.scheduler, wake=self.wake, watch=self.watch)
         self.scheduler.add_job(self.startup, "date", id="startup", run_date=datetime.now(timezone.utc),

@@ -149,6 +149,7 @@ class Reading:
     view: SessionView
     due_task: bool = False  # due work includes a scheduled task (it goes first in the queue)
     half_sent: bool = False  # a delivery was left 'sending' (by a killed predecessor, at start-up)
+    ran_task: bool = False   # a task's message is in the session (an isolated run has had its run)
 
 
 def _open(path: Path) -> tuple[sqlite3.Connection | None, bool]:
@@ -196,6 +197,7 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
             "SELECT DISTINCT kind FROM messages_in WHERE status = 'pending' AND trigger = 1 AND "
             f"(process_after IS NULL OR process_after <= ?){unacked}", (now_iso,))}
         half_sent = conn.execute("SELECT 1 FROM delivered WHERE status = 'sending' LIMIT 1").fetchone() is not None
+        ran_task = conn.execute("SELECT 1 FROM messages_in WHERE kind = 'task' LIMIT 1").fetchone() is not None
     except sqlite3.Error as exc:  # the agent mid-create: look again next sweep
         log.warning("could not read %s: %s", path, exc)
         return Reading(SessionView(running=running, heartbeat_at=heartbeat, last_work_at=max(work, default=None)))
@@ -204,7 +206,7 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
     view = SessionView(running=running, heartbeat_at=heartbeat, claims=claims, current_tool=tool,
                        tool_timeout_ms=timeout_ms, last_work_at=max(work, default=None),
                        has_due_work=bool(kinds), failures=failures)
-    return Reading(view, due_task="task" in kinds, half_sent=half_sent)
+    return Reading(view, due_task="task" in kinds, half_sent=half_sent, ran_task=ran_task)
 
 
 def _failures(conn: sqlite3.Connection) -> tuple[Claim, ...]:
@@ -314,7 +316,9 @@ def sweep_pass(refs, running_ids: set[str], settings, *, stop, wake, now: float,
             reading = read_view(ref.path, ref.session_id in running_ids, now)
             if settle and reading.half_sent:
                 delivery.settle_interrupted(ref.path)
-            idle = TASK_RUN_IDLE_S if ref.isolated_run else PRESSURE_IDLE_S if pressure else IDLE_S
+            # an isolated run's sandbox, pre-woken before its time, waits for its run; once it ran, it goes
+            idle = TASK_RUN_IDLE_S if ref.isolated_run and reading.ran_task else PRESSURE_IDLE_S if pressure \
+                else IDLE_S
             d = decide(reading.view, now, idle)
             if d.stop:
                 log.info("stopping %s/%s: %s", ref.folder, ref.session_id, d.stop)

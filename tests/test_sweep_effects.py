@@ -175,10 +175,19 @@ def test_idle_sandboxes_are_stopped_an_isolated_run_as_soon_as_it_is_over(sessio
     assert rec.stopped == []
     sweep(ref, settings, rec, running=True, now=time.time() + IDLE_S + 1)
     assert rec.stopped == [ref.session_id]
-    run = SessionRef(ref.folder, ref.session_id, ref.path, isolated_run=True)
+    # an isolated task run's own session: kept while it waits for its run (pre-woken), stopped
+    # as soon as the run is over
+    run = SessionRef("andy", "run1", store.session_path(settings.sessions_dir, "andy", "run1"), isolated_run=True)
+    store.prepare(run.path, CHAT)
     rec = Recorder()
     sweep(run, settings, rec, running=True, now=time.time() + TASK_RUN_IDLE_S + 1)
-    assert rec.stopped == [ref.session_id]
+    assert rec.stopped == []
+    task = say(run.path, "read the news", kind="task")
+    runner = SessionStore(run.path)
+    runner.complete([task])
+    runner.close()
+    sweep(run, settings, rec, running=True, now=time.time() + TASK_RUN_IDLE_S + 1)
+    assert rec.stopped == [run.session_id]
 
 
 def test_due_work_in_a_stopped_session_wakes_it_tasks_flagged(session, settings):
