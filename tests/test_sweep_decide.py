@@ -63,3 +63,54 @@ def test_idle_sandbox_is_stopped_but_not_with_work():
     assert decide(SessionView(running=True, heartbeat_at=NOW - 10, last_work_at=NOW - IDLE_S - 1), NOW).stop == "idle"
     busy = SessionView(running=True, heartbeat_at=NOW - 10, last_work_at=NOW - IDLE_S - 1, has_due_work=True)
     assert decide(busy, NOW).stop is None
+
+
+def test_a_failed_turn_is_retried_without_a_stop():
+    view = SessionView(running=True, heartbeat_at=NOW - 1, failures=(Claim("m", NOW - 2, 1),))
+    assert decide(view, NOW) == Decision(resets=(Reset("m", 2, NOW + 10),))
+    stopped = SessionView(running=False, failures=(Claim("m", NOW - 2, 0),))
+    assert decide(stopped, NOW) == Decision(resets=(Reset("m", 1, NOW + 5),), wake=True)
+
+
+def test_idle_threshold_is_the_callers():
+    view = SessionView(running=True, heartbeat_at=NOW - 1, last_work_at=NOW - 61)
+    assert decide(view, NOW).stop is None
+    assert decide(view, NOW, idle_s=60).stop == "idle"
+
+
+# An exhaustive grid over the inputs: the invariants hold in every combination.
+AGES = (None, 0, 30, CLAIM_TOLERANCE_S + 1, CEILING_S - 1, CEILING_S + 1, 3 * CEILING_S)
+
+
+@pytest.mark.parametrize("running", [True, False])
+@pytest.mark.parametrize("heartbeat_age", AGES)
+@pytest.mark.parametrize("claim_age", [None, 0, CLAIM_TOLERANCE_S - 1, CLAIM_TOLERANCE_S + 1, CEILING_S + 1])
+@pytest.mark.parametrize("tries", [0, MAX_TRIES - 2, MAX_TRIES - 1])
+@pytest.mark.parametrize("bash_ms", [None, 10_000, (CEILING_S + 3600) * 1000])
+@pytest.mark.parametrize("due", [False, True])
+def test_invariants(running, heartbeat_age, claim_age, tries, bash_ms, due):
+    claims = () if claim_age is None else (Claim("m", NOW - claim_age, tries),)
+    view = SessionView(running=running, heartbeat_at=None if heartbeat_age is None else NOW - heartbeat_age,
+                       claims=claims, current_tool="Bash" if bash_ms else None, tool_timeout_ms=bash_ms,
+                       last_work_at=NOW - 10, has_due_work=due)
+    d = decide(view, NOW)
+    released = {r.message_id for r in d.resets} | set(d.failed)
+    # a claim is never both retried and failed, and never dropped silently when it is released
+    assert not ({r.message_id for r in d.resets} & set(d.failed))
+    assert released in (set(), {c.message_id for c in claims})
+    for r in d.resets:  # one more try, later by 5 s·2^tries
+        assert r.tries == tries + 1 and r.process_after == NOW + 5 * 2 ** tries
+    assert (set(d.failed) == {"m"}) == (bool(released) and tries + 1 >= MAX_TRIES)
+    if not running:
+        assert d.stop is None and released == {c.message_id for c in claims}
+        assert d.wake == (bool(d.resets) or due)
+    else:
+        assert not d.wake
+        if d.stop:  # a stop always gives the claims back
+            assert released == {c.message_id for c in claims}
+        fresh_beat = heartbeat_age is not None and heartbeat_age <= CEILING_S
+        beat_after_claim = claims and heartbeat_age is not None and heartbeat_age < claim_age
+        if fresh_beat and (not claims or beat_after_claim):
+            assert d.stop is None  # alive: a heartbeat since the claim and within the ceiling
+        if d.stop == "idle":
+            assert not claims and not due
