@@ -93,9 +93,9 @@ class ActiveSet:
         missing = self.running_ids - found.keys()
         found.update({r.session_id: r for r in by_ids(self.settings, missing)})
         cutoff = time.monotonic() - self.window_s
-        for sid, (ref, at) in list(self._woken.items()):
+        for sid, (ref, at) in list(self._woken.items()):  # the sweep and delivery threads both refresh
             if at < cutoff:
-                del self._woken[sid]
+                self._woken.pop(sid, None)
             else:
                 found.setdefault(sid, ref)
         self.refs = found
