@@ -1,0 +1,299 @@
+"""Operator control without a sandbox: the tools' own checks (runner side), the host's checks again,
+cards, who may decide, first decision wins, replies, the page's items, the audit trail, and the
+pieces that restart a group differently (MCP servers in the sandbox spec, per-group image tags)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nanoclaw import create_app
+from nanoclaw.db import database
+from nanoclaw.delivery import deliver_session
+from nanoclaw.migrate import apply_pending
+from nanoclaw.models import AgentGroup, AuditLog, HelpRequest, PendingProposal, Session
+from nanoclaw.pending import pending_items, reply as page_reply
+from nanoclaw.runtime.image import group_dockerfile, group_image_tag
+from nanoclaw.sandboxes import build_spec
+from nanoclaw.sessions import session_schema as schema
+from nanoclaw.sessions.store import Target
+from tests.fakes.telegram_api import TOKEN
+from tests.tg_flow import SECRET, Telegram, buttons, cards, click, edits, message, person, post, shown, texts, toasts
+
+from agent_runner.config import RunnerConfig  # noqa: E402  (container/ is on sys.path via session_schema)
+from agent_runner.extra_servers import extra_mcp_servers  # noqa: E402
+from agent_runner.mcp_tools import ToolContext, call_tool  # noqa: E402
+from agent_runner.mcp_tools import operator as tools  # noqa: E402
+from agent_runner.store import SessionStore  # noqa: E402
+
+OWNER, ADA = person(111, "Olivia"), person(666, "Ada")
+
+
+@pytest.fixture
+def tg():
+    with Telegram() as server:
+        yield server
+
+
+@pytest.fixture
+def app(make_settings, db_url, tg):
+    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
+                                   TELEGRAM_API_BASE=tg.url, NANOCLAW_RUNTIME="bwrap"))
+    database.connect(reuse_if_open=True)
+    apply_pending(database.obj, log=lambda _l: None)
+    app.woken = []
+    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
+    runner = app.test_cli_runner()
+    for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+                 ("wire", "telegram", "111", "andy"), ("wire", "telegram", "-100200", "andy", "--kind", "group")):
+        assert runner.invoke(args=["nanoclaw", *args]).exit_code == 0, args
+    yield app
+    database.close()
+
+
+def session_path(app, chat=111, sender=OWNER, **kw):
+    post(app, message(chat, sender, "hello", **kw))
+    session = Session.select().order_by(Session.created_at.desc()).first()
+    return app.config["NANOCLAW"].sessions_dir / "andy" / session.id
+
+
+def agent_ctx(path) -> ToolContext:
+    config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(path), "NANOCLAW_GROUP_DIR": str(path)})
+    return ToolContext(store=SessionStore(path), config=config)
+
+
+def run_tool(ctx, fn, **args) -> tuple[str, bool]:
+    result = call_tool(ctx, fn, args)
+    return result["content"][0]["text"], bool(result.get("is_error"))
+
+
+def inbound(path, kind=None) -> list[dict]:
+    conn = schema.connect(path / schema.INBOUND, readonly=True)
+    try:
+        rows = conn.execute("SELECT * FROM messages_in" + (" WHERE kind = ?" if kind else "") + " ORDER BY seq",
+                            (kind,) if kind else ()).fetchall()
+        return [dict(r, content=json.loads(r["content"])) for r in rows]
+    finally:
+        conn.close()
+
+
+def system_texts(path) -> list[str]:
+    return [r["content"]["text"] for r in inbound(path, "system")]
+
+
+# --- the tools check before anything is queued ---------------------------------------------------
+
+def test_tools_refuse_what_breaks_the_rules_and_queue_the_rest(tmp_path):
+    from nanoclaw.sessions import store as host_store
+    host_store.prepare(tmp_path, Target("telegram", "111"))
+    ctx = agent_ctx(tmp_path)
+    refusals = [
+        (tools.propose_egress, {"host": "https://evil.com/x"}, "without scheme"),
+        (tools.propose_egress, {"host": "*.com"}, "second-level"),
+        (tools.propose_credential_route, {"host_or_path": "/v1/", "upstream": "https://x.com", "secret_name": "X_T"},
+         "shadow the model route"),
+        (tools.propose_credential_route, {"host_or_path": "/gh/", "upstream": "http://x.com", "secret_name": "X_T"},
+         "https://"),
+        (tools.propose_credential_route, {"host_or_path": "/gh/", "upstream": "https://x.com",
+                                          "secret_name": "ANTHROPIC_API_KEY"}, "reserved for the host"),
+        (tools.install_packages, {"apt": ["curl", "$(reboot)"]}, "not a Debian package name"),
+        (tools.install_packages, {"npm": ["Left-Pad"]}, "not an npm package name"),
+        (tools.install_packages, {"apt": [f"pkg{i}" for i in range(21)]}, "at most 20 packages"),
+        (tools.install_packages, {}, "at least one"),
+        (tools.add_mcp_server, {"name": "nanoclaw", "command": "x"}, "not 'nanoclaw'"),
+        (tools.add_mcp_server, {"name": "gh", "command": "gh-mcp", "env": ["GITHUB_TOKEN", "TELEGRAM_BOT_TOKEN"]},
+         "reserved for the host"),
+        (tools.ask_operator, {"text": "  "}, "empty"),
+    ]
+    for fn, args, why in refusals:
+        text, error = run_tool(ctx, fn, **args)
+        assert error and why in text, (fn.__name__, args, text)
+    assert ctx.store.out.execute("SELECT COUNT(*) FROM messages_out").fetchone()[0] == 0
+
+    text, error = run_tool(ctx, tools.install_packages, apt="jq ripgrep", npm=["@scope/pkg"], reason="tools")
+    assert not error and "install apt: jq ripgrep, npm: @scope/pkg" in text
+    row = json.loads(ctx.store.out.execute("SELECT content FROM messages_out").fetchone()[0])
+    assert row == {"op": "proposal", "ref": row["ref"], "kind": "install_packages",
+                   "payload": {"apt": ["jq", "ripgrep"], "npm": ["@scope/pkg"]}, "reason": "tools"}
+    assert f"id={row['ref']}" in text
+    ctx.store.close()
+
+
+# --- the host checks again, shows a card, decides once ---------------------------------------------
+
+def propose(app, path, kind, payload, reason="", ref="r1"):
+    """What the tool writes (or a tampered sandbox could write): a proposal row."""
+    agent = SessionStore(path)
+    agent.write_out({"op": "proposal", "ref": ref, "kind": kind, "payload": payload, "reason": reason},
+                    Target("telegram", "111"), kind="system")
+    agent.close()
+    deliver_session(path, app.config["NANOCLAW"])
+
+
+def test_a_proposal_that_breaks_the_rules_never_reaches_the_owner(app, tg):
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "10.0.0.1/admin"})
+    propose(app, path, "install_packages", {"apt": ["a b"]}, ref="r2")
+    propose(app, path, "teleport", {}, ref="r3")
+    assert cards(tg) == [] and not PendingProposal.select().exists()
+    told = system_texts(path)
+    assert len(told) == 3 and all("refused by the host" in t for t in told)
+    assert AuditLog.select().where(AuditLog.action == "proposal.refused").count() == 3
+
+
+def test_egress_card_decided_once_by_someone_allowed(app, tg):
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "API.github.com"}, reason="clone a repo")
+    propose(app, path, "egress", {"host": "API.github.com"}, reason="clone a repo")  # the same row id? no: re-sent
+    [card] = cards(tg)
+    assert str(card["chat_id"]) == "111"  # the owner's DM
+    assert "Andy asks: allow HTTPS to api.github.com" in shown(card) and "+ api.github.com" in shown(card)
+    assert "Why: clone a repo" in shown(card)
+    post(app, click(buttons(card)["✅ Approve"], ADA, card))
+    assert toasts(tg)[-1] == "Only Olivia or an admin can decide this."
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    assert toasts(tg)[-1] == "Approved: allow HTTPS to api.github.com."
+    post(app, click(buttons(card)["❌ Reject"], OWNER, card))
+    assert toasts(tg)[-1] == "Already approved by Olivia."
+    policy = app.config["NANOCLAW"].data_dir / "policy" / "andy" / "egress.json"
+    assert json.loads(policy.read_text())["allow"] == ["api.github.com"]
+    assert any("HTTPS to api.github.com is now allowed" in t for t in system_texts(path))
+    assert app.woken[-1] == "andy"
+    entry = AuditLog.get(AuditLog.action == "proposal.approve")
+    assert (entry.actor, entry.target, entry.detail["diff"], entry.detail["reason"]) == (
+        "telegram:111", f"npr-{PendingProposal.get().id}", ["+ api.github.com"], "clone a repo")
+
+
+def test_a_reply_to_the_card_rejects_with_a_reason(app, tg):
+    path = session_path(app)
+    propose(app, path, "credential_route", {"match": "/gh/", "upstream": "https://api.github.com",
+                                            "secret": "GITHUB_TOKEN"})
+    [card] = cards(tg)
+    assert "/gh/ -> https://api.github.com with Authorization: Bearer $GITHUB_TOKEN" in shown(card)
+    update = message(111, OWNER, "not this week")
+    update["message"]["reply_to_message"] = {"message_id": card["_message_id"], "chat": update["message"]["chat"],
+                                             "date": 0, "text": card["text"],
+                                             "from": {"id": 7000001, "is_bot": True, "first_name": "Andy"}}
+    before = len(inbound(path))
+    post(app, update)
+    assert texts(tg, 111)[-1] == "Rejected: a credential route /gh/ -> https://api.github.com (token $GITHUB_TOKEN)."
+    assert edits(tg)[-1]["text"].endswith("Reason: not this week")
+    assert PendingProposal.get().state == "rejected"
+    new = inbound(path)[before:]
+    assert [r["kind"] for r in new] == ["system"]  # the reply itself never reached the agent as a chat message
+    assert "rejected your proposal id=r1" in new[0]["content"]["text"] and "not this week" in new[0]["content"]["text"]
+    assert not (app.config["NANOCLAW"].data_dir / "policy" / "andy" / "credentials.json").exists()
+
+
+def test_create_agent_only_for_an_admins_agent(app, tg):
+    group_path = session_path(app, chat=-100200, sender=OWNER, title="Team", mention=True)
+    propose(app, group_path, "create_agent", {"name": "Scout", "instructions": "Find things."})
+    assert cards(tg) == [] and "only an admin's agent may create agents" in system_texts(group_path)[-1]
+    dm_path = session_path(app)  # the owner's DM: an admin's agent
+    propose(app, dm_path, "create_agent", {"name": "Scout", "instructions": "Find things."}, ref="r9")
+    [card] = cards(tg)
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    scout = AgentGroup.get(AgentGroup.folder == "scout")
+    assert scout.instructions == "Find things."
+    assert "Find things." in (app.config["NANOCLAW"].groups_dir / "scout" / "CLAUDE.md").read_text()
+
+
+def test_install_packages_on_bwrap_fails_readably(app, tg):
+    path = session_path(app)
+    propose(app, path, "install_packages", {"apt": ["jq"], "npm": []})
+    [card] = cards(tg)
+    assert "+ apt: jq" in shown(card)
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    from nanoclaw.operator.proposals import wait_for_workers
+    wait_for_workers(30)
+    p = PendingProposal.get()
+    assert p.state == "failed" and "bubblewrap" in p.note
+    assert "applying it failed" in system_texts(path)[-1]
+    assert AgentGroup.get(AgentGroup.folder == "andy").container_config.get("image") is None
+
+
+def test_mcp_server_goes_into_the_sandbox_spec(app, tg):
+    path = session_path(app)
+    propose(app, path, "mcp_server", {"name": "fetch", "command": "python3", "args": ["-m", "fetcher"],
+                                      "env": ["TZ"]})
+    [card] = cards(tg)
+    assert "+ fetch: python3 -m fetcher (env from the sandbox: TZ)" in shown(card)
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    config = AgentGroup.get(AgentGroup.folder == "andy").container_config
+    assert config["mcp_servers"]["fetch"]["command"] == "python3"
+    from nanoclaw.sandboxes import agent_capabilities
+    spec = build_spec(app.config["NANOCLAW"], "andy", "s1", **agent_capabilities("andy"))
+    servers = extra_mcp_servers({**spec.env, "TZ": "UTC"})
+    assert servers == {"fetch": {"type": "stdio", "command": "python3", "args": ["-m", "fetcher"],
+                                 "env": {"TZ": "UTC"}}}
+    assert any("MCP server fetch was added" in t for t in system_texts(path))
+
+
+# --- help requests -------------------------------------------------------------------------------
+
+def ask_help(path, text="I need the VPN password policy", ref="h1"):
+    agent = SessionStore(path)
+    agent.write_out({"op": "help_request", "ref": ref, "text": text}, Target("telegram", "111"), kind="system")
+    agent.close()
+
+
+def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
+    settings = app.config["NANOCLAW"]
+    path = session_path(app)
+    ask_help(path)
+    deliver_session(path, settings)
+    ask_help(path, "second question", ref="h2")
+    deliver_session(path, settings)
+    first, second = cards(tg)
+    assert "Andy needs help" in shown(first) and "I need the VPN password policy" in shown(first)
+    listing = pending_items(settings, "telegram:111")
+    items = {i.key: i for i in listing.items if i.key.startswith("nhr-")}
+    assert len(items) == 2 and all(i.reply_prefix == "nhr" for i in items.values())
+    assert [i for i in pending_items(settings, "telegram:666").items if i.key.startswith("nhr-")] == []
+    h1 = HelpRequest.get(HelpRequest.ref == "h1")
+    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:666", settings).startswith("Only Olivia")
+    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+    [answer] = inbound(path, "answer")
+    assert answer["content"]["help_ref"] == "h1" and answer["trigger"] == 1
+    assert answer["content"]["text"].endswith("It is in the wiki")
+    post(app, click(buttons(second)["Dismiss"], OWNER, second))
+    assert toasts(tg)[-1] == "Dismissed; Andy was told."
+    assert inbound(path, "answer")[-1]["content"]["answer"] == "(dismissed without an answer)"
+    assert [i for i in pending_items(settings, "telegram:111").items if i.key.startswith("nhr-")] == []
+    assert {a.action for a in AuditLog.select()} >= {"help.request", "help.answer", "help.dismiss"}
+
+
+def test_page_lists_proposals_and_a_page_reply_approves(app, tg):
+    settings = app.config["NANOCLAW"]
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "pypi.org"})
+    [item] = [i for i in pending_items(settings, "telegram:111").items if i.key.startswith("npr-")]
+    assert item.kind == "Network access" and [b[0] for b in item.buttons] == ["✅ Approve", "❌ Reject"]
+    assert page_reply("npr", item.key.split("-")[1], "approve", "telegram:111", settings) == \
+        "Approved: allow HTTPS to pypi.org."
+    assert edits(tg)[-1]["text"].startswith("✅ Approved by Olivia")
+
+
+# --- pure pieces ---------------------------------------------------------------------------------
+
+def test_group_image_tags_and_dockerfile():
+    a = group_image_tag("nanoclaw-agent:latest", "Andy", ["jq", "curl"], [])
+    assert a == group_image_tag("nanoclaw-agent:latest", "Andy", ["curl", "jq", "jq"], [])
+    assert a.startswith("nanoclaw-agent-andy:") and a != group_image_tag("nanoclaw-agent:latest", "Andy", ["jq"], [])
+    text = group_dockerfile("nanoclaw-agent:latest", ["jq"], ["@scope/x"], with_ca=True)
+    assert text.splitlines()[0] == "FROM nanoclaw-agent:latest" and "USER 1000:1000" == text.splitlines()[-1]
+    assert "install -y --no-install-recommends jq nodejs npm" in text and "npm install -g" in text
+    assert "NODE_EXTRA_CA_CERTS=/tmp/build-ca/ca.crt" in text
+
+
+def test_proxy_reloads_are_audited_without_values(app, tmp_path):
+    from nanoclaw.proxy.policy_files import PolicyStore, audit_change, put_route
+    store = PolicyStore(tmp_path, on_change=audit_change)
+    store.get("andy")
+    put_route(tmp_path, "andy", {"match": "/gh/", "upstream": "https://api.github.com", "secret": "GITHUB_TOKEN"})
+    store.get("andy")
+    (tmp_path / "andy" / "credentials.json").write_text("{oops")
+    store.get("andy")
+    reload, invalid = (AuditLog.get(AuditLog.action == a) for a in ("policy.reload", "policy.invalid"))
+    assert reload.detail["diff"] == ["+ /gh/ -> https://api.github.com with Authorization: Bearer $GITHUB_TOKEN"]
+    assert invalid.detail["kept"] == "the previous policy"
