@@ -9,16 +9,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nanoclaw import create_app
 from nanoclaw.approvals import Candidate, choose_approver, where
-from nanoclaw.db import database
-from nanoclaw.migrate import apply_pending
 from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, DroppedMessage, MessagingGroup,
                              PendingChannelApproval, PendingSenderApproval, Session, UserDm, Wiring)
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
-from tests.fakes.telegram_api import TOKEN
-from tests.tg_flow import (SECRET, Telegram, buttons, cards, click, edits, message, person, post, sandbox_service,
+from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
+from tests.tg_flow import (telegram_app, buttons, cards, click, edits, message, person, post, sandbox_service,
                            shown, texts, toasts)
 
 OWNER, BOB, CARL, ADA = person(111, "Olivia"), person(444, "Bob"), person(555, "Carl"), person(666, "Ada")
@@ -48,21 +45,9 @@ def test_where_says_it_in_plain_words():
 # --- flows through the Telegram webhook --------------------------------------------------------
 
 @pytest.fixture
-def tg():
-    with Telegram() as server:
-        yield server
-
-
-@pytest.fixture
 def app(make_settings, db_url, tg):
-    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                                   TELEGRAM_API_BASE=tg.url))
-    database.connect(reuse_if_open=True)
-    apply_pending(database.obj, log=lambda _l: None)
-    app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
-    yield app
-    database.close()
+    with telegram_app(make_settings, db_url, tg) as app:
+        yield app
 
 
 def cli(app, *args):

@@ -7,14 +7,12 @@ import json
 
 import pytest
 
-from nanoclaw import create_app
 from nanoclaw.commands import parse, verdict
-from nanoclaw.db import database
-from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AgentGroup, DroppedMessage, Session
 from nanoclaw.sessions import session_schema as schema
-from tests.fakes.telegram_api import TOKEN, USERNAME
-from tests.tg_flow import SECRET, Telegram, message, person, post, texts
+from tests.fakes.telegram_api import USERNAME
+from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
+from tests.tg_flow import telegram_app, message, person, post, texts
 
 OWNER, BOB, CARL = person(111, "Olivia"), person(444, "Bob"), person(555, "Carl")
 GROUP = -100777
@@ -42,31 +40,16 @@ def test_verdicts(command, admin, allowed):
 
 
 @pytest.fixture
-def tg():
-    with Telegram() as server:
-        yield server
-
-
-@pytest.fixture
 def app(make_settings, db_url, tg):
-    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                                   TELEGRAM_API_BASE=tg.url))
-    database.connect(reuse_if_open=True)
-    apply_pending(database.obj, log=lambda _l: None)
-    app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
-    runner = app.test_cli_runner()
-    for args in (("agent", "create", "Andy"),
-                 ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-                 ("user", "add", "telegram:444", "--agent", "andy", "--name", "Bob"),  # a member
-                 ("user", "add", "telegram:555", "--role", "admin", "--agent", "andy", "--name", "Carl"),
-                 ("wire", "telegram", "111", "andy"), ("wire", "telegram", "444", "andy"),
-                 ("wire", "telegram", "555", "andy"),
-                 ("wire", "telegram", str(GROUP), "andy", "--kind", "group", "--ignored", "accumulate")):
-        result = runner.invoke(args=["nanoclaw", *args])
-        assert result.exit_code == 0, result.output
-    yield app
-    database.close()
+    with telegram_app(make_settings, db_url, tg,
+                      ("agent", "create", "Andy"),
+                      ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+                      ("user", "add", "telegram:444", "--agent", "andy", "--name", "Bob"),  # a member
+                      ("user", "add", "telegram:555", "--role", "admin", "--agent", "andy", "--name", "Carl"),
+                      ("wire", "telegram", "111", "andy"), ("wire", "telegram", "444", "andy"),
+                      ("wire", "telegram", "555", "andy"),
+                      ("wire", "telegram", str(GROUP), "andy", "--kind", "group", "--ignored", "accumulate")) as app:
+        yield app
 
 
 def stored(app) -> list[tuple[str, str | None, int]]:

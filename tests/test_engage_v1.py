@@ -8,16 +8,13 @@ import json
 
 import pytest
 
-from nanoclaw import create_app
-from nanoclaw.db import database
-from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AgentGroup, DroppedMessage, PendingSenderApproval, Session
 from nanoclaw.router import engages, trigger_pattern
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.wiring import resolve_engage
 from tests.fakes.model_api import Reply
-from tests.fakes.telegram_api import TOKEN
-from tests.tg_flow import SECRET, Telegram, cards, message, person, post, sandbox_service, texts
+from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
+from tests.tg_flow import telegram_app, cards, message, person, post, sandbox_service, texts
 
 OWNER, BOB, ADA = person(111, "Olivia"), person(444, "Bob"), person(666, "Ada")
 GROUP, FORUM = -100777, -100999
@@ -68,24 +65,10 @@ def test_block4_regex_characters_in_a_trigger_are_literal():
 # --- block 7: "requires trigger" is now the wiring's engage mode --------------------------------
 
 @pytest.fixture
-def tg():
-    with Telegram() as server:
-        yield server
-
-
-@pytest.fixture
 def app(make_settings, db_url, tg):
-    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                                   TELEGRAM_API_BASE=tg.url))
-    database.connect(reuse_if_open=True)
-    apply_pending(database.obj, log=lambda _l: None)
-    app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
-    cli(app, "agent", "create", "Andy")
-    cli(app, "user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-    cli(app, "wire", "telegram", "111", "andy")
-    yield app
-    database.close()
+    with telegram_app(make_settings, db_url, tg, ("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+            ("wire", "telegram", "111", "andy")) as app:
+        yield app
 
 
 def cli(app, *args):

@@ -9,17 +9,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nanoclaw import create_app
-from nanoclaw.db import database
 from nanoclaw.delivery import deliver_session
-from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AuditLog, PendingQuestion, Session
 from nanoclaw.questions import deliver_question
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from tests.fakes.model_api import Reply
-from tests.fakes.telegram_api import TOKEN
-from tests.tg_flow import (SECRET, Telegram, buttons, cards, click, edits, message, person, post, sandbox_service,
+from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
+from tests.tg_flow import (telegram_app, buttons, cards, click, edits, message, person, post, sandbox_service,
                            shown, texts, toasts)
 
 from agent_runner.config import RunnerConfig  # noqa: E402  (container/ is on sys.path via session_schema)
@@ -54,25 +51,10 @@ def test_timeout_stays_inside_one_turn():
 # --- the host side, without a sandbox ---------------------------------------------------------
 
 @pytest.fixture
-def tg():
-    with Telegram() as server:
-        yield server
-
-
-@pytest.fixture
 def app(make_settings, db_url, tg):
-    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
-                                   TELEGRAM_API_BASE=tg.url))
-    database.connect(reuse_if_open=True)
-    apply_pending(database.obj, log=lambda _l: None)
-    app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
-    runner = app.test_cli_runner()
-    for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-                 ("wire", "telegram", "111", "andy")):
-        assert runner.invoke(args=["nanoclaw", *args]).exit_code == 0
-    yield app
-    database.close()
+    with telegram_app(make_settings, db_url, tg, ("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+            ("wire", "telegram", "111", "andy")) as app:
+        yield app
 
 
 def ask(app, title="Lunch", question="Pizza or sushi?", options=("Pizza", "Sushi"), seconds=60,

@@ -5,8 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from contextlib import contextmanager
 
-from tests.fakes.telegram_api import USERNAME, FakeTelegram
+import pytest
+
+from nanoclaw import create_app
+from nanoclaw.db import database
+from nanoclaw.migrate import apply_pending
+from tests.fakes.telegram_api import TOKEN, USERNAME, FakeTelegram
 
 SECRET = "wh-secret_flow-0123456789"
 MENTION = f"@{USERNAME}"
@@ -176,3 +182,30 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
                 door.stop()
                 database.close()
     return run()
+
+
+@pytest.fixture
+def tg():
+    """A fake Telegram Bot API (import this fixture into a test module to use it)."""
+    with Telegram() as server:
+        yield server
+
+
+@contextmanager
+def telegram_app(make_settings, db_url, tg, *setup: tuple[str, ...], **env):
+    """A migrated app whose Telegram talks to `tg`; wakes are recorded in app.woken instead of
+    starting sandboxes. `setup`: CLI argument tuples run first (each must succeed)."""
+    app = create_app(make_settings(DATABASE_URL=db_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
+                                   TELEGRAM_API_BASE=tg.url, **env))
+    database.connect(reuse_if_open=True)
+    apply_pending(database.obj, log=lambda _l: None)
+    app.woken = []
+    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
+    runner = app.test_cli_runner()
+    for args in setup:
+        result = runner.invoke(args=["nanoclaw", *args])
+        assert result.exit_code == 0, (args, result.output)
+    try:
+        yield app
+    finally:
+        database.close()
