@@ -18,8 +18,6 @@ from . import delivery, router
 from .channels.base import InboundEvent, iso_utc
 from .db import database
 from .models import AgentGroup, MessagingGroup, User, UserRole, Wiring
-from .sessions import session_schema as schema
-from .sessions import store
 
 log = logging.getLogger("nanoclaw.chat")
 CHANNEL = "cli"
