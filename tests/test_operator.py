@@ -277,9 +277,10 @@ def test_page_lists_proposals_and_a_page_reply_approves(app, tg):
 # --- pure pieces ---------------------------------------------------------------------------------
 
 def test_group_image_tags_and_dockerfile():
-    a = group_image_tag("nanoclaw-agent:latest", "Andy", ["jq", "curl"], [])
-    assert a == group_image_tag("nanoclaw-agent:latest", "Andy", ["curl", "jq", "jq"], [])
-    assert a.startswith("nanoclaw-agent-andy:") and a != group_image_tag("nanoclaw-agent:latest", "Andy", ["jq"], [])
+    a = group_image_tag("sha256:base1", "Andy", ["jq", "curl"], [])
+    assert a == group_image_tag("sha256:base1", "Andy", ["curl", "jq", "jq"], [])
+    assert a.startswith("nanoclaw-agent-andy:") and a != group_image_tag("sha256:base1", "Andy", ["jq"], [])
+    assert a != group_image_tag("sha256:base2", "Andy", ["jq", "curl"], [])  # a rebuilt base: a new image
     text = group_dockerfile("nanoclaw-agent:latest", ["jq"], ["@scope/x"], with_ca=True)
     assert text.splitlines()[0] == "FROM nanoclaw-agent:latest" and "USER 1000:1000" == text.splitlines()[-1]
     assert "install -y --no-install-recommends jq nodejs npm" in text and "npm install -g" in text

@@ -48,7 +48,12 @@ def setup(svc, cert=None):
 
 
 def wait_card(svc, n=1):
-    return svc.wait(lambda: cards(svc.tg)[n - 1] if len(cards(svc.tg)) >= n else None, what=f"card {n}")
+    """The n-th card at the owner, once the host has recorded where it went (a click may follow at once)."""
+    card = svc.wait(lambda: cards(svc.tg)[n - 1] if len(cards(svc.tg)) >= n else None, what=f"card {n}")
+    sent = str(card["_message_id"])
+    svc.wait(lambda: PendingProposal.select().where(PendingProposal.card_message_id == sent).exists()
+             or HelpRequest.select().where(HelpRequest.card_message_id == sent).exists(), what="the card's record")
+    return card
 
 
 def bash_results(model) -> list[str]:
@@ -225,7 +230,7 @@ def test_install_packages_checked_then_proposed_and_approved(make_settings, sqli
         first = [r for call in svc.model.model_calls() for r in call.tool_results()][0]
         assert first.is_error and "'jq; rm -rf /' is not a Debian package name" in first.text
         assert "+ apt: jq ripgrep" in shown(card) and "+ npm: @scope/tool" in shown(card)
-        assert "+ image nanoclaw-agent-andy:" in shown(card)
+        assert "+ image nanoclaw-agent-andy (nanoclaw-agent:latest + the packages)" in shown(card)
         svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
         from nanoclaw.operator.proposals import wait_for_workers
         wait_for_workers(60)
@@ -234,3 +239,51 @@ def test_install_packages_checked_then_proposed_and_approved(make_settings, sqli
         p = PendingProposal.get()
         assert p.state == "failed" and "bubblewrap" in p.note
         assert "could not be applied" in edits(svc.tg)[-1]["text"]
+
+
+def test_install_packages_rebuilds_the_image_and_the_conversation_goes_on(make_settings, sqlite_url):
+    """Docker: the approved package lands in a per-group image; the sandbox restarts on it, on the same
+    session, and the SDK resumes the conversation (the model sees the earlier turn again)."""
+    from conftest import require
+    from nanoclaw.runtime import docker as docker_rt
+    from nanoclaw.runtime.image import image_exists
+    client, where = docker_rt.connect()
+    require(client is not None, f"no Docker engine ({where}); scripts/docker-engine.sh start")
+    require(image_exists(make_settings(), client=client), "no agent image (flask nanoclaw image build)")
+
+    def brain(req):
+        prompt, results = req.current_prompt(), req.turn_tool_results()
+        if "need curl" in prompt:
+            if not results:
+                return Reply.call("Bash", command="touch /tmp/old-sandbox; command -v curl || echo NO-CURL")
+            if len(results) == 1:
+                return Reply.call("mcp__nanoclaw__install_packages", apt=["curl"], reason="HTTP from the shell")
+            return Reply.say("Asked for curl.")
+        if "approved your proposal" in prompt:
+            if not results:
+                return Reply.call("Bash", command="command -v curl >/dev/null && echo HAVE-CURL; "
+                                                  "test -e /tmp/old-sandbox && echo OLD-SANDBOX || echo NEW-SANDBOX")
+            remembered = any("we need curl" in t for t in req.user_texts())
+            return Reply.say("after: " + " ".join(results[-1].text.split()) + f" remembered={remembered}")
+        return Reply.say("?")
+
+    with sandbox_service(make_settings, sqlite_url, brain, runtime="docker") as svc:
+        setup(svc)
+        svc.post(message(111, OWNER, "we need curl here"))
+        card = wait_card(svc)
+        assert "NO-CURL" in bash_results(svc.model)[0]
+        assert "+ apt: curl" in shown(card) and "+ image nanoclaw-agent-andy (nanoclaw-agent:latest + the packages)" in shown(card)
+        session_id = __import__("nanoclaw.models", fromlist=["Session"]).Session.get().id
+        svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
+        assert toasts(svc.tg)[-1].startswith("Approved: install apt curl. Applying it now")
+        from nanoclaw.operator.proposals import wait_for_workers
+        wait_for_workers(600)
+        assert PendingProposal.get().state == "approved", PendingProposal.get().note
+        svc.wait(lambda: any(t.startswith("after:") for t in texts(svc.tg, 111)), timeout=180, what="the new turn")
+        assert texts(svc.tg, 111)[-1] == "after: HAVE-CURL NEW-SANDBOX remembered=True"
+        from nanoclaw.models import AgentGroup, Session
+        tag = AgentGroup.get(AgentGroup.folder == "andy").container_config["image"]
+        [running] = client.containers.list(filters={"label": f"nanoclaw.install={svc.settings.install_id}"})
+        assert running.attrs["Config"]["Image"] == tag and running.labels["nanoclaw.session"] == session_id
+        assert [s.id for s in Session.select()] == [session_id]
+        assert edits(svc.tg)[-1]["text"].startswith("✅ Approved by Olivia: install apt curl")

@@ -47,13 +47,11 @@ def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict
     except RuleError:
         return {}
     if kind == "install_packages":
-        from ..runtime.image import group_image_tag
+        from ..runtime.image import group_image_repo
         have = config.get("packages") or {}
-        apt = sorted(set(have.get("apt", [])) | set(payload["apt"]))
-        npm = sorted(set(have.get("npm", [])) | set(payload["npm"]))
         return {"apt": have.get("apt", []), "npm": have.get("npm", []),
                 "image": config.get("image") or settings.agent_image,
-                "new_image": group_image_tag(settings.agent_image, agent.folder, apt, npm)}
+                "new_image": f"{group_image_repo(agent.folder)} ({settings.agent_image} + the packages)"}
     if kind == "mcp_server":
         return {"servers": config.get("mcp_servers") or {}}
     return {}

@@ -52,6 +52,8 @@ def send_card(settings, target: Target, card: Card) -> str | None:
 
 def edit_card(settings, row, text: str) -> None:
     """Replace the card's text (dropping its buttons) to show the outcome; best effort."""
+    if not row.card_message_id:  # decided a moment after the card went out: read where it went
+        row = type(row).get_or_none(type(row).id == row.id) or row
     if not (row.card_channel and row.card_chat_id and row.card_message_id):
         return
     try:

@@ -183,14 +183,17 @@ GROUP_IMAGE_PREFIX = "nanoclaw-agent-"
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
-def group_image_tag(base: str, folder: str, apt: list[str], npm: list[str]) -> str:
-    """A tag that names exactly what is in the image: the same packages on the same base give the
-    same tag (built once), any change gives a new one (the old image stays until pruned)."""
+def group_image_repo(folder: str) -> str:
+    return GROUP_IMAGE_PREFIX + (re.sub(r"[^a-z0-9_.-]", "-", folder.lower()).strip("-._") or "group")
+
+
+def group_image_tag(base_id: str, folder: str, apt: list[str], npm: list[str]) -> str:
+    """A tag that names exactly what is in the image: the same packages on the same base image (by
+    its id, so a rebuilt base gives new group images too) give the same tag and are built once."""
     import hashlib
     import json
-    key = json.dumps({"base": base, "apt": sorted(set(apt)), "npm": sorted(set(npm))}, sort_keys=True)
-    repo = re.sub(r"[^a-z0-9_.-]", "-", folder.lower()).strip("-._") or "group"
-    return f"{GROUP_IMAGE_PREFIX}{repo}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    key = json.dumps({"base": base_id, "apt": sorted(set(apt)), "npm": sorted(set(npm))}, sort_keys=True)
+    return f"{group_image_repo(folder)}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
 def group_dockerfile(base: str, apt: list[str], npm: list[str], *, with_ca: bool) -> str:
@@ -218,12 +221,15 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
     ca_bundle: trusted during the build only (apt over https, npm), e.g. behind an intercepting
     proxy; by default $NANOCLAW_BUILD_CA_BUNDLE, else the host's own system bundle."""
     client = _client(client)
-    tag = group_image_tag(settings.agent_image, folder, apt, npm)
+    try:
+        base_id = client.images.get(settings.agent_image).id
+    except ImageNotFound:
+        raise ImageBuildError(f"no base image {settings.agent_image}; build it first: "
+                              "flask --app app nanoclaw image build") from None
+    tag = group_image_tag(base_id, folder, apt, npm)
     if _has_image(client, tag):
         progress(f"{tag} exists already")
         return tag
-    if not _has_image(client, settings.agent_image):
-        raise ImageBuildError(f"no base image {settings.agent_image}; build it first: flask --app app nanoclaw image build")
     if ca_bundle is None:
         configured = os.environ.get("NANOCLAW_BUILD_CA_BUNDLE")
         ca_bundle = Path(configured) if configured else (SYSTEM_CA if configured is None and SYSTEM_CA.is_file() else None)
