@@ -371,3 +371,12 @@ def test_a_route_without_its_host_variable_says_so(proxy, https, monkeypatch):
     status, body = http_call(p.socket_path("andy"), "GET", "/m/x")
     assert status == 503 and b"MISSING_TEST_TOKEN is not set" in body
     assert https.requests == []
+
+
+def test_a_proxied_call_to_the_bridge_itself_is_routed_locally(proxy, https, monkeypatch):
+    """A client that sends even its call to 127.0.0.1 through http_proxy still reaches the routes."""
+    monkeypatch.setenv("GH_TEST_TOKEN", TOKEN)
+    p = proxy()
+    put_route(p.policies.root, "andy", {"match": "/gh/", "upstream": https.url, "secret": "GH_TEST_TOKEN"})
+    status, _ = http_call(p.socket_path("andy"), "GET", "http://127.0.0.1:41000/gh/user")
+    assert status == 200 and https.requests[-1]["path"] == "/user"

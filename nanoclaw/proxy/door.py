@@ -21,6 +21,7 @@ from .headers import error_body
 
 MAX_BODY = 64 * 1024 * 1024  # the Messages API takes up to 32 MB; leave room, refuse the absurd
 IDLE_TIMEOUT_S = 300  # a keep-alive connection with no request for this long is closed
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 @dataclass
@@ -209,6 +210,8 @@ class DoorHandler(BaseHTTPRequestHandler):
                 status = reply.error(exc.status, str(exc), "invalid_request_error")
                 return
             authority = split.netloc if split.scheme in ("http", "https") else None
+            if authority is not None and (split.hostname or "") in LOOPBACK_NAMES:
+                authority = None  # the sandbox's own bridge (a client that proxied a call to it): local routes
             request = Request(folder, self.command, path, query, list(self.headers.items()), body, authority)
             if authority is not None:
                 route = door.forward(request)
