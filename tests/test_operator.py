@@ -298,3 +298,21 @@ def test_proxy_reloads_are_audited_without_values(app, tmp_path):
     reload, invalid = (AuditLog.get(AuditLog.action == a) for a in ("policy.reload", "policy.invalid"))
     assert reload.detail["diff"] == ["+ /gh/ -> https://api.github.com with Authorization: Bearer $GITHUB_TOKEN"]
     assert invalid.detail["kept"] == "the previous policy"
+
+
+def test_the_page_can_modify_a_proposal_before_approving_it(app, tg):
+    from nanoclaw.operator import proposals
+    settings = app.config["NANOCLAW"]
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "*.github.com"})
+    p = PendingProposal.get()
+    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:666", settings).startswith("Only")
+    assert proposals.modify(str(p.id), {"host": "https://x"}, "telegram:111", settings).startswith("Not changed")
+    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:111", settings) == \
+        "Changed to: allow HTTPS to api.github.com. Approve or reject it now."
+    [card] = cards(tg)
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    policy = settings.data_dir / "policy" / "andy" / "egress.json"
+    assert json.loads(policy.read_text())["allow"] == ["api.github.com"]
+    assert "allow HTTPS to api.github.com" in system_texts(path)[-1]
+    assert AuditLog.get(AuditLog.action == "proposal.modify").detail["before"] == "allow HTTPS to *.github.com"

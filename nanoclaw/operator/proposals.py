@@ -179,6 +179,30 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
     return finish(p, user_id, settings, router.current_waker(), current_manager())
 
 
+def modify(ident: str, payload: dict, user_id: str, settings) -> str:
+    """The page's "modify": change a pending proposal's payload (checked like the agent's own) before
+    deciding; approving then applies the modified version. The agent is told at the decision."""
+    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    if p is None:
+        return "This proposal no longer exists."
+    if p.state != "pending":
+        return earlier(p)
+    if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
+        return f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin can change this."
+    try:
+        new = checks.check_payload(p.kind, payload)
+    except RuleError as exc:
+        return f"Not changed: {exc}"
+    before = checks.summary(p.kind, p.payload)
+    changed = (PendingProposal.update(payload=new).where(PendingProposal.id == p.id, PendingProposal.state == "pending")
+               .execute())
+    if changed != 1:
+        return earlier(PendingProposal.get_by_id(p.id))
+    audit(user_id, "proposal.modify", f"{PREFIX}-{p.id}", kind=p.kind, before=before,
+          after=checks.summary(p.kind, new))
+    return f"Changed to: {checks.summary(p.kind, new)}. Approve or reject it now."
+
+
 def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> None:
     with database.connection_context():
         finish(PendingProposal.get_by_id(pid), user_id, settings, waker, manager)
