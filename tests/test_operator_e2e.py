@@ -22,7 +22,8 @@ from fakes.https_server import HttpsServer, make_cert
 from nanoclaw.models import AuditLog, HelpRequest, PendingProposal
 from nanoclaw.proxy.policy_files import EGRESS_FILE, group_file, policy_root
 from tests.fakes.model_api import Reply
-from tests.tg_flow import _message_ids, buttons, cards, click, edits, message, person, sandbox_service, shown, texts, toasts
+from tests.tg_flow import (_message_ids, buttons, cards, click, edits, message, person, sandbox_service, shown, texts,
+                           toasts)
 
 OWNER = person(111, "Olivia")
 TOKEN = "rpt-token-0123456789abcdef-secret"
@@ -272,7 +273,8 @@ def test_install_packages_rebuilds_the_image_and_the_conversation_goes_on(make_s
         svc.post(message(111, OWNER, "we need curl here"))
         card = wait_card(svc)
         assert "NO-CURL" in bash_results(svc.model)[0]
-        assert "+ apt: curl" in shown(card) and "+ image nanoclaw-agent-andy (nanoclaw-agent:latest + the packages)" in shown(card)
+        assert "+ apt: curl" in shown(card)
+        assert "+ image nanoclaw-agent-andy (nanoclaw-agent:latest + the packages)" in shown(card)
         session_id = __import__("nanoclaw.models", fromlist=["Session"]).Session.get().id
         svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
         assert toasts(svc.tg)[-1].startswith("Approved: install apt curl. Applying it now")

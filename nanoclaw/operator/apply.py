@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from ..db import database
 from ..models import AgentGroup
 from ..proxy.credentials import HostSecrets
-from ..proxy.policy_files import ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
-from ..proxy.policy_files import group_file as policy_file  # noqa: F401  (re-exported for tests)
+from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
 from . import checks
 
@@ -39,7 +38,7 @@ def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict
     config = agent.container_config or {}
     try:
         if kind == "egress":
-            return {"allow": list(load_for_edit(policy_root(settings), agent.folder, "egress.json").get("allow", []))}
+            return {"allow": list(load_for_edit(policy_root(settings), agent.folder, EGRESS_FILE).get("allow", []))}
         if kind == "credential_route":
             from ..proxy.credentials import check_route
             data = load_for_edit(policy_root(settings), agent.folder, ROUTES_FILE)
@@ -133,7 +132,8 @@ def apply_mcp(settings, agent: AgentGroup, payload: dict) -> Outcome:
         config["mcp_servers"] = servers
         AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
     line = f"{payload['name']}: {payload['command']} {' '.join(payload['args'])}".rstrip()
-    diff = ([f"- {old['name']}: {old['command']} {' '.join(old.get('args', []))}".rstrip()] if old else []) + [f"+ {line}"]
+    removed = [f"- {old['name']}: {old['command']} {' '.join(old.get('args', []))}".rstrip()] if old else []
+    diff = removed + [f"+ {line}"]
     return Outcome(f"The MCP server {payload['name']} was added; your sandbox restarted on the same "
                    f"conversation and its tools are available as mcp__{payload['name']}__*.", diff, restart=True)
 

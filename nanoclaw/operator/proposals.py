@@ -30,7 +30,7 @@ from ..delivery import register_op
 from ..models import AgentGroup, PendingProposal, Session, UserDm, UserRole, audit, utcnow
 from ..proposal_rules import RuleError
 from . import checks
-from .apply import ApplyError, Outcome, apply, current_state
+from .apply import ApplyError, apply, current_state
 from .common import card_place, connected, edit_card, send_card, session_for, tell_agent
 from .restart import current_manager, runtime_for, stop_group
 
@@ -74,7 +74,8 @@ def card_text(p: PendingProposal, diff: list[str]) -> tuple[str, str]:
 
 
 def card_for(settings, p: PendingProposal) -> Card:
-    title, body = card_text(p, checks.diff(p.kind, p.payload, current_state(settings, p.agent_group, p.kind, p.payload)))
+    state = current_state(settings, p.agent_group, p.kind, p.payload)
+    title, body = card_text(p, checks.diff(p.kind, p.payload, state))
     return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.id}:approve"), ("❌ Reject", f"{PREFIX}-{p.id}:reject")))
 
 

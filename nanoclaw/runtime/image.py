@@ -232,7 +232,10 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
         return tag
     if ca_bundle is None:
         configured = os.environ.get("NANOCLAW_BUILD_CA_BUNDLE")
-        ca_bundle = Path(configured) if configured else (SYSTEM_CA if configured is None and SYSTEM_CA.is_file() else None)
+        if configured:
+            ca_bundle = Path(configured)
+        elif configured is None and SYSTEM_CA.is_file():  # NANOCLAW_BUILD_CA_BUNDLE="" turns it off
+            ca_bundle = SYSTEM_CA
     started = time.monotonic()
     progress(f"building {tag}: {settings.agent_image} + apt {' '.join(apt) or '-'} + npm {' '.join(npm) or '-'}")
     with tempfile.TemporaryDirectory(prefix="nanoclaw-group-image-") as ctx:
