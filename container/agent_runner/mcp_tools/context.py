@@ -1,6 +1,7 @@
 """What every tool needs: the session store, the settings, and the turn in progress."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..config import RunnerConfig
@@ -27,3 +28,16 @@ class ToolContext:
 
     def default_target(self) -> Target | None:
         return self.turn.reply_to or self.store.routing()
+
+
+def find_answer_row(conn, key: str, value: str) -> tuple[str, dict] | None:
+    """The host's pending answer row (kind 'answer') whose content[key] is `value`, if it has come."""
+    for row in conn.execute("SELECT id, content FROM messages_in WHERE kind = 'answer' AND status = 'pending' "
+                            "ORDER BY seq"):
+        try:
+            content = json.loads(row[1])
+        except ValueError:
+            continue
+        if isinstance(content, dict) and content.get(key) == value:
+            return row[0], content
+    return None

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 from .. import session_schema as schema
 from ..store import SessionStore
-from .context import ToolContext, ToolError
+from .context import ToolContext, ToolError, find_answer_row
 
 DEFAULT_TIMEOUT_S = 300
 MIN_TIMEOUT_S = 1
@@ -65,15 +65,7 @@ def clean_options(options) -> list[str]:
 
 def find_answer(conn, question_id: str) -> tuple[str, dict] | None:
     """The host's answer row for this question, if it has come."""
-    for row in conn.execute("SELECT id, content FROM messages_in WHERE kind = 'answer' AND status = 'pending' "
-                            "ORDER BY seq"):
-        try:
-            content = json.loads(row[1])
-        except ValueError:
-            continue
-        if isinstance(content, dict) and content.get("question_id") == question_id:
-            return row[0], content
-    return None
+    return find_answer_row(conn, "question_id", question_id)
 
 
 def ask_user_question(ctx: ToolContext, title: str, question: str, options, timeout=DEFAULT_TIMEOUT_S) -> str:

@@ -12,14 +12,13 @@ checks each proposal again, the owner approves, and only then is it applied.
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 from .. import proposal_rules as rules
 from .. import session_schema as schema
 from ..store import SessionStore
-from .context import ToolContext, ToolError
+from .context import ToolContext, ToolError, find_answer_row
 
 HELP_WAIT_S = 60
 POLL_S = 0.1
@@ -46,18 +45,6 @@ def _write(ctx: ToolContext, content: dict, store: SessionStore | None = None) -
 
 
 # --- ask_operator -----------------------------------------------------------------------------
-
-def find_help_answer(conn, ref: str) -> tuple[str, dict] | None:
-    for row in conn.execute("SELECT id, content FROM messages_in WHERE kind = 'answer' AND status = 'pending' "
-                            "ORDER BY seq"):
-        try:
-            content = json.loads(row[1])
-        except ValueError:
-            continue
-        if isinstance(content, dict) and content.get("help_ref") == ref:
-            return row[0], content
-    return None
-
 
 def ask_operator(ctx: ToolContext, text: str, wait_seconds=HELP_WAIT_S) -> str:
     text = _checked(rules.check_text, text, "text")
@@ -88,7 +75,7 @@ def _wait(own: SessionStore, ref: str, deadline: float) -> dict | None:
                 last_beat = now
             if conn is None and own.inbound_path.exists():
                 conn = schema.connect(own.inbound_path, readonly=True)
-            found = find_help_answer(conn, ref) if conn is not None else None
+            found = find_answer_row(conn, "help_ref", ref) if conn is not None else None
             if found:
                 own.complete([found[0]])  # read here: the poll loop must not take it for a new message
                 return found[1]
