@@ -135,6 +135,8 @@ class InboundEvent(Base):
     channel = pw.CharField()
     event_id = pw.CharField()
     received_at = pw.DateTimeField(default=utcnow)
+    payload = pw.TextField(null=True)          # the accepted event (JSON) until it is routed
+    routed_at = pw.DateTimeField(null=True)
 
     class Meta:
         table_name = "inbound_events"
