@@ -19,6 +19,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from peewee import fn
+
 from . import delivery, recurrence
 from .db import database
 from .models import TASK_CONTEXTS, AgentGroup, ScheduledTask, Session, audit, utcnow
@@ -428,6 +430,19 @@ def due_soon(horizon: timedelta, now: datetime | None = None) -> list[tuple[str,
         return [(tid, from_db(at)) for tid, at in rows]
 
 
+def changed_since(stamp: datetime | None) -> tuple[list[str], datetime | None]:
+    """Ids of tasks whose row changed after `stamp` (naive UTC, as stored) and the newest stamp
+    seen. The timer asks this every second, so a change another process made (the `tasks` CLI)
+    takes effect at once; with no stamp yet, only the newest stamp is returned."""
+    with database.connection_context():
+        if stamp is None:
+            newest = ScheduledTask.select(fn.MAX(ScheduledTask.updated_at)).scalar()
+            return [], newest or datetime(1970, 1, 1)
+        rows = list(ScheduledTask.select(ScheduledTask.id, ScheduledTask.updated_at)
+                    .where(ScheduledTask.updated_at > stamp).tuples())
+    return [tid for tid, _ in rows], max([stamp, *(at for _, at in rows if at is not None)])
+
+
 def next_of(task_id: str) -> datetime | None:
     with database.connection_context():
         task = ScheduledTask.get_or_none(ScheduledTask.id == task_id)
@@ -435,4 +450,5 @@ def next_of(task_id: str) -> datetime | None:
 
 
 __all__ = ["TaskError", "parse_schedule", "schedule", "update", "set_state", "open_tasks", "find", "describe",
-           "summary", "local_text", "handle_op", "fire", "prepare_run", "due_soon", "next_of", "on_change"]
+           "summary", "local_text", "handle_op", "fire", "prepare_run", "due_soon", "next_of", "on_change",
+           "changed_since"]

@@ -5,8 +5,9 @@ before its time (prepares the run's session and starts its sandbox, so a cold st
 make the run late) and the run itself at the exact time. The times come from recurrence.py
 (croniter in TIMEZONE): never an APScheduler CronTrigger, whose numeric weekdays differ from
 cron's (`0 9 * * 0` would fire on Monday). A reconcile job picks up tasks further ahead, tasks
-changed by another process (the `tasks` CLI), and, at start-up, overdue ones: they run once,
-at once, then continue on their grid.
+changed by another process, and, at start-up, overdue ones: they run once, at once, then
+continue on their grid. A change another process makes (the `tasks` CLI pauses or resumes a
+task) takes effect within CHANGES_S: a cheap job follows the rows' updated_at.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ UTC = timezone.utc
 PREWAKE_S = 15.0
 HORIZON = timedelta(minutes=3)
 RECONCILE_S = 30.0
+CHANGES_S = 1.0
 
 
 class TaskTimer:
@@ -29,11 +31,15 @@ class TaskTimer:
         self.scheduler = scheduler
         self.wake = wake      # wake(folder, session_id, task=True): start the sandbox (or queue it)
         self.watch = watch    # watch(SessionRef): deliver and sweep for this session from now on
+        self._seen = None     # the newest updated_at of scheduled_tasks this timer has acted on
         scheduling.on_change(self.replan)
 
     def start(self) -> None:
+        _, self._seen = scheduling.changed_since(None)  # what is there now, the reconcile plans
         self.scheduler.add_job(self.reconcile, "interval", seconds=RECONCILE_S, id="tasks_reconcile",
                                max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+        self.scheduler.add_job(self.follow_changes, "interval", seconds=CHANGES_S, id="tasks_changes",
+                               max_instances=1, coalesce=True)
 
     def close(self) -> None:
         scheduling.off_change(self.replan)
@@ -42,6 +48,12 @@ class TaskTimer:
         for task_id, due in scheduling.due_soon(HORIZON):
             if self.scheduler.get_job(f"task:{task_id}") is None:
                 self.plan(task_id, due)
+
+    def follow_changes(self) -> None:
+        """Replan the tasks another process changed since the last look (one indexed query)."""
+        changed, self._seen = scheduling.changed_since(self._seen)
+        for task_id in changed:
+            self.replan(task_id)
 
     def replan(self, task_id: str) -> None:
         """After a change in this process: plan the task's next run, or drop its jobs."""
