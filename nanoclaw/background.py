@@ -34,7 +34,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import delivery, sweep
+from . import delivery, housekeeping, sweep
 from .active import ActiveSet, SessionRef, everything, session_ids_of
 from .db import database
 from .sessions import session_schema as schema
@@ -151,6 +151,7 @@ class Background:
                                coalesce=True, next_run_time=datetime.now(timezone.utc))
         if self._timer is not None:
             self._timer.start()
+        housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
         try:
             self.sweep(full=True)
         except Exception as exc:

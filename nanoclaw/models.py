@@ -222,6 +222,7 @@ class PendingQuestion(Base):
     answered_by = pw.CharField(null=True)
     answer_index = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
+    expired_at = pw.DateTimeField(null=True)  # migration 0007: the card was marked expired
 
     class Meta:
         table_name = "pending_questions"

@@ -7,7 +7,8 @@ tool (blocked, polling) reads.
   session's chat or one of its destinations. Re-applying the row never sends a second card.
 - Anyone the agent knows (owner, admin, member), or anyone in a public chat, may answer; the
   first answer wins; the card is edited to show the choice.
-- After expires_at a click is told the question expired (the tool has returned already).
+- At expires_at (the tool returns then) a housekeeping job edits the card to say it expired,
+  once; a later click is told the question expired and nothing reaches the agent.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .actions import register_action
 from .channels.base import Card, DeliveryError, get_adapter
 from .db import database
 from .delivery import register_op
+from .housekeeping import register_job
 from .models import PendingQuestion, Session, User, audit, utcnow
 from .sessions import store
 from .sessions.store import Target
@@ -29,6 +31,8 @@ from .sessions.store import Target
 log = logging.getLogger("nanoclaw.questions")
 
 MAX_OPTIONS = 10
+EXPIRY_CHECK_S = 5.0  # a card says it expired at most this long after its timeout
+EXPIRED_LINE = "⏱ Expired: no answer came in time."
 
 
 def parse_expiry(value: str | None, fallback_s: float = 300.0) -> datetime:
@@ -102,6 +106,40 @@ def _edit(settings, pq: PendingQuestion, text: str) -> None:
         log.warning("could not edit question card %s: %s", pq.card_message_id, exc)
 
 
+def state(pq: PendingQuestion, now) -> str:
+    """answered | expired | open (naive UTC `now`, as stored)."""
+    if pq.answered_at is not None:
+        return "answered"
+    if pq.expired_at is not None or now >= pq.expires_at:
+        return "expired"
+    return "open"
+
+
+def mark_expired(settings, pq: PendingQuestion, now) -> bool:
+    """Mark one question expired and edit its card, once (False if answered or marked meanwhile)."""
+    claimed = (PendingQuestion.update(expired_at=now)
+               .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null(),
+                      PendingQuestion.expired_at.is_null()).execute())
+    if claimed != 1:
+        return False
+    _edit(settings, pq, outcome_text(pq, EXPIRED_LINE))
+    audit("system", "question.expire", f"ncq-{pq.id}", session=pq.session_id)
+    return True
+
+
+@register_job("questions.expire", every_s=EXPIRY_CHECK_S)
+def expire_questions(settings, _manager=None, now=None) -> int:
+    """Edit the cards of questions whose time is up (the tool has returned without an answer)."""
+    now = now or utcnow()
+    due = list(PendingQuestion.select().where(PendingQuestion.answered_at.is_null(),
+                                              PendingQuestion.expired_at.is_null(),
+                                              PendingQuestion.expires_at <= now).order_by(PendingQuestion.id))
+    marked = sum(1 for pq in due if mark_expired(settings, pq, now))
+    if marked:
+        log.info("%d question card(s) marked expired", marked)
+    return marked
+
+
 def may_answer(user_id: str, session: Session) -> bool:
     if router.is_known(user_id, session.agent_group_id):
         return True
@@ -114,10 +152,11 @@ def answer_question(action, ident: str, value: str, settings) -> str:
     pq = PendingQuestion.get_or_none(PendingQuestion.id == ident) if ident.isdigit() else None
     if pq is None:
         return "This question is no longer open."
-    if pq.answered_at is not None:
+    now = utcnow()
+    if state(pq, now) == "answered":
         return f"Already answered: {pq.options[pq.answer_index]}."
-    if utcnow() >= pq.expires_at:
-        _edit(settings, pq, outcome_text(pq, "⏱ Expired: no answer came in time."))
+    if state(pq, now) == "expired":
+        mark_expired(settings, pq, now)  # the job may not have come round yet
         return "This question expired; the agent has moved on."
     if not value.isdigit() or int(value) >= len(pq.options):
         return "Unknown choice."
@@ -125,10 +164,13 @@ def answer_question(action, ident: str, value: str, settings) -> str:
     if not may_answer(action.user_id, session):
         return "Only people this agent knows can answer."
     index = int(value)
-    claimed = (PendingQuestion.update(answered_at=utcnow(), answered_by=action.user_id, answer_index=index)
-               .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null()).execute())
-    if claimed != 1:
+    claimed = (PendingQuestion.update(answered_at=now, answered_by=action.user_id, answer_index=index)
+               .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null(),
+                      PendingQuestion.expired_at.is_null()).execute())
+    if claimed != 1:  # answered, or marked expired, a moment ago
         pq = PendingQuestion.get_by_id(pq.id)
+        if pq.answered_at is None:
+            return "This question expired; the agent has moved on."
         return f"Already answered: {pq.options[pq.answer_index]}."
     choice = pq.options[index]
     name = display(action.user_id)
