@@ -22,7 +22,7 @@ from .channels.base import Card, get_adapter
 from .db import database
 from .models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, PendingChannelApproval,
                      PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
-from .pending import register_reply
+from .pending import FormAnswer, register_form, register_reply
 from .security import folder_problem, slugify
 from .sessions.store import Target
 from .wiring import resolve_engage
@@ -188,15 +188,23 @@ def connect(mg: MessagingGroup, agent: AgentGroup, actor: str) -> Wiring:
     return wiring
 
 
-def create_agent(settings, name: str, actor: str) -> AgentGroup:
-    """A new agent group named `name`, its folder a free slug of the name, with its CLAUDE.md."""
-    base = slugify(name)
+def free_folder(wanted: str) -> str:
+    """The folder a new agent asking for `wanted` (its name, or a folder typed on the page) gets: the
+    slug, with -2, -3… when it is taken or reserved. ValueError when no slug can be made of it."""
+    base = slugify(wanted)
     if not base:
-        raise ValueError(f"'{name}' gives no usable folder name")
+        raise ValueError(f"'{wanted}' gives no usable folder name")
     folder, n = base, 2
     while folder_problem(folder) or AgentGroup.get_or_none(AgentGroup.folder == folder):
         folder = f"{base[:58]}-{n}"
         n += 1
+    return folder
+
+
+def create_agent(settings, name: str, actor: str, folder: str | None = None) -> AgentGroup:
+    """A new agent group named `name`, its folder a free slug of `folder` (default: the name), with
+    its CLAUDE.md."""
+    folder = free_folder(folder or name)
     instructions = f"You are {name}, a helpful personal assistant."
     path = settings.groups_dir / folder
     path.mkdir(parents=True, exist_ok=True)
@@ -438,10 +446,23 @@ def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, 
         return f"OK, nothing was created; no agent answers {place}."
     if not slugify(name):
         return "That name has no letters or digits to make a folder from. Reply with another name, or 'cancel'."
+    return create_for_chat(row, user_id, name, settings, wake)
+
+
+def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settings, wake=None, *,
+                    folder: str | None = None, via: str = "chat") -> str | None:
+    """Create the agent `name` (folder: a free slug of `folder`, default the name), wire the chat to
+    it and replay its stored message; the chat flow and the page share this. Returns what to tell the
+    approver; None if the row was decided meanwhile. ValueError when no folder can be made."""
+    mg = row.messaging_group
+    place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    key = f"nca-{row.id}"
+    free_folder(folder or name)  # refuse before the row is spent
     if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
         return None
-    agent = create_agent(settings, name, user_id)
-    audit(user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder)
+    agent = create_agent(settings, name, user_id, folder=folder)
+    audit(user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder,
+          via=via)
     edit_card(settings, row, f"➕ Created by {display(user_id)}: {agent.name} now answers {place}.")
     _wire_and_replay(row, mg, agent, user_id, settings, wake=wake)
     return f"Created the agent {agent.name} (folder {agent.folder}); it now answers {place}."
@@ -458,3 +479,29 @@ def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
         return f"Only {display(row.approver_user_id)} or an admin can decide this."
     return name_new_agent(row, user_id, text, settings, router.current_waker()) or \
         earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+
+
+NAME_LIMIT = 64
+
+
+@register_form("nca.create")
+def create_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+    """The page's "Create a new agent" form of an unknown chat: name (and optionally folder) right
+    there instead of a DM round trip; from the card or the naming state alike, first answer wins."""
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    if row is None:
+        return FormAnswer(False, earlier_decision(f"nca-{ident}", CHANNEL_VERBS))
+    if not may_decide(user_id, row.approver_user_id, None):
+        return FormAnswer(False, f"Only {display(row.approver_user_id)} or an admin can decide this.")
+    name = " ".join((values.get("name") or "").split())
+    folder = (values.get("folder") or "").strip() or None
+    if not name:
+        return FormAnswer(False, "Give the new agent a name.")
+    if len(name) > NAME_LIMIT:
+        return FormAnswer(False, f"The name is longer than {NAME_LIMIT} characters.")
+    try:
+        answer = create_for_chat(row, user_id, name, settings, router.current_waker(), folder=folder, via="web")
+    except ValueError:
+        return FormAnswer(False, f"'{folder or name}' has no letters or digits to make a folder from; "
+                                 "type another " + ("folder." if folder else "name, or a folder."))
+    return FormAnswer(True, answer) if answer else FormAnswer(False, earlier_decision(f"nca-{ident}", CHANNEL_VERBS))

@@ -522,14 +522,19 @@ def admin_set_password(user_id, password_stdin):
         set_password(user_id, password)
     except AuthError as exc:
         raise Mistake(str(exc)) from None
-    click.echo(f"password set for {user_id}; log in at http://127.0.0.1:{settings().port}/login")
+    click.echo(f"password set for {user_id}; log in at {page_base()}/login")
+
+
+def page_base() -> str:
+    return settings().public_url or f"http://127.0.0.1:{settings().port}"
 
 
 @admin_group.command("login-link")
 @click.argument("user_id")
 @click.option("--minutes", default=15, show_default=True, type=click.IntRange(1, 24 * 60),
               help="How long the link stays valid.")
-@click.option("--base-url", default=None, help="Where the page is reached (default: http://127.0.0.1:NANOCLAW_PORT).")
+@click.option("--base-url", default=None,
+              help="Where the page is reached (default: NANOCLAW_PUBLIC_URL, else http://127.0.0.1:NANOCLAW_PORT).")
 def admin_login_link(user_id, minutes, base_url):
     """Print a one-time login link for USER_ID (works once, for --minutes)."""
     from .web.auth import AuthError, issue_login_link
@@ -538,8 +543,7 @@ def admin_login_link(user_id, minutes, base_url):
         token = issue_login_link(parse_user_id(user_id), minutes=minutes)
     except AuthError as exc:
         raise Mistake(str(exc)) from None
-    base = (base_url or f"http://127.0.0.1:{settings().port}").rstrip("/")
-    click.echo(f"{base}/login/link/{token}")
+    click.echo(f"{(base_url or page_base()).rstrip('/')}/login/link/{token}")
     click.echo(f"(valid once, for {minutes} minutes)", err=True)
 
 

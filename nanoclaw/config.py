@@ -117,6 +117,7 @@ class Settings:
     mount_allowlist: Path
     platform: dict[str, str] = field(default_factory=dict)
     secret_key: str | None = None
+    public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
 
     # Platform settings stay in one dict so adding a platform adds no field here.
     PLATFORM_VARS = (
@@ -194,6 +195,7 @@ class Settings:
                 if (value := get(name, default)) is not None
             },
             secret_key=get("NANOCLAW_SECRET_KEY"),
+            public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
         )
 
 

@@ -9,6 +9,10 @@ the capability's one handler decides, and the first answer wins either way.
 Items that take free text (a question, a help request) name a `reply_prefix`; the
 capability registers `register_reply(prefix)(handler(user_id, ident, text, settings) -> str)`.
 
+Items that take a small form (modify a proposal, name a new agent) carry `forms`: each names a
+handler the capability registers with `register_form(name)(handler(user_id, ident, values,
+settings) -> FormAnswer)`. A refused form changes nothing; the page shows the answer next to it.
+
 Core code never imports a capability by name; the page never knows which exist.
 """
 from __future__ import annotations
@@ -19,6 +23,32 @@ from datetime import datetime
 from typing import Callable, Iterable
 
 log = logging.getLogger("nanoclaw.pending")
+
+
+@dataclass(frozen=True)
+class FormField:
+    name: str
+    label: str
+    value: str = ""
+    hint: str = ""
+    multiline: bool = False
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ItemForm:
+    name: str                                    # the registered handler, e.g. "npr.modify"
+    ident: str                                   # passed to the handler (the row's id)
+    title: str                                   # what the form does, shown as its opener
+    submit: str                                  # the button's label
+    fields: tuple[FormField, ...]
+    preview: str | None = None                   # "folder": the page shows the folder a name gets
+
+
+@dataclass(frozen=True)
+class FormAnswer:
+    ok: bool
+    message: str
 
 
 @dataclass(frozen=True)
@@ -33,11 +63,13 @@ class PendingItem:
     reply_prefix: str | None = None              # set: the page shows a reply box for this item
     reply_ident: str | None = None               # the id passed to the reply handler (default: key's id)
     details: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # extra (label, value) lines
+    forms: tuple[ItemForm, ...] = ()             # small forms shown under the buttons
 
 
 Provider = Callable[[object, str], Iterable[PendingItem]]
 _PROVIDERS: dict[str, Provider] = {}
 _REPLIES: dict[str, Callable] = {}
+_FORMS: dict[str, Callable] = {}
 
 
 def register_pending(name: str):
@@ -56,6 +88,14 @@ def register_reply(prefix: str):
     """Decorator: `@register_reply("ncq") def reply(user_id, ident, text, settings) -> str`."""
     def decorate(fn):
         _REPLIES[prefix] = fn
+        return fn
+    return decorate
+
+
+def register_form(name: str):
+    """Decorator: `@register_form("npr.modify") def submit(user_id, ident, values, settings) -> FormAnswer`."""
+    def decorate(fn):
+        _FORMS[name] = fn
         return fn
     return decorate
 
@@ -88,3 +128,10 @@ def reply(prefix: str, ident: str, text: str, user_id: str, settings) -> str:
     if handler is None:
         return "This item no longer takes replies."
     return handler(user_id, ident, text, settings)
+
+
+def submit_form(name: str, ident: str, values: dict[str, str], user_id: str, settings) -> FormAnswer:
+    handler = _FORMS.get(name)
+    if handler is None:
+        return FormAnswer(False, "This item no longer takes that form.")
+    return handler(user_id, ident, values, settings)

@@ -306,13 +306,25 @@ def test_the_page_can_modify_a_proposal_before_approving_it(app, tg):
     path = session_path(app)
     propose(app, path, "egress", {"host": "*.github.com"})
     p = PendingProposal.get()
-    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:666", settings).startswith("Only")
-    assert proposals.modify(str(p.id), {"host": "https://x"}, "telegram:111", settings).startswith("Not changed")
-    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:111", settings) == \
-        "Changed to: allow HTTPS to api.github.com. Approve or reject it now."
-    [card] = cards(tg)
-    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    ok, text = proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:666", settings)
+    assert not ok and text.startswith("Only")
+    ok, text = proposals.modify(str(p.id), {"host": "https://x"}, "telegram:111", settings)
+    assert not ok and text.startswith("Not changed") and PendingProposal.get().payload == {"host": "*.github.com"}
+    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:111", settings, why="only the API") == (
+        True, "Changed (host: *.github.com → api.github.com). It now reads: allow HTTPS to api.github.com. "
+              "Approve or reject it now.")
+    old_card, new_card = cards(tg)  # the chat card is replaced by one showing the new version
+    assert edits(tg)[-1]["text"].startswith("✏️ Changed by Olivia on the page: allow HTTPS to api.github.com")
+    assert "+ api.github.com" in shown(new_card) and "Changed on the page: host: *.github.com → api.github.com" \
+        in shown(new_card)
+    post(app, click(buttons(new_card)["✅ Approve"], OWNER, new_card))
     policy = settings.data_dir / "policy" / "andy" / "egress.json"
     assert json.loads(policy.read_text())["allow"] == ["api.github.com"]
-    assert "allow HTTPS to api.github.com" in system_texts(path)[-1]
-    assert AuditLog.get(AuditLog.action == "proposal.modify").detail["before"] == "allow HTTPS to *.github.com"
+    told = system_texts(path)[-1]
+    assert "approved your proposal id=r1 (allow HTTPS to api.github.com) after changing it: " \
+           "host: *.github.com → api.github.com (why: only the API)" in told
+    entry = AuditLog.get(AuditLog.action == "proposal.modify")
+    assert (entry.actor, entry.detail["before"], entry.detail["why"], entry.detail["diff"]) == (
+        "telegram:111", "allow HTTPS to *.github.com", "only the API", ["+ api.github.com"])
+    ok, text = proposals.modify(str(p.id), {"host": "pypi.org"}, "telegram:111", settings)
+    assert not ok and text == "Already approved by Olivia. It can no longer be changed."

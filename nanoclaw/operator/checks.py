@@ -3,6 +3,8 @@ effect. Pure: the current state is passed in. A diff names hosts, routes, packag
 names, never a secret value."""
 from __future__ import annotations
 
+import shlex
+
 from ..proposal_rules import (RuleError, check_agent, check_host_entry, check_mcp_server, check_packages,
                               check_route_match, check_secret_name, check_text, check_upstream)
 
@@ -43,6 +45,25 @@ def check_reason(reason) -> str:
 
 def route_line(payload: dict) -> str:
     return (f"{payload['match']} -> {payload['upstream']} with Authorization: Bearer ${payload['secret']}")
+
+
+FIELD_LABELS = {"host": "host", "match": "host or path", "upstream": "upstream", "secret": "secret name",
+                "apt": "apt packages", "npm": "npm packages", "name": "name", "command": "command",
+                "args": "args", "env": "env names", "instructions": "instructions", "reason": "reason"}
+
+
+def _shown(key: str, value) -> str:
+    if isinstance(value, (list, tuple)):
+        return (shlex.join(value) if key == "args" else " ".join(value)) or "(none)"
+    text = " ".join(str(value or "").split())
+    return (text if len(text) <= 120 else text[:119] + "…") or "(empty)"
+
+
+def field_changes(old: dict, new: dict) -> list[str]:
+    """'label: old → new' for each field that differs. Payloads hold names, never secret values."""
+    keys = list(new) + [k for k in old if k not in new]
+    return [f"{FIELD_LABELS.get(k, k)}: {_shown(k, old.get(k))} → {_shown(k, new.get(k))}"
+            for k in keys if old.get(k) != new.get(k)]
 
 
 def summary(kind: str, payload: dict) -> str:

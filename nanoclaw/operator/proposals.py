@@ -27,8 +27,9 @@ from ..approvals import display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
 from ..delivery import register_op
-from ..models import AgentGroup, PendingProposal, Session, UserDm, UserRole, audit, utcnow
+from ..models import AgentGroup, AuditLog, PendingProposal, Session, UserDm, UserRole, audit, utcnow
 from ..proposal_rules import RuleError
+from ..sessions.store import Target
 from . import checks
 from .apply import ApplyError, apply, current_state
 from .common import card_place, connected, edit_card, send_card, session_for, tell_agent
@@ -64,18 +65,19 @@ def is_admin_agent(session: Session) -> bool:
 
 # --- the card ----------------------------------------------------------------------------------
 
-def card_text(p: PendingProposal, diff: list[str]) -> tuple[str, str]:
+def card_text(p: PendingProposal, diff: list[str], changed: str = "") -> tuple[str, str]:
     agent = p.agent_group
     title = f"{agent.name} asks: {checks.summary(p.kind, p.payload)}"
     body = "\n".join([f"{checks.KINDS.get(p.kind, p.kind)} for agent {agent.name} ({agent.folder})", *diff]
                      + ([f"Why: {p.reason}"] if p.reason else [])
+                     + ([f"Changed on the page: {changed}"] if changed else [])
                      + [f"(proposal {p.ref}; reply to this card with a reason to reject it)"])
     return title, body
 
 
 def card_for(settings, p: PendingProposal) -> Card:
     state = current_state(settings, p.agent_group, p.kind, p.payload)
-    title, body = card_text(p, checks.diff(p.kind, p.payload, state))
+    title, body = card_text(p, checks.diff(p.kind, p.payload, state), owner_changes(p))
     return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.id}:approve"), ("❌ Reject", f"{PREFIX}-{p.id}:reject")))
 
 
@@ -180,28 +182,71 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
     return finish(p, user_id, settings, router.current_waker(), current_manager())
 
 
-def modify(ident: str, payload: dict, user_id: str, settings) -> str:
-    """The page's "modify": change a pending proposal's payload (checked like the agent's own) before
-    deciding; approving then applies the modified version. The agent is told at the decision."""
+def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | None = None,
+           why: str | None = None) -> tuple[bool, str]:
+    """The page's "modify": change a pending proposal before it is decided, checked exactly like the
+    agent's own. (changed, what to tell the owner). Audited with the field changes, why, and the
+    recomputed diff; the chat card is replaced by one that shows the new version; the agent hears of
+    the change with the decision. reason=None keeps the agent's reason."""
     p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
     if p is None:
-        return "This proposal no longer exists."
+        return False, "This proposal no longer exists."
     if p.state != "pending":
-        return earlier(p)
+        return False, f"{earlier(p)} It can no longer be changed."
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
-        return f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin can change this."
+        return False, (f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
+                       "can change this.")
     try:
         new = checks.check_payload(p.kind, payload)
+        new_reason = p.reason if reason is None else checks.check_reason(reason)
+        why = checks.check_text(why or "", "why", 500, required=False) or None
     except RuleError as exc:
-        return f"Not changed: {exc}"
-    before = checks.summary(p.kind, p.payload)
-    changed = (PendingProposal.update(payload=new).where(PendingProposal.id == p.id, PendingProposal.state == "pending")
-               .execute())
+        return False, f"Not changed: {exc}"
+    before, after = {**p.payload, "reason": p.reason}, {**new, "reason": new_reason}
+    changes = checks.field_changes(before, after)
+    if not changes:
+        return False, "Not changed: these are the proposal's current values."
+    changed = (PendingProposal.update(payload=new, reason=new_reason)
+               .where(PendingProposal.id == p.id, PendingProposal.state == "pending").execute())
     if changed != 1:
-        return earlier(PendingProposal.get_by_id(p.id))
-    audit(user_id, "proposal.modify", f"{PREFIX}-{p.id}", kind=p.kind, before=before,
-          after=checks.summary(p.kind, new))
-    return f"Changed to: {checks.summary(p.kind, new)}. Approve or reject it now."
+        return False, f"{earlier(PendingProposal.get_by_id(p.id))} It can no longer be changed."
+    p = PendingProposal.get_by_id(p.id)
+    state = current_state(settings, p.agent_group, p.kind, new)
+    audit(user_id, "proposal.modify", f"{PREFIX}-{p.id}", kind=p.kind, why=why, changes=changes,
+          before=checks.summary(p.kind, before), after=checks.summary(p.kind, new), values_before=before,
+          values_after=after, diff=checks.diff(p.kind, new, state))
+    _replace_card(settings, p, user_id)
+    return True, f"Changed ({'; '.join(changes)}). It now reads: {checks.summary(p.kind, new)}. Approve or reject it now."
+
+
+def modifications(p: PendingProposal) -> list[AuditLog]:
+    return list(AuditLog.select().where(AuditLog.action == "proposal.modify", AuditLog.target == f"{PREFIX}-{p.id}")
+                .order_by(AuditLog.id))
+
+
+def owner_changes(p: PendingProposal) -> str:
+    """'host: a → b (why: …)' when the page changed it, else ''. The net change from the agent's own
+    version to this one, so the agent learns exactly what it got."""
+    mods = modifications(p)
+    if not mods:
+        return ""
+    net = checks.field_changes(mods[0].detail.get("values_before") or {}, {**p.payload, "reason": p.reason})
+    whys = [m.detail["why"] for m in mods if m.detail.get("why")]
+    return ("; ".join(net) or "changed back to your version") + (f" (why: {' / '.join(whys)})" if whys else "")
+
+
+def _replace_card(settings, p: PendingProposal, user_id: str) -> None:
+    """The chat card showed the old version: mark it changed and send the new one in its place."""
+    if not (p.card_channel and p.card_chat_id):
+        return
+    edit_card(settings, p, f"✏️ Changed by {display(user_id)} on the page: {checks.summary(p.kind, p.payload)}. "
+                           "The new version follows.")
+    try:
+        message_id = send_card(settings, Target(p.card_channel, p.card_chat_id), card_for(settings, p))
+    except Exception as exc:  # the page still shows it; the old card's buttons decide the same row
+        log.warning("could not send the changed card of proposal %s: %s", p.id, exc)
+        return
+    PendingProposal.update(card_message_id=message_id).where(PendingProposal.id == p.id).execute()
 
 
 def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> None:
@@ -213,24 +258,26 @@ def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
     """Apply an approved proposal, record the outcome, restart if needed, tell the agent."""
     key, who, summary = f"{PREFIX}-{p.id}", display(user_id), checks.summary(p.kind, p.payload)
     agent = AgentGroup.get_by_id(p.agent_group_id)
+    changes = owner_changes(p)
+    after_changes = f" after changing it: {changes}" if changes else ""
     try:
         outcome = apply(settings, agent, p.kind, p.payload, user_id)
     except (ApplyError, RuleError) as exc:
         PendingProposal.update(state="failed", note=str(exc)[:500]).where(PendingProposal.id == p.id).execute()
         audit(user_id, "proposal.failed", key, kind=p.kind, summary=summary, error=str(exc))
         edit_card(settings, p, f"⚠️ Approved by {who} but could not be applied: {summary}\n{exc}")
-        tell_agent(settings, p.session, f"The owner approved your proposal id={p.ref} ({summary}), but applying "
-                                        f"it failed: {exc}. Nothing was changed.",
+        tell_agent(settings, p.session, f"The owner approved your proposal id={p.ref} ({summary}){after_changes}, "
+                                        f"but applying it failed: {exc}. Nothing was changed.",
                    message_id=f"proposal:{p.ref}:decided", waker=waker)
         return f"Approved, but applying it failed: {exc}"
     PendingProposal.update(state="approved").where(PendingProposal.id == p.id).execute()
     audit(user_id, "proposal.approve", key, kind=p.kind, summary=summary, reason=p.reason, diff=outcome.diff,
-          agent=agent.folder, session=p.session_id, **outcome.extra)
+          agent=agent.folder, session=p.session_id, **({"changed": changes} if changes else {}), **outcome.extra)
     edit_card(settings, p, f"✅ Approved by {who}: {summary}\n" + "\n".join(outcome.diff))
     restarted = _restart(settings, agent, manager) if outcome.restart else []
     sessions = {p.session_id: p.session, **{s.id: s for s in restarted}}
     for session in sessions.values():
-        text = (f"The owner approved your proposal id={p.ref} ({summary}). {outcome.agent_text}"
+        text = (f"The owner approved your proposal id={p.ref} ({summary}){after_changes}. {outcome.agent_text}"
                 if session.id == p.session_id else
                 f"Your sandbox was restarted: the owner approved a change for this agent ({summary}).")
         tell_agent(settings, session, text, message_id=f"proposal:{p.ref}:decided", waker=waker)

@@ -2,14 +2,17 @@
 
 Each item carries its card's buttons (the same action ids), so deciding on the page runs the same
 handler as the chat card and the first decision wins either way. A help request takes its answer
-in the reply box; a proposal's reply box rejects it with the text as the reason ("approve" approves).
+in the reply box; a proposal's reply box rejects it with the text as the reason ("approve" approves),
+and its "Modify" form changes it before the decision (proposals.modify: the tool's checks, audited).
 """
 from __future__ import annotations
 
 from ..approvals import display, may_decide
 from ..models import HelpRequest, PendingProposal
-from ..pending import PendingItem, register_pending, register_reply
-from . import checks, help_requests, proposals
+from ..pending import FormAnswer, ItemForm, PendingItem, register_form, register_pending, register_reply
+from . import checks, edit_form, help_requests, proposals
+
+MODIFY = "npr.modify"
 
 
 @register_pending("help_requests")
@@ -31,11 +34,23 @@ def pending_proposals(settings, user_id: str):
         if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
             continue
         card = proposals.card_for(settings, p)
+        fields = edit_form.fields(p.kind, p.payload, p.reason)
+        forms = (ItemForm(MODIFY, str(p.id), "✏️ Modify before deciding", "Save changes", fields),) if fields else ()
         yield PendingItem(key=f"{proposals.PREFIX}-{p.id}", kind=checks.KINDS.get(p.kind, "Proposal"),
                           title=card.title, body=card.body, created_at=p.created_at, buttons=card.buttons,
-                          agent_folder=p.agent_group.folder, reply_prefix=proposals.PREFIX,
+                          agent_folder=p.agent_group.folder, reply_prefix=proposals.PREFIX, forms=forms,
                           details=(("Reply", "a reason rejects it; 'approve' approves it"),
                                    ("Proposal", p.ref)))
+
+
+@register_form(MODIFY)
+def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    if p is None or p.kind not in edit_form.EDITABLE:
+        return FormAnswer(False, "This proposal no longer exists." if p is None else "This kind cannot be modified.")
+    payload, reason = edit_form.parse(p.kind, values)
+    ok, message = proposals.modify(ident, payload, user_id, settings, reason=reason, why=values.get("why"))
+    return FormAnswer(ok, message)
 
 
 @register_reply(proposals.PREFIX)

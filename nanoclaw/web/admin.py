@@ -1,6 +1,7 @@
 """The operator's page (behind a login, every form CSRF-protected):
 
 /admin            Waiting on you: every pending item, newest first, with the chat card's buttons
+                  and the item's small forms (modify a proposal, name a new agent for a chat)
 /admin/agents     agents, their extra mounts (read-only by default) and wirings
 /admin/wirings    create, change, remove wirings
 /admin/sessions   sessions with their sandbox state
@@ -14,9 +15,9 @@ import uuid
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
-from flask import Blueprint, abort, current_app, flash, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request, url_for
 
-from .. import actions, pending
+from .. import actions, approvals, pending
 from ..channels.base import Action
 from ..cli import declared_mounts
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
@@ -81,9 +82,53 @@ def home():
 
 @bp.get("/admin")
 def waiting():
+    return render_waiting()
+
+
+def render_waiting(refused: dict | None = None):
+    """refused: a form the handler turned down ({form, ident, message, values}); it is shown next to
+    that form with what was typed, or at the top when its item is gone (decided meanwhile)."""
     listing = pending.pending_items(settings(), g.user_id)
+    placed = refused is not None and any(f.name == refused["form"] and f.ident == refused["ident"]
+                                         for item in listing.items for f in item.forms)
     return render_template("waiting.html", items=listing.items, problems=listing.problems,
-                           providers=pending.providers())
+                           providers=pending.providers(), refused=refused if placed else None,
+                           refused_elsewhere=refused["message"] if refused and not placed else None)
+
+
+FORM_META = ("csrf_token", "form", "ident")
+
+
+@bp.post("/admin/form")
+def item_form():
+    """An item's small form, handled by the capability that registered it (pending.register_form).
+    A refusal changes nothing: the page comes back with the reason next to the form (422)."""
+    name, ident = request.form.get("form", ""), request.form.get("ident", "")
+    if not name or not ident:
+        abort(400)
+    values = {k: v for k, v in request.form.items() if k not in FORM_META}
+    try:
+        answer = pending.submit_form(name, ident, values, g.user_id, settings())
+    except Exception:
+        log.exception("form %s for %s from the page failed", name, ident)
+        answer = pending.FormAnswer(False, "Something went wrong handling that form; see the log.")
+    if not answer.ok:
+        return render_waiting(dict(form=name, ident=ident, message=answer.message, values=values)), 422
+    audit(g.user_id, "web.form", f"{name}:{ident}")
+    flash(answer.message, "ok")
+    return redirect(url_for("admin.waiting"))
+
+
+@bp.get("/admin/folder-preview.json")
+def folder_preview():
+    """The folder a new agent would get for this name (or typed folder): the rule that creates it."""
+    wanted = (request.args.get("folder") or "").strip() or (request.args.get("name") or "").strip()
+    if not wanted:
+        return jsonify(folder=None)
+    try:
+        return jsonify(folder=approvals.free_folder(wanted))
+    except ValueError:
+        return jsonify(folder=None, error="no letters or digits to make a folder from")
 
 
 @bp.post("/admin/decide")

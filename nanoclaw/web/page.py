@@ -11,11 +11,17 @@ from . import auth
 csrf = CSRFProtect()
 
 
+def secure_cookies(settings) -> bool:
+    """The page is reached over HTTPS (NANOCLAW_PUBLIC_URL): the login cookie never travels in clear."""
+    return (settings.public_url or "").lower().startswith("https://")
+
+
 def configure(app, settings) -> None:
     app.config["SECRET_KEY"] = settings.secret_key or auth.local_secret_key(settings.data_dir)
     app.config.update(
-        SESSION_COOKIE_HTTPONLY=True,
-        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_HTTPONLY=True,       # no script reads it
+        SESSION_COOKIE_SAMESITE="Lax",      # not sent on another site's POST (CSRF tokens guard forms too)
+        SESSION_COOKIE_SECURE=secure_cookies(settings),
         SESSION_COOKIE_NAME="nanoclaw_session",
         PERMANENT_SESSION_LIFETIME=timedelta(hours=auth.SESSION_HOURS),
         # the token lives as long as the login session, which expires on its own; a page left

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from ..models import (AgentGroup, MessagingGroup, PendingChannelApproval, PendingQuestion, PendingSenderApproval,
                       Session, utcnow)
-from ..pending import PendingItem, register_pending
+from ..pending import FormField, ItemForm, PendingItem, register_pending
 
 
 @register_pending("sender_approvals")
@@ -35,6 +35,15 @@ def sender_approvals(settings, user_id: str):
             buttons=(("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
 
 
+def create_form(row) -> ItemForm:
+    """Name the new agent right here (the chat card asks for it in a DM instead)."""
+    return ItemForm("nca.create", str(row.id), "➕ Create a new agent for this chat", "Create and connect",
+                    (FormField("name", "Name", hint="what the agent is called, e.g. Lab Helper", required=True),
+                     FormField("folder", "Folder (optional)",
+                               hint="leave empty to use the name; letters, digits, '-' and '_' are kept")),
+                    preview="folder")
+
+
 @register_pending("channel_approvals")
 def channel_approvals(settings, user_id: str):
     from .. import approvals
@@ -47,17 +56,19 @@ def channel_approvals(settings, user_id: str):
         place = approvals.where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
         if row.state == "naming":
             buttons = ()
-            body = f"Waiting for {approvals.display(row.approver_user_id)} to reply with the new agent's name in their DM."
+            body = (f"Waiting for {approvals.display(row.approver_user_id)} to reply with the new agent's name "
+                    "in their DM, or name it here.")
         else:
             if agents is None:
                 agents = list(AgentGroup.select().order_by(AgentGroup.id))
             buttons = tuple((a.name, f"nca-{row.id}:{approvals.agent_value(a)}") for a in agents)
-            buttons += (("➕ Create new", f"nca-{row.id}:create"), ("Ignore", f"nca-{row.id}:ignore"))
+            buttons += (("Ignore", f"nca-{row.id}:ignore"),)
             body = f"Their message: “{approvals.excerpt(text)}”" if text else ""
         yield PendingItem(
             key=f"nca-{row.id}", kind="New chat", created_at=row.updated_at or row.created_at,
             title=f"{approvals.person(row.sender_name, row.sender_id)} is writing {place}; no agent answers there",
-            body=body, details=(("Asked", approvals.display(row.approver_user_id)),), buttons=buttons)
+            body=body, details=(("Asked", approvals.display(row.approver_user_id)),), buttons=buttons,
+            forms=(create_form(row),))
 
 
 @register_pending("questions")
