@@ -33,6 +33,11 @@ def post_worker_init(worker):
 
 
 def worker_exit(server, worker):
-    bg = getattr(worker, "wsgi", None) and worker.wsgi.extensions.get("nanoclaw.background")
+    app = getattr(worker, "wsgi", None)
+    if app is None:
+        return
+    from nanoclaw.background import stop_intake
+    stop_intake(app)  # route what this worker acknowledged before the sandboxes stop
+    bg = app.extensions.get("nanoclaw.background")
     if bg is not None:
         bg.shutdown()

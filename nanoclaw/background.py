@@ -34,7 +34,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from . import delivery, housekeeping, sweep
+from . import delivery, housekeeping, intake, sweep
 from .active import ActiveSet, SessionRef, everything, session_ids_of
 from .db import database
 from .sessions import session_schema as schema
@@ -46,6 +46,7 @@ DELIVERY_TICK_S = 0.02
 LIVE_REFRESH_S = 2.0
 FULL_PASS_S = 1.0
 SWEEP_INTERVAL_S = 10.0
+INTAKE_RECOVERY_S = 10.0
 DRAIN_INTERVAL_S = 2.0
 
 
@@ -112,6 +113,18 @@ class Background:
         except RuntimeError:  # the pool is shut down: we are stopping
             pass
 
+    def wake_session(self, session) -> None:
+        """A router wake: watch the session and start its sandbox off the caller's thread."""
+        self.watch(store.session_path(self.settings.sessions_dir, session.agent_group.folder, session.id))
+        self.wake(session.agent_group.folder, session.id)
+
+    def recover_intake(self, older_than_s: float = intake.RECOVER_AFTER_S) -> None:
+        """Route webhook events a stopped process accepted and never routed."""
+        try:
+            intake.recover(self.settings, self.wake_session if self.manager else None, older_than_s)
+        except Exception as exc:
+            log.exception("intake recovery failed: %s", exc)
+
     def running_ids(self) -> set[str]:
         if self.manager is None:
             return set()
@@ -152,6 +165,7 @@ class Background:
         if self._timer is not None:
             self._timer.start()
         housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
+        self.recover_intake(older_than_s=0)  # before the sweep: it wakes the sessions these write to
         try:
             self.sweep(full=True)
         except Exception as exc:
@@ -162,6 +176,8 @@ class Background:
         if not self._stop.is_set():
             self.scheduler.add_job(self.sweep, "interval", seconds=SWEEP_INTERVAL_S, id="sweep", max_instances=1,
                                    coalesce=True)
+            self.scheduler.add_job(self.recover_intake, "interval", seconds=INTAKE_RECOVERY_S, id="intake",
+                                   max_instances=1, coalesce=True)
 
     def sweep(self, full: bool = False) -> sweep.PassResult:
         started = time.monotonic()
@@ -273,12 +289,29 @@ def start(app, manager=None) -> Background | None:
     return bg
 
 
+def start_intake(app) -> intake.IntakeThread:
+    """Every web process routes what its own requests accepted, after acknowledging them."""
+    def wake_factory():
+        waker = app.extensions.get("nanoclaw.waker")
+        return (lambda session: waker(session.agent_group.folder, session.id)) if waker else None
+    thread = intake.IntakeThread(app.config["NANOCLAW"], wake_factory).start()
+    app.extensions["nanoclaw.intake"] = thread
+    return thread
+
+
+def stop_intake(app) -> None:
+    thread = app.extensions.pop("nanoclaw.intake", None)
+    if thread is not None:
+        thread.stop()
+
+
 def start_service(app) -> Background | None:
-    """The web program's start: pick the sandbox runtime, then run the background jobs."""
+    """The web program's start: the intake thread, the sandbox runtime, then the background jobs."""
     from .runtime.base import RuntimeUnavailable, select_runtime
     from .sandboxes import SandboxManager, mounts_for
 
     settings = app.config["NANOCLAW"]
+    start_intake(app)
     try:
         runtime = select_runtime(settings, log)
     except RuntimeUnavailable as exc:

@@ -260,12 +260,14 @@ def replay(stored: dict, settings, wake=None) -> RouteResult:
     return route(event_from_json(stored), settings, wake=wake, replay=True)
 
 
-def route(event: InboundEvent, settings, wake=None, *, replay: bool = False) -> RouteResult:
+def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, accepted: bool = False
+          ) -> RouteResult:
     """Route one inbound event. `wake(session)` is called for each session given a trigger.
-    replay=True: an approved message routed again (it was recorded for dedup the first time)."""
+    replay=True: an approved message routed again (it was recorded for dedup the first time);
+    accepted=True: the webhook intake recorded it for dedup already (nanoclaw/intake.py)."""
     if event.from_self:
         return RouteResult(dropped="own_message")
-    if not replay and not record_event(event.channel, event.event_id):
+    if not (replay or accepted) and not record_event(event.channel, event.event_id):
         return RouteResult(duplicate=True)
     remember_dm(event)
     if not replay:

@@ -128,7 +128,12 @@ class Service:
         return result
 
     def post(self, update):
-        return post(self.app, update)
+        """Post a webhook and wait until the intake thread routed it (the ack comes first)."""
+        response = post(self.app, update)
+        intake = self.app.extensions.get("nanoclaw.intake")
+        if intake is not None:
+            assert intake.wait_idle(30), "the intake thread did not route the update within 30 s"
+        return response
 
     def wait(self, predicate, timeout: float = 90.0, what: str = "it"):
         deadline = time.monotonic() + timeout
@@ -172,10 +177,12 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
                                else [], rescan_interval=0.2).start()
             sandbox_runtime = select_runtime(settings, lambda _line: None)
             manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))
+            background.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
             bg = background.start(app, manager)
             try:
                 yield Service(app, tg, model, settings)
             finally:
+                background.stop_intake(app)
                 bg.shutdown()
                 for name in sandbox_runtime.list_sandboxes(settings.install_id):
                     sandbox_runtime.stop(name)

@@ -8,6 +8,7 @@ import json
 import sqlite3
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,17 +49,62 @@ def _write_lock(path: Path) -> threading.Lock:
         return _write_locks.setdefault(path, threading.Lock())
 
 
+_batch = threading.local()
+
+
+@contextmanager
+def batched():
+    """Within this thread, inbound.db writes share one transaction per session until the block
+    ends (one commit, one journal sync, for many messages). Each write is still all or nothing
+    (a savepoint); if the block raises, or a commit fails, nothing of the block is kept in that
+    session. Other threads wait for a batched session's lock as they wait for any writer."""
+    if getattr(_batch, "open", None) is not None:  # nested: the outer block commits
+        yield
+        return
+    _batch.open = opened = {}
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        _batch.open = None
+        error = None
+        for conn, lock in opened.values():
+            try:
+                conn.execute("ROLLBACK" if failed or error else "COMMIT")
+            except sqlite3.Error as exc:
+                error = error or exc
+            finally:
+                conn.close()
+                lock.release()
+        if error is not None and not failed:
+            raise error
+
+
 class _inbound:
     """Context manager: a short write transaction on inbound.db (BEGIN IMMEDIATE so seq is safe).
 
     Threads of this process queue on a lock first: SQLite's own busy handler sleeps in
-    growing steps, which under concurrent webhooks wastes far more time than it waits."""
+    growing steps, which under concurrent webhooks wastes far more time than it waits.
+    Inside batched(), the session's batch transaction is used, each write in a savepoint."""
 
     def __init__(self, path: Path):
         self.path = path
         self.lock = _write_lock(path)
+        self.batch = getattr(_batch, "open", None)
 
     def __enter__(self) -> sqlite3.Connection:
+        if self.batch is not None:
+            if self.path not in self.batch:
+                self._begin()
+                self.batch[self.path] = (self.conn, self.lock)
+            self.conn = self.batch[self.path][0]
+            self.conn.execute("SAVEPOINT write")
+            return self.conn
+        self._begin()
+        return self.conn
+
+    def _begin(self) -> None:
         self.lock.acquire()
         try:
             self.conn = schema.connect(self.path / schema.INBOUND)
@@ -66,9 +112,13 @@ class _inbound:
         except BaseException:
             self.lock.release()
             raise
-        return self.conn
 
     def __exit__(self, exc_type, *_):
+        if self.batch is not None:
+            if exc_type:
+                self.conn.execute("ROLLBACK TO write")
+            self.conn.execute("RELEASE write")
+            return
         try:
             self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
             self.conn.close()

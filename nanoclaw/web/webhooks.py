@@ -1,8 +1,9 @@
-"""POST /webhooks/<channel>[/<kind>]: verify on the raw body, parse, dedup, route, ack.
+"""POST /webhooks/<channel>[/<kind>]: verify on the raw body, parse, accept (dedup + keep), ack.
 
-The acknowledgement never waits for an agent: routing only writes, and a wake
-runs on a background thread. CSRF does not apply here; the platform's signature
-is the authentication.
+The acknowledgement waits for one insert: routing runs after it on the process's intake thread
+(nanoclaw/intake.py), and a wake starts a sandbox on yet another thread. Button clicks are
+handled in the request: the platform shows their answer. CSRF does not apply here; the
+platform's signature is the authentication.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from .. import actions, router
+from .. import actions, intake, router
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
 
 bp = Blueprint("webhooks", __name__)
@@ -48,11 +49,21 @@ def webhook(channel: str, kind: str):
     except MalformedPayload as exc:
         log.warning("%s webhook malformed: %s", channel, exc)
         return jsonify(error=f"malformed payload: {exc}"), 400
-    wake = _wake_async(current_app)
+    accepted = []
     for event in parsed.events:
-        result = router.route(event, settings, wake=wake)
-        if result.duplicate:
+        if event.from_self:
+            continue  # our own bot's message: never stored, never routed back in
+        row_id = intake.accept(event)
+        if row_id is None:
             log.info("%s event %s seen before; acknowledged and ignored", channel, event.event_id)
+        else:
+            accepted.append(row_id)
+    if accepted:
+        thread = current_app.extensions.get("nanoclaw.intake")
+        if thread is not None:
+            thread.submit(accepted)
+        else:
+            intake.route_accepted(accepted, settings, wake=_wake_async(current_app))
     for action in parsed.actions:
         # a platform's redelivery of the same click is acknowledged and not run twice
         if action.event_id and not router.record_event(channel, f"action:{action.event_id}"):
