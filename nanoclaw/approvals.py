@@ -8,11 +8,15 @@ The router calls the gates below; the approver answers with a card in their DM.
   deleted atomically); the card is edited to say who decided; a later click is told so.
 - Every request and decision is in audit_log. Nothing is remembered after a deny or ignore:
   a later message asks again.
+- A request nobody decides expires after NANOCLAW_APPROVAL_EXPIRY_HOURS (a housekeeping job, or
+  the first click or message that finds it too old): the row goes, the card says it expired, a
+  late click is told so, and the next message from that sender or chat asks again.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import peewee
 
@@ -20,6 +24,7 @@ from . import router
 from .actions import register_action
 from .channels.base import Card, get_adapter
 from .db import database
+from .housekeeping import register_job
 from .models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, PendingChannelApproval,
                      PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
 from .pending import FormAnswer, register_form, register_reply
@@ -166,6 +171,8 @@ def earlier_decision(key: str, verbs: dict[str, str]) -> str:
              .order_by(AuditLog.id.desc()).first())
     if entry is None:
         return "This request is no longer pending."
+    if entry.action.endswith(".expire"):
+        return EXPIRED_ANSWER
     return f"Already decided: {verbs[entry.action]} by {display(entry.actor)}."
 
 
@@ -216,6 +223,67 @@ def create_agent(settings, name: str, actor: str, folder: str | None = None) -> 
     return agent
 
 
+# --- expiry ----------------------------------------------------------------------------------
+
+EXPIRE_CHECK_S = 60.0
+EXPIRED_ANSWER = "This request expired."
+
+
+def asked_at(row) -> datetime:
+    """When a request's clock started: its card went out, or (a new chat being named) the approver
+    chose "Create new"."""
+    if isinstance(row, PendingChannelApproval) and row.state == "naming":
+        return row.updated_at or row.created_at
+    return row.created_at
+
+
+def is_expired(asked: datetime, now: datetime, hours: float) -> bool:
+    return now - asked >= timedelta(hours=hours)
+
+
+def expired(row, settings, now: datetime | None = None) -> bool:
+    return is_expired(asked_at(row), now or utcnow(), settings.approval_expiry_hours)
+
+
+def expire(row, settings) -> bool:
+    """Drop one request nobody decided in time and say so on its card. False if it was decided
+    (or claimed for naming) a moment ago."""
+    hours = settings.approval_expiry_hours
+    mg = row.messaging_group
+    place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
+    if isinstance(row, PendingSenderApproval):
+        if PendingSenderApproval.delete().where(PendingSenderApproval.id == row.id).execute() != 1:
+            return False
+        audit("system", "approval.sender.expire", f"nsa-{row.id}", sender=row.sender_id, agent=row.agent_group.folder,
+              chat=f"{mg.channel_type}:{mg.platform_id}", hours=hours)
+        edit_card(settings, row, f"⏱ Expired: nobody decided within {hours} h, so "
+                                 f"{person(row.sender_name, row.sender_id)} was not let in to talk to "
+                                 f"{row.agent_group.name} {place}. If they write again, you will be asked again.")
+    else:
+        if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id,
+                                                 PendingChannelApproval.state == row.state).execute() != 1:
+            return False
+        audit("system", "approval.channel.expire", f"nca-{row.id}", chat=f"{mg.channel_type}:{mg.platform_id}",
+              hours=hours)
+        edit_card(settings, row, f"⏱ Expired: nobody decided within {hours} h, so no agent answers {place}. "
+                                 "If someone writes there again, you will be asked again.")
+    log.info("approval %s-%s expired after %d h", "nsa" if isinstance(row, PendingSenderApproval) else "nca",
+             row.id, hours)
+    return True
+
+
+@register_job("approvals.expire", every_s=EXPIRE_CHECK_S)
+def expire_approvals(settings, _manager=None, now: datetime | None = None) -> int:
+    """Expire the sender and chat approvals nobody decided within the expiry period."""
+    now = now or utcnow()
+    cutoff = now - timedelta(hours=settings.approval_expiry_hours)
+    rows = list(PendingSenderApproval.select().where(PendingSenderApproval.created_at <= cutoff))
+    rows += list(PendingChannelApproval.select().where(
+        ((PendingChannelApproval.state == "card") & (PendingChannelApproval.created_at <= cutoff))
+        | ((PendingChannelApproval.state == "naming") & (PendingChannelApproval.updated_at <= cutoff))))
+    return sum(1 for row in rows if expired(row, settings, now) and expire(row, settings))
+
+
 # --- unknown sender (nsa-) -------------------------------------------------------------------
 
 def sender_card(row: PendingSenderApproval) -> Card:
@@ -226,14 +294,18 @@ def sender_card(row: PendingSenderApproval) -> Card:
                 (("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
 
 
-SENDER_VERBS = {"approval.sender.allow": "allowed", "approval.sender.deny": "denied"}
+SENDER_VERBS = {"approval.sender.allow": "allowed", "approval.sender.deny": "denied",
+                "approval.sender.expire": "expired"}
 
 
 @router.register_gate("unknown_sender")
 def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> None:
     """A stranger under request_approval: one card per (chat, sender) while it is pending."""
-    if PendingSenderApproval.select().where(PendingSenderApproval.messaging_group == mg,
-                                            PendingSenderApproval.sender_id == event.user_id).exists():
+    waiting = PendingSenderApproval.get_or_none(PendingSenderApproval.messaging_group == mg,
+                                                PendingSenderApproval.sender_id == event.user_id)
+    if waiting is not None and expired(waiting, settings):
+        expire(waiting, settings)  # too old: this message asks again
+    elif waiting is not None:
         log.info("%s in %s:%s is already waiting for approval; message dropped", event.user_id,
                  mg.channel_type, mg.platform_id)
         return
@@ -270,6 +342,8 @@ def decide_sender(action, ident: str, value: str, settings) -> str:
     row = PendingSenderApproval.get_or_none(PendingSenderApproval.id == ident) if ident.isdigit() else None
     if row is None:
         return earlier_decision(f"nsa-{ident}", SENDER_VERBS)
+    if expired(row, settings):
+        return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nsa-{ident}", SENDER_VERBS)
     if value not in ("allow", "deny"):
         return "Unknown choice."
     if not may_decide(action.user_id, row.approver_user_id, row.agent_group_id):
@@ -294,7 +368,7 @@ def decide_sender(action, ident: str, value: str, settings) -> str:
 # --- unknown chat (nca-) ---------------------------------------------------------------------
 
 CHANNEL_VERBS = {"approval.channel.connect": "connected", "approval.channel.create": "a new agent was created",
-                 "approval.channel.ignore": "ignored"}
+                 "approval.channel.ignore": "ignored", "approval.channel.expire": "expired"}
 
 
 @router.register_gate("unwired")
@@ -312,6 +386,9 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
                  event.user_id)
         return router.route(event, settings, wake=wake, replay=True)
     stored = router.event_to_json(event)
+    waiting = PendingChannelApproval.get_or_none(PendingChannelApproval.messaging_group == mg)
+    if waiting is not None and expired(waiting, settings):
+        expire(waiting, settings)  # too old: this message asks again
     updated = (PendingChannelApproval.update(original_message=stored, sender_id=event.user_id,
                                              sender_name=event.sender_name, updated_at=utcnow())
                .where(PendingChannelApproval.messaging_group == mg).execute())
@@ -366,6 +443,8 @@ def decide_channel(action, ident: str, value: str, settings) -> str:
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
     if row is None:
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+    if expired(row, settings):
+        return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if not may_decide(action.user_id, row.approver_user_id, None):
         return f"Only {display(row.approver_user_id)} or an admin can decide this."
     if row.state == "naming":
@@ -424,6 +503,9 @@ def take_new_agent_name(event, settings, wake):
            .order_by(PendingChannelApproval.updated_at).first())
     if row is None:
         return None
+    if expired(row, settings):
+        expire(row, settings)
+        return None  # the naming was abandoned long ago: an ordinary message
     answer = name_new_agent(row, event.user_id, event.text, settings, wake)
     if answer is None:
         return None  # decided meanwhile: an ordinary message after all
@@ -475,6 +557,8 @@ def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
     if row is None or row.state != "naming":
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+    if expired(row, settings):
+        return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if not may_decide(user_id, row.approver_user_id, None):
         return f"Only {display(row.approver_user_id)} or an admin can decide this."
     return name_new_agent(row, user_id, text, settings, router.current_waker()) or \

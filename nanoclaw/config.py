@@ -117,6 +117,8 @@ class Settings:
     mount_allowlist: Path
     platform: dict[str, str] = field(default_factory=dict)
     secret_key: str | None = None
+    isolated_retention_hours: int = 24  # an isolated task run's finished session is removed after this
+    approval_expiry_hours: int = 72     # a sender/chat approval nobody decided expires after this
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
 
     # Platform settings stay in one dict so adding a platform adds no field here.
@@ -195,6 +197,10 @@ class Settings:
                 if (value := get(name, default)) is not None
             },
             secret_key=get("NANOCLAW_SECRET_KEY"),
+            isolated_retention_hours=_int("NANOCLAW_ISOLATED_RETENTION_HOURS",
+                                          get("NANOCLAW_ISOLATED_RETENTION_HOURS", "24"), 0, 24 * 365),
+            approval_expiry_hours=_int("NANOCLAW_APPROVAL_EXPIRY_HOURS", get("NANOCLAW_APPROVAL_EXPIRY_HOURS", "72"),
+                                       1, 24 * 365),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
         )
 

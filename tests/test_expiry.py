@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from nanoclaw import approvals, housekeeping, pending, questions
-from nanoclaw.models import (AgentGroupMember, AuditLog, PendingChannelApproval, PendingQuestion,
+from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, PendingChannelApproval, PendingQuestion,
                              PendingSenderApproval, Wiring, utcnow)
 from tests.test_questions import answers, ask
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
@@ -81,3 +81,116 @@ def test_the_service_marks_an_unanswered_question_expired_without_a_click(make_s
         assert took < 2 + questions.EXPIRY_CHECK_S + 2, took
         svc.wait(lambda: texts(svc.tg, 111), what="the agent's reply after the timeout")
         assert len(edits(svc.tg)) == 1
+
+
+# --- approvals -----------------------------------------------------------------------------------
+
+def cli(app, *args):
+    result = app.test_cli_runner().invoke(args=["nanoclaw", *args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def age(model, hours: float) -> None:
+    """Time passes for every pending row of `model` (its card went out `hours` ago)."""
+    then = utcnow() - timedelta(hours=hours)
+    model.update(created_at=then, **({"updated_at": then} if model is PendingChannelApproval else {})).execute()
+
+
+def test_a_sender_approval_nobody_decides_expires_and_the_next_message_asks_again(app, tg):
+    settings = app.config["NANOCLAW"]
+    assert settings.approval_expiry_hours == 72
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    post(app, message(GROUP, BOB, "can you book a table?", title="Team", mention=True))
+    [card] = cards(tg)
+    [row] = PendingSenderApproval.select()
+    assert page_keys(app) == [f"nsa-{row.id}"]
+
+    age(PendingSenderApproval, 71)
+    assert approvals.expire_approvals(settings) == 0 and page_keys(app) == [f"nsa-{row.id}"]  # not yet
+    age(PendingSenderApproval, 72.1)
+    assert page_keys(app) == []  # the page stops showing it at once
+    assert approvals.expire_approvals(settings) == 1
+    [edit] = edits(tg)
+    assert (str(edit["chat_id"]), edit["message_id"]) == ("111", card["_message_id"])
+    assert edit["text"] == ("⏱ Expired: nobody decided within 72 h, so Bob (telegram:444) was not let in to talk to "
+                            "Andy in the Telegram group 'Team'. If they write again, you will be asked again.")
+    assert not PendingSenderApproval.select().exists()
+    assert AuditLog.select().where(AuditLog.action == "approval.sender.expire").count() == 1
+
+    post(app, click(buttons(card)["✅ Allow"], OWNER, card))  # the owner finds the old card and clicks
+    assert toasts(tg)[-1] == "This request expired."
+    assert not AgentGroupMember.select().where(AgentGroupMember.user == "telegram:444").exists()
+    assert app.woken == [] and len(edits(tg)) == 1  # nothing replayed, the card not edited again
+
+    post(app, message(GROUP, BOB, "hello? table for 4", title="Team", mention=True))
+    assert len(cards(tg)) == 2 and "table for 4" in cards(tg)[-1]["text"]  # asked again
+    [fresh] = PendingSenderApproval.select()
+    post(app, click(buttons(cards(tg)[-1])["✅ Allow"], OWNER, cards(tg)[-1]))
+    assert toasts(tg)[-1] == "Allowed: Bob can talk to Andy now."
+    assert app.woken == ["andy"] and fresh.id != row.id
+
+
+def test_a_click_on_a_card_past_its_time_expires_it_before_the_job_does(app, tg):
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    post(app, message(GROUP, BOB, "can you book a table?", title="Team", mention=True))
+    [card] = cards(tg)
+    age(PendingSenderApproval, 80)
+    post(app, click(buttons(card)["✅ Allow"], OWNER, card))
+    assert toasts(tg)[-1] == "This request expired."
+    assert [e["text"][:10] for e in edits(tg)] == ["⏱ Expired:"]
+    assert not PendingSenderApproval.select().exists() and not AgentGroupMember.select().where(
+        AgentGroupMember.user == "telegram:444").exists()
+    post(app, click(buttons(card)["🚫 Deny"], OWNER, card))
+    assert toasts(tg)[-1] == "This request expired." and len(edits(tg)) == 1
+
+
+def test_a_message_while_an_old_request_waits_asks_again_at_once(app, tg):
+    cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")
+    post(app, message(GROUP, BOB, "first", title="Team", mention=True))
+    age(PendingSenderApproval, 73)  # the job has not come round yet
+    post(app, message(GROUP, BOB, "second", title="Team", mention=True))
+    assert len(cards(tg)) == 2 and [e["text"][:10] for e in edits(tg)] == ["⏱ Expired:"]
+    assert PendingSenderApproval.select().count() == 1
+
+
+def test_a_new_chat_approval_expires_and_the_chat_asks_again(app, tg):
+    settings = app.config["NANOCLAW"]
+    cli(app, "agent", "create", "Bea")
+    post(app, message(GROUP, BOB, "anyone here?", title="Lab", mention=True))
+    [card] = cards(tg)
+    [row] = PendingChannelApproval.select()
+    assert page_keys(app) == [f"nca-{row.id}"]
+    age(PendingChannelApproval, 73)
+    assert page_keys(app) == []
+    assert approvals.expire_approvals(settings) == 1
+    assert edits(tg)[-1]["text"] == ("⏱ Expired: nobody decided within 72 h, so no agent answers in the Telegram "
+                                     "group 'Lab'. If someone writes there again, you will be asked again.")
+    post(app, click(buttons(card)["Bea"], OWNER, card))
+    assert toasts(tg)[-1] == "This request expired."
+    assert not Wiring.select().join(AgentGroup).where(AgentGroup.folder == "bea").exists()
+    post(app, message(GROUP, BOB, "hello?", title="Lab", mention=True))
+    assert len(cards(tg)) == 2
+
+
+def test_an_abandoned_naming_expires_and_the_approvers_next_dm_is_an_ordinary_message(app, tg):
+    settings = app.config["NANOCLAW"]
+    cli(app, "agent", "create", "Bea")
+    post(app, message(GROUP, BOB, "help with research", title="Lab", mention=True))
+    [card] = cards(tg)
+    post(app, click(buttons(card)["➕ Create new"], OWNER, card))
+    assert PendingChannelApproval.get().state == "naming"
+    age(PendingChannelApproval, 73)  # the owner never replied with a name
+    post(app, message(111, OWNER, "what's the weather?"))  # days later, to their own agent
+    assert not AgentGroup.select().where(AgentGroup.name == "what's the weather?").exists()
+    assert not PendingChannelApproval.select().exists()
+    assert edits(tg)[-1]["text"].startswith("⏱ Expired:")
+    assert app.woken == ["andy"]  # Andy got the message
+    assert approvals.expire_approvals(settings) == 0
+
+
+def test_the_expiry_period_is_a_setting(make_settings):
+    assert make_settings(NANOCLAW_APPROVAL_EXPIRY_HOURS="6").approval_expiry_hours == 6
+    from nanoclaw.config import SettingsError
+    with pytest.raises(SettingsError, match="NANOCLAW_APPROVAL_EXPIRY_HOURS"):
+        make_settings(NANOCLAW_APPROVAL_EXPIRY_HOURS="0")

@@ -22,6 +22,8 @@ def sender_approvals(settings, user_id: str):
     rows = (PendingSenderApproval.select(PendingSenderApproval, MessagingGroup, AgentGroup)
             .join(MessagingGroup).switch(PendingSenderApproval).join(AgentGroup))
     for row in rows:
+        if approvals.expired(row, settings):
+            continue  # the housekeeping job drops it and edits its card
         if not approvals.may_decide(user_id, row.approver_user_id, row.agent_group_id):
             continue
         mg, agent = row.messaging_group, row.agent_group
@@ -49,7 +51,7 @@ def channel_approvals(settings, user_id: str):
     from .. import approvals
     agents = None
     for row in PendingChannelApproval.select(PendingChannelApproval, MessagingGroup).join(MessagingGroup):
-        if not approvals.may_decide(user_id, row.approver_user_id, None):
+        if approvals.expired(row, settings) or not approvals.may_decide(user_id, row.approver_user_id, None):
             continue
         mg = row.messaging_group
         text = (row.original_message or {}).get("text")
