@@ -75,7 +75,9 @@ def served(tmp_path_factory):
         UserDm.create(user=OWNER, channel_type="telegram", platform_id="42")  # where approval cards go
         database.close()
 
-        door = ProxyServer(settings, lambda: ["andy"]).start()
+        groups = settings.groups_dir  # every agent, also one created on the page while the test runs
+        door = ProxyServer(settings, lambda: sorted(p.name for p in groups.iterdir() if p.is_dir()),
+                           rescan_interval=0.5).start()
         door.ensure_socket("andy")
         door.wait_ready("andy", timeout=10)
         bg = start_service(app)
@@ -86,7 +88,7 @@ def served(tmp_path_factory):
         pw = sync_playwright().start()
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
         try:
-            yield base, browser, model, tg
+            yield base, browser, model, tg, settings
         finally:
             browser.close()
             pw.stop()
@@ -116,7 +118,7 @@ def telegram_update(update_id: int, text: str) -> bytes:
 
 
 def test_logged_out_visit_is_redirected_and_tokenless_post_refused(served):
-    base, browser, _, _ = served
+    base, browser, *_ = served
     page = browser.new_page()
     page.goto(base + "/admin/sessions")
     assert "/login?next=" in page.url and "/admin/sessions" in page.url
@@ -129,7 +131,7 @@ def test_logged_out_visit_is_redirected_and_tokenless_post_refused(served):
 
 
 def test_approve_a_stranger_from_the_page_and_the_message_is_replayed(served):
-    base, browser, model, tg = served
+    base, browser, model, tg, _ = served
     page = browser.new_page()
     hook = page.request.post(base + "/webhooks/telegram", data=telegram_update(900100001, "Hi, I'm Bo. Lunch?"),
                              headers={"Content-Type": "application/json",
@@ -162,7 +164,7 @@ def test_approve_a_stranger_from_the_page_and_the_message_is_replayed(served):
 
 
 def test_web_chat_shows_the_agents_reply_without_reload(served):
-    base, browser, model, _ = served
+    base, browser, model, *_ = served
     page = log_in(browser, base)
     page.goto(base + "/chat/andy")
     page.wait_for_selector("#text")
@@ -182,7 +184,7 @@ def test_web_chat_shows_the_agents_reply_without_reload(served):
 
 
 def test_phone_sized_screen_has_no_sideways_scroll(served):
-    base, browser, _, _ = served
+    base, browser, *_ = served
     context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
     page = context.new_page()
     page.set_default_timeout(20_000)
