@@ -25,7 +25,8 @@ import peewee
 from . import router
 from .channels.base import InboundEvent
 from .db import database
-from .models import InboundEvent as InboundEventRow, utcnow
+from .models import InboundEvent as InboundEventRow
+from .models import utcnow
 from .sessions import store
 
 log = logging.getLogger("nanoclaw.intake")
@@ -77,6 +78,11 @@ def _mark_routed(ids: list[int]) -> None:
                              f"({', '.join([p] * len(ids))})", (_ts(utcnow()), *ids))
 
 
+def _collector(woken: dict):
+    """A wake(session) that only notes the session: the real wakes run after the commit."""
+    return lambda session: woken.setdefault(session.id, session)
+
+
 def route_accepted(ids: list[int], settings, wake=None) -> int:
     """Route these accepted events (those not routed yet) and mark them routed.
 
@@ -87,7 +93,7 @@ def route_accepted(ids: list[int], settings, wake=None) -> int:
     routed = 0
     for start in range(0, len(ids), BATCH):
         done, woken = [], {}
-        collect = None if wake is None else (lambda session: woken.setdefault(session.id, session))
+        collect = None if wake is None else _collector(woken)
         with store.batched():
             for row_id, event in _load(ids[start:start + BATCH]):
                 if event is not None:
@@ -150,7 +156,7 @@ class IntakeThread:
         self._pending = 0
         self._cond = threading.Condition()
 
-    def start(self) -> "IntakeThread":
+    def start(self) -> IntakeThread:
         self._thread.start()
         return self
 

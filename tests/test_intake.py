@@ -14,7 +14,8 @@ from datetime import timedelta
 import pytest
 
 from nanoclaw import background, intake
-from nanoclaw.models import InboundEvent as InboundEventRow, Session, utcnow
+from nanoclaw.models import InboundEvent as InboundEventRow
+from nanoclaw.models import Session, utcnow
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions import store
 from tests.tg_flow import message, person, post, telegram_app, tg  # noqa: F401  (tg is a fixture)
@@ -180,11 +181,10 @@ def test_a_batch_keeps_each_sessions_writes_together_or_not_at_all(tmp_path):
     target = store.Target("telegram", "1")
     store.prepare(a, target)
     store.prepare(b, target)
-    with pytest.raises(RuntimeError):
-        with store.batched():
-            store.write_message(a, content={"text": "a1"}, target=target)
-            store.write_message(b, content={"text": "b1"}, target=target)
-            raise RuntimeError("routing failed half way")
+    with pytest.raises(RuntimeError), store.batched():
+        store.write_message(a, content={"text": "a1"}, target=target)
+        store.write_message(b, content={"text": "b1"}, target=target)
+        raise RuntimeError("routing failed half way")
     with store.batched():
         store.write_message(a, content={"text": "a2"}, target=target)
         store.write_message(a, content={"text": "a3"}, target=target)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import session_schema as schema
 
+
 @dataclass(frozen=True)
 class Target:
     channel_type: str
