@@ -21,11 +21,11 @@ from nanoclaw.delivery import deliver_session
 from nanoclaw.models import AgentGroup, AuditLog, PendingChannelApproval, PendingProposal, Session, Wiring
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
-from tests.tg_flow import Telegram, buttons, cards, click, edits, message, person, post, shown, telegram_app
+from tests.tg_flow import Telegram, buttons, cards, click, edits, message, person, post, telegram_app
 
 from agent_runner.store import SessionStore  # noqa: E402  (container/ is on sys.path via session_schema)
 
-OWNER, BOB, ADA = person(111, "Olivia"), person(444, "Bob"), person(666, "Ada")
+OWNER, BOB = person(111, "Olivia"), person(444, "Bob")
 PASSWORD = "correct horse battery"
 SETUP = (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
          ("wire", "telegram", "111", "andy"))
@@ -159,9 +159,9 @@ def test_a_valid_change_is_saved_audited_and_applied_and_the_agent_learns_it(app
     allow = json.loads((app.config["NANOCLAW"].data_dir / "policy" / "andy" / "egress.json").read_text())["allow"]
     assert allow == ["api.example.org"]
     told = system_texts(path)[-1]
-    assert told.startswith("The owner approved your proposal id=r1 (allow HTTPS to api.example.org) after changing "
-                           "it: host: data.example.org → api.example.org (why: only the API host is needed). HTTPS to "
-                           "api.example.org is now allowed")
+    assert told.startswith("The owner approved your proposal id=r1 (allow HTTPS to api.example.org) after "
+                           "changing it: host: data.example.org → api.example.org (why: only the API host is "
+                           "needed). HTTPS to api.example.org is now allowed")
     approve = AuditLog.get(AuditLog.action == "proposal.approve")
     assert approve.detail["changed"].startswith("host: data.example.org → api.example.org")
     assert edits(tg)[-1]["text"].startswith("✅ Approved by Olivia: allow HTTPS to api.example.org")

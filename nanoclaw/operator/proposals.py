@@ -216,7 +216,8 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
           before=checks.summary(p.kind, before), after=checks.summary(p.kind, new), values_before=before,
           values_after=after, diff=checks.diff(p.kind, new, state))
     _replace_card(settings, p, user_id)
-    return True, f"Changed ({'; '.join(changes)}). It now reads: {checks.summary(p.kind, new)}. Approve or reject it now."
+    return True, (f"Changed ({'; '.join(changes)}). It now reads: {checks.summary(p.kind, new)}. "
+                  "Approve or reject it now.")
 
 
 def modifications(p: PendingProposal) -> list[AuditLog]:

@@ -35,7 +35,7 @@ def pending_proposals(settings, user_id: str):
             continue
         card = proposals.card_for(settings, p)
         fields = edit_form.fields(p.kind, p.payload, p.reason)
-        forms = (ItemForm(MODIFY, str(p.id), "✏️ Modify before deciding", "Save changes", fields),) if fields else ()
+        forms = (ItemForm(MODIFY, str(p.id), "✏️ Modify before deciding", "Save changes", fields),) * bool(fields)
         yield PendingItem(key=f"{proposals.PREFIX}-{p.id}", kind=checks.KINDS.get(p.kind, "Proposal"),
                           title=card.title, body=card.body, created_at=p.created_at, buttons=card.buttons,
                           agent_folder=p.agent_group.folder, reply_prefix=proposals.PREFIX, forms=forms,
