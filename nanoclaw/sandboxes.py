@@ -4,7 +4,8 @@ Builds the SandboxSpec (what the agent may see) from the settings, the agent
 group and the session, and starts it through the selected Runtime. Starting is
 idempotent per session; at most MAX_CONCURRENT_CONTAINERS run at once and
 further wakes wait in a queue that the background jobs drain: first come, first
-served, except that within an agent group a due task goes before chat messages.
+served, except that within an agent group a due task goes before chat messages. A session
+whose sandbox keeps failing to start is told once and retried less often (start_failures.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from .config import PROJECT_ROOT
 from .runtime.base import Mount, SandboxSpec
 from .sessions import store
+from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 
 log = logging.getLogger("nanoclaw.sandboxes")
 
@@ -111,7 +113,7 @@ class SandboxManager:
 
     def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None, capabilities_for=None):
         self.settings = settings
-        self.on_refused = on_refused  # tell the owner in chat why a sandbox did not start
+        self.on_refused = on_refused  # tell the chat (once per streak) why its sandbox does not start
         self.runtime = runtime
         self.mounts_for = mounts_for or (lambda folder: ())
         self.capabilities_for = capabilities_for or agent_capabilities
@@ -121,6 +123,7 @@ class SandboxManager:
         self.held = False     # start-up: wakes queue until orphans are gone and the first sweep ran
         self.closing = False  # shutdown: no new sandboxes
         self.last_error: str | None = None
+        self.failures = StartFailures()
 
     def name_of(self, folder: str, session_id: str) -> str:
         return sandbox_name(self.settings.install_id, folder, session_id)
@@ -144,6 +147,8 @@ class SandboxManager:
     def wake(self, folder: str, session_id: str, *, task: bool = False) -> bool:
         """Make sure the session's sandbox runs. False if it had to queue (capacity) or failed."""
         name = sandbox_name(self.settings.install_id, folder, session_id)
+        if not self._may_start(folder, session_id, name):
+            return False
         with self._lock:
             if self.closing:
                 return False
@@ -171,9 +176,51 @@ class SandboxManager:
                 name = sandbox_name(self.settings.install_id, entry.folder, entry.session_id)
                 if name in self._starting or self.runtime.is_running(name):
                     continue
+            if not self._may_start(entry.folder, entry.session_id, name):
+                continue  # backing off; the sweep wakes it again
+            with self._lock:
+                if name in self._starting or self.closing or self.held:
+                    continue
+                if self._at_capacity():
+                    self.queue.insert(0, entry)
+                    return started
                 self._starting.add(name)
             if self._start(entry.folder, entry.session_id, name):
                 started += 1
+
+    def _may_start(self, folder: str, session_id: str, name: str) -> bool:
+        """False while a session whose sandbox keeps failing to start waits out its backoff. Judges
+        our last start first, if that sandbox is gone (crashed before its runner came up?)."""
+        if name in self._starting or self.runtime.is_running(name):
+            return True
+        now = time.time()
+        path = store.session_path(self.settings.sessions_dir, folder, session_id)
+        state, new_failure = self.failures.judge(name, heartbeat_of(path), lambda: self.runtime.logs(name), now)
+        if state is None:
+            return True
+        if new_failure:
+            log.warning("sandbox %s stopped before its runner came up (failed start %d in a row): %s", name,
+                        state.failures, state.reason)
+            self._tell(folder, session_id, name)
+        wait = wait_s(state.failures, state.last_failure_at, now)
+        if wait > 0:
+            log.debug("not starting %s for %.0f s more: it failed to start %d times in a row", name, wait,
+                      state.failures)
+            return False
+        return True
+
+    def _tell(self, folder: str, session_id: str, name: str) -> None:
+        """Once per streak of failed starts: a log line and a word in the session's chat."""
+        if not self.failures.take_notice(name):
+            return
+        state = self.failures.state(name)
+        log.error("the sandbox of %s/%s failed to start %d times in a row (%s); telling its chat and retrying "
+                  "less often", folder, session_id, state.failures, state.reason)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(folder, session_id, notice(state.reason))
+            except Exception as exc:  # the chat is unreachable: the log line above stays
+                log.error("could not tell %s/%s that its sandbox does not start: %s", folder, session_id, exc)
 
     def _start(self, folder: str, session_id: str, name: str) -> bool:
         try:
@@ -181,21 +228,24 @@ class SandboxManager:
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
                               **self.capabilities_for(folder))
             started = time.monotonic()
+            self.failures.started(name, time.time())
             self.runtime.start(spec)
             log.info("started sandbox %s (%s) in %.2fs", name, self.runtime.name, time.monotonic() - started)
             return True
         except Exception as exc:
             self.last_error = f"could not start the sandbox for {folder}: {exc}"
-            log.error("%s", self.last_error)
-            if self.on_refused is not None:
-                self.on_refused(folder, session_id, self.last_error)
+            state = self.failures.failed(name, short_reason(str(exc)), time.time())
+            log.error("%s (failed start %d in a row)", self.last_error, state.failures)
+            self._tell(folder, session_id, name)
             return False
         finally:
             with self._lock:
                 self._starting.discard(name)
 
     def stop(self, folder: str, session_id: str) -> None:
-        self.runtime.stop(sandbox_name(self.settings.install_id, folder, session_id))
+        name = sandbox_name(self.settings.install_id, folder, session_id)
+        self.failures.stopped(name, heartbeat_of(store.session_path(self.settings.sessions_dir, folder, session_id)))
+        self.runtime.stop(name)
 
     def stop_all(self, timeout: float = 5) -> list[str]:
         """Stop every sandbox of this install (start-up: a previous run's orphans; shutdown: ours).

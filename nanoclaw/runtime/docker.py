@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, DockerException, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount as DockerMount
 
 from .access import grant_to_sandbox_user
@@ -87,11 +87,17 @@ class DockerRuntime:
                 log.warning("sandbox %s had exited (%s); last output:\n%s", spec.name, existing.status,
                             self._tail(existing))
                 existing.remove(force=True)
+            image = spec.image or self.image
+            try:  # containers.run would try to pull a missing image from a registry: never wanted here
+                self.client.images.get(image)
+            except ImageNotFound:
+                raise RuntimeError(f"no image {image} on this Docker engine (agent images are built here, "
+                                   "never pulled)") from None
             prepare_session(spec)
             grant_to_sandbox_user(spec.session_dir, spec.group_dir, spec.uid, spec.gid)
             try:
                 self.client.containers.run(
-                    spec.image or self.image,
+                    image,
                     command=list(spec.command),
                     name=spec.name,
                     detach=True,
