@@ -168,18 +168,28 @@ def agent_list():
 @click.argument("folder")
 @click.option("--purge", is_flag=True, help="Also delete the folder groups/FOLDER from disk.")
 def agent_delete(folder, purge):
-    """Delete an agent, its wirings and sessions. Its folder stays on disk unless --purge."""
+    """Delete an agent, its wirings and sessions; its sandboxes stop and its own images are removed.
+    Its folder stays on disk unless --purge."""
+    from .image_prune import forget_agent
     require_schema()
     agent = get_agent(folder)
+    session_ids = [s.id for s in agent.sessions]
     with database.atomic():
         agent.delete_instance(recursive=True)
         audit("cli", "agent.delete", folder, purge=purge)
+    stopped, removed = forget_agent(settings(), folder, session_ids)
+    if removed:
+        audit("cli", "agent.images.remove", folder, images=removed)
     path = settings().groups_dir / folder
     if purge and path.is_dir():
         shutil.rmtree(path)
         click.echo(f"deleted agent {folder!r} and {path}")
     else:
         click.echo(f"deleted agent {folder!r}" + (f" (its folder {path} is kept)" if path.exists() else ""))
+    if stopped:
+        click.echo(f"stopped {len(stopped)} running sandbox(es)")
+    for tag in removed:
+        click.echo(f"removed image {tag}")
 
 
 # --- users -----------------------------------------------------------------------------------

@@ -115,11 +115,23 @@ def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None) ->
         config["packages"] = {"apt": apt, "npm": npm}
         config["image"] = tag
         AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
+    if build is None:
+        _prune_older(agent.folder, tag)
     diff = [f"+ {m}: {p}" for m, new in (("apt", payload["apt"]), ("npm", payload["npm"])) for p in new
             if p not in have.get(m, [])] + [f"- image {old}", f"+ image {tag}"]
     what = " ".join(payload["apt"] + payload["npm"])
     return Outcome(f"Your image was rebuilt with {what} and your sandbox restarted on the same conversation.",
                    diff, restart=True, extra={"image": tag})
+
+
+def _prune_older(folder: str, current: str) -> None:
+    """The group's earlier images go now if nothing runs them (else image_prune's job takes them
+    once the restarted sandboxes left them); a failure here never fails the approval."""
+    from ..runtime.image import prune_group_images
+    try:
+        prune_group_images(folder, {current})
+    except Exception as exc:
+        log.warning("could not prune the older images of %s: %s", folder, exc)
 
 
 def apply_mcp(settings, agent: AgentGroup, payload: dict) -> Outcome:

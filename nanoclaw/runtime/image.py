@@ -8,6 +8,7 @@ and agent_runner/ (a fallback copy; at run time the live code is bind-mounted).
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -17,9 +18,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from docker.errors import ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 from ..config import PROJECT_ROOT
+
+log = logging.getLogger("nanoclaw.runtime.image")
 
 BASE_IMAGE = "nanoclaw-debian-base:bookworm"
 SUITE = "bookworm"
@@ -256,3 +259,34 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
                     progress(line)
     progress(f"built {tag} in {time.monotonic() - started:.0f}s")
     return tag
+
+
+# --- pruning: a group's images other than its current one, once no container uses them -------------
+
+def stale_group_images(images: list[tuple[str, tuple[str, ...]]], keep: set[str], used: set[str]) -> list[str]:
+    """Tags to remove, from (image id, its tags in the group's repository) pairs: every image that
+    carries no tag in `keep` and that no container (running or not) was made from."""
+    return sorted(tag for image_id, tags in images if image_id not in used and not keep & set(tags) for tag in tags)
+
+
+def prune_group_images(folder: str, keep: set[str] = frozenset(), *, client=None) -> list[str]:
+    """Remove the group's images (nanoclaw-agent-<folder>:*) except `keep` and those a container
+    uses. A tag is removed, not the image by force: an image another repository also names stays,
+    and one a container was made from meanwhile is refused by the engine. Returns the removed tags."""
+    client = _client(client)
+    repo = group_image_repo(folder)
+    images = [(image.id, tuple(t for t in image.tags if t.startswith(repo + ":"))) for image in
+              client.images.list(name=repo)]
+    used = {c.get("ImageID") for c in client.api.containers(all=True)}
+    removed = []
+    for tag in stale_group_images(images, set(keep), used):
+        try:
+            client.images.remove(tag)
+        except ImageNotFound:
+            continue
+        except APIError as exc:  # in use since we looked: the next pass tries again
+            log.warning("could not remove the image %s: %s", tag, exc.explanation or exc)
+            continue
+        log.info("removed the image %s (no longer the image of %s)", tag, folder)
+        removed.append(tag)
+    return removed
