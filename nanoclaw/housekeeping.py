@@ -53,7 +53,7 @@ def run(job: Job, settings, manager) -> None:
 
 def start(scheduler, settings, manager) -> None:
     """Add every registered job to the (APScheduler) scheduler."""
-    from . import image_prune  # noqa: F401  (the core jobs register themselves)
+    from . import image_prune, retention  # noqa: F401  (the core jobs register themselves)
     now = datetime.now(timezone.utc)
     for job in jobs():
         scheduler.add_job(run, "interval", args=[job, settings, manager], seconds=job.every_s,

@@ -331,6 +331,16 @@ class BwrapRuntime:
         finally:
             lock.release()
 
+    def discard(self, name: str) -> None:
+        """Forget a stopped sandbox for good (its session was removed): its pidfile, logs and lock."""
+        with self._exclusive(name):
+            if self.pid_of(name) is not None:
+                return
+            self._forget(name, self._record(name))
+            for path in (self.state_dir / f"{name}.log", self.state_dir / f"{name}.prev.log"):
+                path.unlink(missing_ok=True)
+        (self.state_dir / f"{name}.lock").unlink(missing_ok=True)
+
     def logs(self, name: str) -> str:
         path = self.state_dir / f"{name}.log"
         try:
