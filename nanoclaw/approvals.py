@@ -575,6 +575,9 @@ def create_from_page(user_id: str, ident: str, values: dict[str, str], settings)
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
     if row is None:
         return FormAnswer(False, earlier_decision(f"nca-{ident}", CHANNEL_VERBS))
+    if expired(row, settings):  # a page opened before it expired
+        return FormAnswer(False, EXPIRED_ANSWER if expire(row, settings) else
+                          earlier_decision(f"nca-{ident}", CHANNEL_VERBS))
     if not may_decide(user_id, row.approver_user_id, None):
         return FormAnswer(False, f"Only {display(row.approver_user_id)} or an admin can decide this.")
     name = " ".join((values.get("name") or "").split())

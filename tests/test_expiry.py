@@ -194,3 +194,13 @@ def test_the_expiry_period_is_a_setting(make_settings):
     from nanoclaw.config import SettingsError
     with pytest.raises(SettingsError, match="NANOCLAW_APPROVAL_EXPIRY_HOURS"):
         make_settings(NANOCLAW_APPROVAL_EXPIRY_HOURS="0")
+
+
+def test_the_page_form_of_an_expired_new_chat_does_nothing(app, tg):
+    cli(app, "agent", "create", "Bea")
+    post(app, message(GROUP, BOB, "help with research", title="Lab", mention=True))
+    [row] = PendingChannelApproval.select()
+    age(PendingChannelApproval, 73)
+    answer = approvals.create_from_page("telegram:111", str(row.id), {"name": "Lab Helper"}, app.config["NANOCLAW"])
+    assert (answer.ok, answer.message) == (False, "This request expired.")
+    assert not AgentGroup.select().where(AgentGroup.name == "Lab Helper").exists()
