@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 import peewee
 
-from . import router
+from . import lookups, router
 from .actions import register_action
 from .channels.base import Card, get_adapter
 from .db import database
@@ -498,9 +498,8 @@ def take_new_agent_name(event, settings, wake):
     """The approver's DM reply after "Create new": the new agent's name (or 'cancel')."""
     if event.kind != "dm":
         return None
-    row = (PendingChannelApproval.select().where(PendingChannelApproval.state == "naming",
-                                                 PendingChannelApproval.approver_user_id == event.user_id)
-           .order_by(PendingChannelApproval.updated_at).first())
+    naming = lookups.naming_request(event.user_id)  # every DM asks this: one plain read
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == naming) if naming is not None else None
     if row is None:
         return None
     if expired(row, settings):

@@ -43,16 +43,16 @@ def _ts(value):
 def accept(event: InboundEvent) -> int | None:
     """Record the event for dedup and keep it until routed. The id of its row; None if the
     platform sent it before (acknowledge and ignore)."""
+    postgres = isinstance(database.obj, peewee.PostgresqlDatabase)
     p = database.param
-    try:
-        with database.atomic():
-            cursor = database.execute_sql(
-                f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
-                + (" RETURNING id" if isinstance(database.obj, peewee.PostgresqlDatabase) else ""),
-                (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event))))
-            return cursor.fetchone()[0] if isinstance(database.obj, peewee.PostgresqlDatabase) else cursor.lastrowid
+    try:  # one statement, its own transaction (both engines run in autocommit)
+        cursor = database.execute_sql(
+            f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
+            + (" RETURNING id" if postgres else ""),
+            (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event))))
     except peewee.IntegrityError:
         return None
+    return cursor.fetchone()[0] if postgres else cursor.lastrowid
 
 
 def _load(ids: list[int]) -> list[tuple[int, InboundEvent]]:

@@ -21,17 +21,17 @@ from typing import Callable
 
 import peewee
 
-from . import commands
+from . import commands, lookups
 from .channels.base import InboundEvent, ReplyTo, get_adapter
 from .db import database
-from .models import (AgentGroupMember, DroppedMessage, InboundEvent as InboundEventRow, MessagingGroup,
-                     Session, User, UserDm, UserRole, Wiring, utcnow)
+from .models import DroppedMessage, InboundEvent as InboundEventRow, MessagingGroup, Session, User, UserDm, Wiring, utcnow
 from .sessions import session_schema as schema
 from .sessions import store
 
 log = logging.getLogger("nanoclaw.router")
 
 GATE_STAGES = ("before", "unwired", "unknown_sender")
+ACTIVITY_RESOLUTION_S = 1.0  # sessions.last_active_at is kept to the second
 _GATES: dict[str, list[Callable]] = {stage: [] for stage in GATE_STAGES}
 
 
@@ -106,8 +106,16 @@ def creates_chat(kind: str, mentioned: bool) -> bool:
 
 # --- replays ---------------------------------------------------------------------------------
 
+_EVENT_FIELDS = tuple(InboundEvent.__dataclass_fields__)
+
+
 def event_to_json(event: InboundEvent) -> dict:
-    return asdict(event)
+    """The event as JSON-ready data (by hand: dataclasses.asdict deep-copies, at a cost every
+    webhook would pay)."""
+    data = {name: getattr(event, name) for name in _EVENT_FIELDS}
+    data["reply_to"] = asdict(event.reply_to) if event.reply_to else None
+    data["attachments"] = [dict(a) for a in event.attachments]
+    return data
 
 
 def event_from_json(data: dict) -> InboundEvent:
@@ -131,19 +139,12 @@ class RouteResult:
 
 def is_owner_or_admin(user_id: str, agent_group_id: int | None = None) -> bool:
     """Owner, global admin, or (when agent_group_id is given) admin of that agent group."""
-    admin_scope = UserRole.agent_group.is_null()
-    if agent_group_id is not None:
-        admin_scope = admin_scope | (UserRole.agent_group == agent_group_id)
-    return UserRole.select().where(UserRole.user == user_id, (UserRole.role == "owner") |
-                                   ((UserRole.role == "admin") & admin_scope)).exists()
+    return lookups.is_owner_or_admin(user_id, agent_group_id)
 
 
 def is_known(user_id: str, agent_group_id: int) -> bool:
     """Owner, admin (global or of this agent group), or member."""
-    if is_owner_or_admin(user_id, agent_group_id):
-        return True
-    return AgentGroupMember.select().where(AgentGroupMember.user == user_id,
-                                           AgentGroupMember.agent_group == agent_group_id).exists()
+    return lookups.is_known(user_id, agent_group_id)
 
 
 def record_event(channel: str, event_id: str) -> bool:
@@ -178,6 +179,8 @@ def remember_dm(event: InboundEvent) -> None:
     (user_dms), so approval cards can reach them later."""
     if event.kind != "dm" or event.sender_is_bot or event.from_self:
         return
+    if lookups.dm_of(event.user_id, event.channel) == (True, event.chat_id):
+        return  # known already (the common case: one read, no write)
     try:
         with database.atomic():
             user = User.get_or_none(User.id == event.user_id)
@@ -194,8 +197,7 @@ def remember_dm(event: InboundEvent) -> None:
 
 def resolve_chat(event: InboundEvent) -> MessagingGroup | None:
     """The chat's messaging group; an unknown one is created only when creates_chat() says so."""
-    mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == event.channel,
-                                    MessagingGroup.platform_id == event.chat_id)
+    mg = lookups.chat(event.channel, event.chat_id)
     if mg is not None:
         if not mg.name and event.chat_name:
             MessagingGroup.update(name=event.chat_name).where(MessagingGroup.id == mg.id).execute()
@@ -214,8 +216,7 @@ def resolve_chat(event: InboundEvent) -> MessagingGroup | None:
 
 
 def get_session(settings, wiring: Wiring, mg: MessagingGroup, thread: str, create: bool) -> Session | None:
-    session = Session.get_or_none(Session.agent_group == wiring.agent_group_id, Session.messaging_group == mg.id,
-                                  Session.thread_id == thread)
+    session = lookups.session(wiring.agent_group_id, mg.id, thread)
     if session is None and create:
         try:
             with database.atomic():
@@ -280,7 +281,7 @@ def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, acc
         return drop(event, "no_agent_wired", keep_content=False)
     if mg.denied_at is not None:
         return drop(event, "denied_channel", keep_content=False)
-    wirings = list(Wiring.select().where(Wiring.messaging_group == mg).order_by(Wiring.priority.desc(), Wiring.id))
+    wirings = lookups.wirings(mg.id)
     if not wirings:
         for gate in gates("unwired") if creates_chat(event.kind, event.mentioned) else ():  # addressed only
             handled = gate(event, mg, settings, wake)
@@ -333,7 +334,9 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
             content["command"] = command  # for the runner: act on the conversation, not a chat line
         store.write_message(path, content=content, target=target, trigger=engaged,
                             timestamp=event.timestamp, message_id=message_id)
-        Session.update(last_active_at=utcnow()).where(Session.id == session.id).execute()
+        now = utcnow()
+        if not session.last_active_at or (now - session.last_active_at).total_seconds() >= ACTIVITY_RESOLUTION_S:
+            lookups.touch_session(session.id, now)  # a burst of messages stamps it once a second, not each time
         result.written.append((session.agent_group.folder, session.id, engaged))
         if engaged and wake is not None:
             wake(session)
