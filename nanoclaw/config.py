@@ -117,6 +117,7 @@ class Settings:
     mount_allowlist: Path
     platform: dict[str, str] = field(default_factory=dict)
     secret_key: str | None = None
+    attachment_max_bytes: int = 20 * 1024 * 1024   # a bigger file a user sends is not downloaded
     isolated_retention_hours: int = 24  # an isolated task run's finished session is removed after this
     approval_expiry_hours: int = 72     # a sender/chat approval nobody decided expires after this
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
@@ -197,6 +198,8 @@ class Settings:
                 if (value := get(name, default)) is not None
             },
             secret_key=get("NANOCLAW_SECRET_KEY"),
+            attachment_max_bytes=_int("NANOCLAW_ATTACHMENT_MAX_BYTES",
+                                      get("NANOCLAW_ATTACHMENT_MAX_BYTES", str(20 * 1024 * 1024)), 1024, 2**31),
             isolated_retention_hours=_int("NANOCLAW_ISOLATED_RETENTION_HOURS",
                                           get("NANOCLAW_ISOLATED_RETENTION_HOURS", "24"), 0, 24 * 365),
             approval_expiry_hours=_int("NANOCLAW_APPROVAL_EXPIRY_HOURS", get("NANOCLAW_APPROVAL_EXPIRY_HOURS", "72"),

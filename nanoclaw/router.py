@@ -27,6 +27,7 @@ from .db import database
 from .models import DroppedMessage, InboundEvent as InboundEventRow, MessagingGroup, Session, User, UserDm, Wiring, utcnow
 from .sessions import session_schema as schema
 from .sessions import store
+from .sessions.inbox import InboxFiles
 
 log = logging.getLogger("nanoclaw.router")
 
@@ -300,6 +301,7 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
     command = commands.parse(event.text)
     refused_sender = refused_command = None
     asked = False
+    files = InboxFiles(event, settings)  # downloaded once, on first use, copied into each session
     for wiring in wirings:
         known = is_known(event.user_id, wiring.agent_group_id)
         admitted, reason = sender_admitted(mg.unknown_sender_policy, known)
@@ -332,6 +334,8 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         content = event.content()
         if command in commands.ADMIN_ONLY:
             content["command"] = command  # for the runner: act on the conversation, not a chat line
+        if event.attachments:
+            content["attachments"] = files.save_into(path)
         store.write_message(path, content=content, target=target, trigger=engaged,
                             timestamp=event.timestamp, message_id=message_id)
         now = utcnow()

@@ -262,8 +262,9 @@ def test_wired_dm_is_routed_once_and_our_echo_never(app, wired):
     assert len(session_rows(app, Session.get())) == 1 and InboundEvent.select().count() == 1
 
 
-def discordpy_messages(*names: str) -> list:
-    """Gateway payloads through discord.py's own parser (what on_message receives)."""
+def discordpy_messages(*names: str, cdn: str | None = None) -> list:
+    """Gateway payloads through discord.py's own parser (what on_message receives); `cdn`: the
+    host that serves their attachments instead of cdn.discordapp.com (a fake)."""
     got = []
     intents = discord.Intents.default()
     intents.message_content = True
@@ -271,16 +272,22 @@ def discordpy_messages(*names: str) -> list:
                             handlers={}, hooks={}, http=HTTPClient(None), intents=intents)
     state._add_guild_from_data(fixture("gateway_guild_create")["d"])
     for name in names:
-        state.parse_message_create(fixture(name)["d"])
+        payload = fixture(name)["d"]
+        if cdn:
+            payload = json.loads(json.dumps(payload).replace("https://cdn.discordapp.com", cdn))
+        state.parse_message_create(payload)
     return got
 
 
-def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired):
+def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discord_api):
     assert cli("wire", "discord", GUILD_CHANNEL, "andy", "--kind", "thread", "--engage", "pattern",
                "--pattern", ".").exit_code == 0
     settings = app.config["NANOCLAW"]
+    budget = b"item,amount\nvenue,1200\n"
+    discord_api.add_attachment(THREAD, "budget.csv", budget, "text/csv; charset=utf-8",
+                               attachment_id="1350069746283872256")
     dm, mention, in_thread = discordpy_messages("gateway_message_dm", "gateway_message_guild_mention",
-                                                "gateway_message_thread")
+                                                "gateway_message_thread", cdn=discord_api.url)
     for message, name in ((dm, "gateway_message_dm"), (mention, "gateway_message_guild_mention")):
         payload, channel = payload_from_message(message)
         assert message_to_event(payload, bot_id=BOT_ID, channel=channel) == \
@@ -291,6 +298,11 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired):
     assert set(sessions) == {(DM_CHANNEL, ""), (GUILD_CHANNEL, ""), (GUILD_CHANNEL, THREAD)}
     [thread_row] = session_rows(app, sessions[(GUILD_CHANNEL, THREAD)])
     assert thread_row["thread_id"] == THREAD and json.loads(thread_row["content"])["text"] == "and the budget item, please"
+    [attachment] = json.loads(thread_row["content"])["attachments"]  # saved where the agent can read it
+    assert attachment["path"] == "/workspace/session/inbox/1350049740376539187/budget.csv"
+    session = sessions[(GUILD_CHANNEL, THREAD)]
+    assert (settings.sessions_dir / "andy" / session.id / "inbox" / "1350049740376539187" / "budget.csv"
+            ).read_bytes() == budget
     [mention_row] = session_rows(app, sessions[(GUILD_CHANNEL, "")])
     assert mention_row["trigger"] == 1 and json.loads(mention_row["content"])["text"] == "@Andy what's on the agenda today?"
 

@@ -234,13 +234,22 @@ def test_channel_engages_on_mention_only_and_threads_get_their_own_session(app):
     assert row["text"] == "@U0BOTANDY and the follow-ups?" and row["trigger"] == 1
 
 
-def test_file_share_keeps_the_message_and_file_metadata(app):
+def test_file_share_keeps_the_message_and_saves_the_file(app, fake):
     wire_alice(app)
-    post_event(app, fixture("file_share"))
-    [row] = rows(app, Session.get())
+    csv = b"month,total\n" + b"2023-11,2048\n" * 100
+    fake.add_file("report.csv", csv, "text/csv", file_id="F0REPORT01")
+    share = fixture("file_share")
+    share["event"]["files"][0]["url_private"] = share["event"]["files"][0]["url_private"].replace(
+        "https://files.slack.com", fake.url)  # the fake is files.slack.com
+    post_event(app, share)
+    session = Session.get()
+    [row] = rows(app, session)
     assert row["text"] == "the report"
-    assert row["attachments"] == [{"kind": "file", "file_id": "F0REPORT01", "name": "report.csv", "mime": "text/csv",
-                                   "size": 2048}]
+    path = "/workspace/session/inbox/D0DMALICE_1700000080.001000/report.csv"
+    assert row["attachments"] == [{"kind": "file", "name": "report.csv", "mime": "text/csv", "size": len(csv),
+                                   "path": path}]
+    folder = app.config["NANOCLAW"].sessions_dir / "andy" / session.id
+    assert (folder / path.removeprefix("/workspace/session/")).read_bytes() == csv
 
 
 def test_configured_bot_user_id_skips_auth_test(make_settings, fake):

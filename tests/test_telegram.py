@@ -10,6 +10,7 @@ import pytest
 
 from nanoclaw import actions, create_app
 from nanoclaw.channels.base import Card, DeliveryError
+from nanoclaw.channels.download import AttachmentError
 from nanoclaw.channels.telegram import TelegramAdapter, split_message, utf16_len
 from nanoclaw.db import database
 from nanoclaw.delivery import deliver_session
@@ -240,6 +241,17 @@ def test_parse_attachments_as_metadata(adapter):
     photo = parse(adapter, "photo_message")
     assert photo.text == "" and photo.attachments[0]["file_id"] == "AgACAgIAAxk-large"
     assert parse(adapter, "service_message") is None
+
+
+def test_fetch_attachment_uses_getfile_then_the_file_server(adapter, fake):
+    data = b"%PDF-1.4 invoice"
+    fake.add_file(data, file_id="BQACAgIAAxkBAAIBZ2V", file_path="documents/file_12.pdf")
+    [doc] = parse(adapter, "document_message").attachments
+    assert adapter.fetch_attachment(doc) == ("invoice.pdf", data)
+    assert [r.path for r in fake.requests] == [f"/bot{TOKEN}/getFile", f"/file/bot{TOKEN}/documents/file_12.pdf"]
+    with pytest.raises(AttachmentError) as refused:
+        adapter.fetch_attachment({**doc, "file_id": "BQACgone"})
+    assert "invalid file_id" in str(refused.value) and TOKEN not in str(refused.value)
 
 
 def test_mentions_still_parse_when_getme_fails(adapter, fake):

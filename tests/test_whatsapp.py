@@ -14,7 +14,8 @@ import pytest
 
 from nanoclaw import actions, create_app
 from nanoclaw.channels.base import Action, Card, DeliveryError
-from nanoclaw.channels.whatsapp import WhatsAppAdapter, parse_payload
+from nanoclaw.channels.download import AttachmentError
+from nanoclaw.channels.whatsapp import WhatsAppAdapter, media_intact, parse_payload
 from nanoclaw.db import database
 from nanoclaw.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
@@ -335,3 +336,26 @@ def test_delivery_after_a_429_sends_exactly_once(settings, wa_api, tmp_path):
     assert deliver_session(path, settings, now=now + timedelta(seconds=60)) == 0
     assert [m["text"]["body"] for m in wa_api.messages()] == ["the answer"]
     assert len(wa_api.requests) == 2
+
+
+# --- media users send ---------------------------------------------------------------------------
+
+def test_fetch_attachment_asks_graph_for_the_media_url_then_downloads(settings, wa_api):
+    ogg = b"OggS" + bytes(range(200))
+    wa_api.add_media(ogg, "audio/ogg; codecs=opus", media_id="2013512409105417")
+    adapter = WhatsAppAdapter(settings)
+    name, data = adapter.fetch_attachment({"type": "audio", "media_id": "2013512409105417",
+                                           "mime_type": "audio/ogg; codecs=opus"})
+    assert data == ogg and name.startswith("audio.")  # a voice note has no file name
+    with pytest.raises(AttachmentError, match="would not describe it"):
+        adapter.fetch_attachment({"type": "image", "media_id": "999"})
+    with pytest.raises(AttachmentError, match="no usable media id"):
+        adapter.fetch_attachment({"type": "image", "media_id": "../messages"})
+
+
+def test_media_must_match_what_graph_said():
+    data = b"hello"
+    assert media_intact(data, "5", hashlib.sha256(data).hexdigest())
+    assert media_intact(data, 5, "not-a-hex-digest=")  # the webhook's base64 form is not checked
+    assert not media_intact(data[:4], "5", None)                          # cut short
+    assert not media_intact(b"hellO", "5", hashlib.sha256(data).hexdigest())  # damaged

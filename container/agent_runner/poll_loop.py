@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from . import session_schema as schema
+from .attachments import attachment_line
 from .config import RunnerConfig
 from .formatter import Message, format_messages, format_outbound
 from .mcp_tools import ToolContext, Turn
@@ -33,9 +34,9 @@ def to_message(row: InboundRow) -> Message:
     c: dict[str, Any] = row.content
     text = str(c.get("text") or "")
     for a in c.get("attachments") or []:
-        where = a.get("path") or a.get("name") if isinstance(a, dict) else a
-        if where:
-            text += f"\n[attachment: {where}]"
+        line = attachment_line(a)
+        if line:
+            text += f"\n{line}"
     reply = c.get("reply_to") if isinstance(c.get("reply_to"), dict) else {}
     sender = c.get("sender") or c.get("sender_name") or _KIND_SENDERS.get(row.kind) or c.get("sender_id") or "unknown"
     return Message(sender_name=str(sender), content=text, timestamp=row.timestamp,

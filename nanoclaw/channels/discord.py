@@ -8,6 +8,9 @@ response itself (type 7 UPDATE_MESSAGE), never by a later REST call.
 
 Outbound goes to `{DISCORD_API_BASE}` with `Authorization: Bot <token>`. A thread is a
 channel of its own in Discord, so a Target's thread_id, when set, is where we post.
+
+Attachments of Gateway messages are fetched from their CDN url (signed, no token) by
+fetch_attachment, only from Discord's CDN hosts or the configured API base's origin.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, register
+from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
@@ -44,6 +48,7 @@ NO_PINGS = {"parse": []}              # an agent's text never pings @everyone, r
 PING, APPLICATION_COMMAND, MESSAGE_COMPONENT = 1, 2, 3
 PONG, CHANNEL_MESSAGE, DEFERRED_UPDATE_MESSAGE, UPDATE_MESSAGE = 1, 4, 6, 7
 EPHEMERAL = 1 << 6
+CDN_HOSTS = ("cdn.discordapp.com", "media.discordapp.net")
 
 
 # --- inbound: verification and parsing (pure) --------------------------------------------------
@@ -200,6 +205,18 @@ class DiscordAdapter:
             return {"type": DEFERRED_UPDATE_MESSAGE}, 200
         raw = action.raw or {}
         return decided_card(raw.get("content", ""), text, raw.get("clicker", action.user_id)), 200
+
+    def fetch_attachment(self, attachment: dict) -> tuple[str, bytes]:
+        """(file name, bytes) of a message attachment, from its signed CDN url (no token sent)."""
+        cap = self.settings.attachment_max_bytes
+        check_size(attachment.get("size"), cap)
+        url = attachment.get("url")
+        base = self.settings.platform.get("DISCORD_API_BASE", "https://discord.com/api/v10")
+        if not host_allowed(url, CDN_HOSTS, [base]):
+            log.warning("refused to fetch a Discord attachment from %r: not Discord's CDN", str(url or "")[:80])
+            raise AttachmentError("the file's address is not on Discord's CDN")
+        data, _ = fetch(url, max_bytes=cap, headers={"User-Agent": USER_AGENT}, what="Discord's CDN")
+        return attachment.get("filename") or url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1], data
 
     # outbound
 

@@ -6,7 +6,8 @@ nobody should see (joins, pins, empty). `run_gateway` is the `discord-gateway` p
 discord.py with the message-content intent, whose on_message turns the library's Message
 back into that payload and routes it, like a webhook would, inside a DB connection.
 The router is the one place that drops our own bot's echoes (from_self). Attachments are
-passed on as metadata (filename, type, size, CDN url), not downloaded.
+passed on as metadata (filename, type, size, CDN url); the router has DiscordAdapter.fetch_attachment
+download them into the session's inbox/.
 """
 from __future__ import annotations
 

@@ -16,7 +16,9 @@ raw body before it is parsed; with no SLACK_SIGNING_SECRET every request is refu
     so a loop is impossible.
   - mentioned: a DM, an app_mention, or `<@OURBOT>` in the text. Text is turned into plain
     readable text (`<@U1>` → `@U1`, `<url|label>` → `label (url)`, entities unescaped).
-  - attachments: file metadata only (file_id, name, mime, size); not downloaded.
+  - attachments: file metadata (file_id, name, mime, size, url = url_private_download);
+    fetch_attachment downloads one with the bot token, only from files.slack.com (or the
+    configured SLACK_API_BASE's origin), for the router to save in the session's inbox/.
   - block_actions on /actions → Actions (button value = action id). acknowledge_action posts the
     handler's text to the payload's response_url as an ephemeral message (seen by the clicker
     only): the card stays as it was, since a refused click must not change it for everyone.
@@ -42,6 +44,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, iso_utc,
                    register)
+from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
@@ -68,6 +71,7 @@ EMOJI_NAMES = {
     "⭐": "star", "🆗": "ok", "❓": "question", "❗": "exclamation", "😅": "sweat_smile", "🥳": "partying_face",
 }
 _MARKUP = re.compile(r"<([^<>]+)>")
+FILE_HOSTS = ("files.slack.com",)  # where url_private(_download) points; the bot token goes nowhere else
 
 
 # --- pure helpers ----------------------------------------------------------------------------
@@ -201,7 +205,8 @@ class SlackAdapter:
         mentioned = (kind == "dm" or ev["type"] == "app_mention"
                      or (our_user is not None and f"<@{our_user}>" in raw))
         files = tuple({"kind": "file", "file_id": f.get("id"), "name": f.get("name"), "mime": f.get("mimetype"),
-                       "size": f.get("size")} for f in ev.get("files") or [] if isinstance(f, dict))
+                       "size": f.get("size"), "url": f.get("url_private_download") or f.get("url_private")}
+                      for f in ev.get("files") or [] if isinstance(f, dict))
         sender = user or bot or "unknown"
         return InboundEvent(
             channel="slack", event_id=f"{channel}:{ts}", chat_id=channel, kind=kind,
@@ -283,6 +288,34 @@ class SlackAdapter:
             except (DeliveryError, KeyError, TypeError):
                 return user_id
         return self._names[user_id]
+
+    def fetch_attachment(self, attachment: dict) -> tuple[str, bytes]:
+        """(file name, bytes) of a shared file: its url_private_download with the bot token (the
+        files:read scope). A file shared without URLs (Slack Connect: file_access
+        check_file_info) is looked up with files.info first."""
+        cap = self.settings.attachment_max_bytes
+        check_size(attachment.get("size"), cap)
+        url, name = attachment.get("url"), attachment.get("name")
+        if not url:
+            if not attachment.get("file_id"):
+                raise AttachmentError("Slack gave no file id")
+            try:
+                info = self._call("files.info", {"file": attachment["file_id"]}, form=True, timeout=15)["file"]
+            except (DeliveryError, KeyError, TypeError) as exc:
+                raise AttachmentError(f"Slack would not describe it ({exc})") from None
+            url, name = info.get("url_private_download") or info.get("url_private"), name or info.get("name")
+            check_size(info.get("size"), cap)
+        if not host_allowed(url, FILE_HOSTS, [self.base]):
+            log.warning("refused to fetch a Slack file from %r: not Slack's file host", (url or "")[:80])
+            raise AttachmentError("the file's address is not on Slack's file host")
+        if not self.token:
+            raise AttachmentError("SLACK_BOT_TOKEN is not set")
+        data, ctype = fetch(url, max_bytes=cap, headers={"Authorization": f"Bearer {self.token}"},
+                            what="Slack's file host")
+        if (ctype or "").startswith("text/html") and not str(attachment.get("mime") or "").startswith("text/html"):
+            raise AttachmentError("Slack answered with a web page instead of the file "
+                                  "(does the app have the files:read scope?)")
+        return name or url.rstrip("/").rsplit("/", 1)[-1], data
 
     # --- outbound ---
 

@@ -9,8 +9,9 @@ every request is refused (403). The update_id is the dedup key.
     the agent sees the correction as what it is.
   - mentioned: a DM, a `mention` entity equal to @<bot username> (getMe, once), a `text_mention`
     of the bot, a /command@<bot username>, or a reply to one of the bot's messages.
-  - attachments: metadata only (kind, file_id, name, mime, size) in InboundEvent.attachments; the
-    files are not downloaded.
+  - attachments: metadata (kind, file_id, name, mime, size) in InboundEvent.attachments;
+    fetch_attachment downloads one (getFile, then `{TELEGRAM_API_BASE}/file/bot{token}/{file_path}`)
+    for the router to save in the session's inbox/ (nanoclaw/sessions/inbox.py).
   - callback_query → Action; acknowledge_action always answers it (answerCallbackQuery) with the
     handler's text as a toast, which also stops the client's spinner.
 Outbound: `{TELEGRAM_API_BASE}/bot{token}/{method}`, plain text (no parse mode), split at 4096
@@ -26,7 +27,8 @@ import logging
 import re
 import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote
 
 import click
 import requests
@@ -35,6 +37,7 @@ from flask.cli import AppGroup
 
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    get_adapter, iso_utc, register)
+from .download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
@@ -266,6 +269,27 @@ class TelegramAdapter:
                 except DeliveryError as exc:
                     log.warning("getMe failed, mentions by @username not recognised for now: %s", exc)
             return self._username
+
+    def fetch_attachment(self, attachment: dict) -> tuple[str, bytes]:
+        """(file name, bytes) of a file from attachments_of: getFile names its path on Telegram's
+        file server, which serves it under the bot token for at least an hour."""
+        cap = self.settings.attachment_max_bytes
+        check_size(attachment.get("size"), cap)
+        if not attachment.get("file_id"):
+            raise AttachmentError("Telegram gave no file id")
+        try:
+            info = self._call("getFile", {"file_id": attachment["file_id"]}, timeout=15) or {}
+        except DeliveryError as exc:
+            if "too big" in str(exc):  # the Bot API hands out files up to 20 MB only
+                raise AttachmentTooLarge(attachment.get("size"), cap) from None
+            raise AttachmentError(f"Telegram would not hand it out ({exc})") from None
+        file_path = info.get("file_path")
+        if not isinstance(file_path, str) or not file_path:
+            raise AttachmentError("Telegram gave no file path")
+        check_size(info.get("file_size"), cap)
+        data, _ = fetch(f"{self.base}/file/bot{self.token}/{quote(file_path, safe='/')}", max_bytes=cap,
+                        what="Telegram's file server")
+        return attachment.get("name") or PurePosixPath(file_path).name, data
 
     # --- outbound ---
 

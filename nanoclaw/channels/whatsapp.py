@@ -4,8 +4,9 @@ Inbound: `GET /webhooks/whatsapp` answers Meta's subscription check; `POST` is v
 `X-Hub-Signature-256` (HMAC-SHA256 of the raw body with the app secret) before anything is
 parsed. Every WhatsApp chat is a DM with the sender's wa_id, so every message counts as
 addressed to the bot. Taps on our reply buttons or list rows come back as Actions.
-Media messages carry their metadata (media id, mime type) in InboundEvent.attachments; the
-files themselves are not downloaded.
+Media messages carry their metadata (media id, mime type) in InboundEvent.attachments;
+fetch_attachment downloads one (`GET {WHATSAPP_API_BASE}/{media-id}` names a short-lived URL on
+lookaside.fbsbx.com, fetched with the same token) for the router to save in the session's inbox/.
 
 Outbound limits that shape the code: text 4096 chars; reply buttons ≤ 3 with titles ≤ 20
 chars; list rows ≤ 10 with titles ≤ 24 chars; interactive bodies ≤ 1024 chars. WhatsApp
@@ -25,6 +26,7 @@ import requests
 
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    register)
+from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
 from ..sessions.store import Target
@@ -48,6 +50,7 @@ EDIT_PREFIX = "(edited) "
 RATE_LIMIT_CODES = {4, 80007, 130429, 131056}
 DEFAULT_RETRY_AFTER_S = 30.0
 MEDIA_TYPES = ("image", "document", "audio", "video", "sticker")
+MEDIA_HOSTS = ("lookaside.fbsbx.com",)  # where Graph's media URLs point; the token goes nowhere else
 
 
 # --- inbound: verification (pure) -------------------------------------------------------------
@@ -156,6 +159,16 @@ def parse_payload(payload) -> Parsed:
                 elif item is not None:
                     parsed.events.append(item)
     return parsed
+
+
+def media_intact(data: bytes, file_size, sha256) -> bool:
+    """Does the download match what Graph's media object says (size; hash when given as hex)?"""
+    if str(file_size or "").isdigit() and int(file_size) != len(data):
+        return False
+    claimed = str(sha256 or "").lower()
+    if len(claimed) == 64 and all(c in "0123456789abcdef" for c in claimed):
+        return hashlib.sha256(data).hexdigest() == claimed
+    return True
 
 
 # --- outbound: request bodies (pure) ---------------------------------------------------------
@@ -283,6 +296,40 @@ class WhatsAppAdapter:
         except DeliveryError as exc:
             log.warning("could not acknowledge WhatsApp action %s: %s", action.action_id, exc)
         return None
+
+    def fetch_attachment(self, attachment: dict) -> tuple[str, bytes]:
+        """(file name, bytes) of a media message: Graph's media object names its download URL
+        (valid for minutes, so it is asked for right before the download)."""
+        cap = self.settings.attachment_max_bytes
+        media_id = str(attachment.get("media_id") or "")
+        if not (media_id.isascii() and media_id.isalnum()):
+            raise AttachmentError("WhatsApp gave no usable media id")
+        base = self.settings.platform.get("WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0")
+        auth = {"Authorization": f"Bearer {self._attachment_token()}"}
+        try:
+            resp = requests.get(f"{base}/{media_id}", headers=auth, timeout=(5, 15))
+            media = resp.json() if resp.ok else None
+        except (requests.RequestException, ValueError) as exc:
+            raise AttachmentError(f"WhatsApp would not describe it ({type(exc).__name__})") from None
+        if not isinstance(media, dict) or not isinstance(media.get("url"), str):
+            raise AttachmentError(f"WhatsApp would not describe it (HTTP {resp.status_code})")
+        check_size(media.get("file_size"), cap)
+        if not host_allowed(media["url"], MEDIA_HOSTS, [base]):
+            log.warning("refused to fetch WhatsApp media %s from %r: not WhatsApp's media host", media_id,
+                        media["url"][:80])
+            raise AttachmentError("the media address is not on WhatsApp's media host")
+        data, _ = fetch(media["url"], max_bytes=cap, headers=auth, what="WhatsApp's media host")
+        if not media_intact(data, media.get("file_size"), media.get("sha256")):
+            raise AttachmentError("the file arrived damaged or incomplete")
+        mime = str(media.get("mime_type") or attachment.get("mime_type") or "").split(";")[0].strip()
+        kind = attachment.get("type") or "file"
+        return attachment.get("filename") or f"{kind}{mimetypes.guess_extension(mime) or ''}", data
+
+    def _attachment_token(self) -> str:
+        try:
+            return self._setting("WHATSAPP_TOKEN")
+        except DeliveryError as exc:
+            raise AttachmentError(str(exc)) from None
 
     # outbound
 

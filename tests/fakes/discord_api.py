@@ -2,6 +2,8 @@
 
 It checks what Discord checks for the calls we make (the bot token, content ≤ 2000, component
 limits, custom_id ≤ 100, unknown messages) and answers in Discord's shape, 429 included.
+It is the CDN too: `add_attachment` gives a message attachment object whose signed url
+(`/attachments/<channel>/<id>/<name>?ex=…&is=…&hm=…`) is served without a token, as the CDN does.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import itertools
 import json
 import re
 import threading
+from urllib.parse import quote
 
 from .platform_server import FakePlatform, Recorded
 
@@ -18,6 +21,7 @@ _MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _MESSAGE = re.compile(r"^/channels/(\d+)/messages/(\d+)$")
 _REACTION = re.compile(r"^/channels/(\d+)/messages/(\d+)/reactions/(.+)/@me$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
+_CDN = re.compile(r"^/attachments/(\d+)/(\d+)/([^/]+)$")
 
 BOT_USER = {"id": BOT_ID, "username": "andy", "discriminator": "6110", "global_name": None, "avatar": None,
             "bot": True, "verified": True, "mfa_enabled": False, "flags": 0, "public_flags": 0, "locale": "en-US"}
@@ -45,12 +49,35 @@ class FakeDiscord(FakePlatform):
         self.messages: dict[str, dict] = {}        # id -> message object as stored
         self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji)
         self.typing: list[str] = []
+        self.cdn: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
+
+    def add_attachment(self, channel_id: str, filename: str, data: bytes, content_type: str,
+                       attachment_id: str | None = None) -> dict:
+        """A file a user attached: the attachment object of a MESSAGE_CREATE, served by the fake CDN."""
+        attachment_id = attachment_id or str(next(self._ids))
+        self.cdn[attachment_id] = (content_type, data)
+        path = f"/attachments/{channel_id}/{attachment_id}/{quote(filename)}"
+        signed = "?ex=67d5a1b2&is=67d45032&hm=3f9c0d7e5b1a&"
+        return {"id": attachment_id, "filename": filename, "size": len(data), "url": f"{self.url}{path}{signed}",
+                "proxy_url": f"{self.url}{path}{signed}", "content_type": content_type, "content_scan_version": 0}
+
+    def _serve_cdn(self, req: Recorded):
+        """cdn.discordapp.com: no token needed; an unsigned URL is refused as the CDN refuses it."""
+        m = _CDN.match(req.path)
+        if m is None or m.group(2) not in self.cdn:
+            return 404, b"Not Found", {"content-type": "text/plain"}
+        if not all(req.query.get(k) for k in ("ex", "is", "hm")):
+            return 404, b"This content is no longer available.", {"content-type": "text/plain"}
+        content_type, data = self.cdn[m.group(2)]
+        return 200, data, {"content-type": content_type}
 
     def posted(self, channel_id: str | None = None) -> list[dict]:
         """Messages as they now stand (edits applied), in the order they were created."""
         return [m for m in self.messages.values() if channel_id is None or m["channel_id"] == channel_id]
 
     def answer(self, req: Recorded):
+        if req.method == "GET" and req.path.startswith("/attachments/"):
+            return self._serve_cdn(req)
         if req.headers.get("authorization") != f"Bot {TOKEN}":
             return discord_error(401, 0, "401: Unauthorized")
         if not req.headers.get("user-agent", "").startswith("DiscordBot ("):

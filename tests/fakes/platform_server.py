@@ -1,6 +1,7 @@
 """A recording HTTP server on 127.0.0.1 that platform fakes build on.
 
-A subclass implements `answer(req) -> (status, json body or None, headers)`. Every request
+A subclass implements `answer(req) -> (status, json body or None, headers)`; a `bytes` body is
+sent as it is (a file download; give its content-type in headers). Every request
 is recorded with its parsed JSON, form fields and uploaded files, so tests can assert what a
 platform would have received. `fail_next(...)` scripts errors (a 429 with the platform's own
 body and headers) for the next matching requests, before `answer` is consulted.
@@ -151,9 +152,10 @@ class _Handler(BaseHTTPRequestHandler):
         status, body, headers = self.fake._respond(req)
         req.status = status
         self.fake._record(req)  # before answering: the caller may look the moment it has the answer
-        data = b"" if body is None else json.dumps(body).encode()
+        raw = isinstance(body, (bytes, bytearray))
+        data = b"" if body is None else bytes(body) if raw else json.dumps(body).encode()
         self.send_response(status)
-        if body is not None:
+        if body is not None and not raw:
             self.send_header("content-type", "application/json")
         for k, v in headers.items():
             self.send_header(k, v)

@@ -10,12 +10,15 @@ and HTTP 429 with a Retry-After header when rate limited.
         slack.rate_limit("chat.postMessage", retry_after=7)
         slack.calls("chat.postMessage")
         slack.response_url("T1")      # a response_url for an interactivity payload
+        slack.add_file("a.pdf", b"...")   # a file a user shared: its file object, served to the bot token
 """
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
+from urllib.parse import quote
 
 from .platform_server import FakePlatform, Recorded
 
@@ -24,6 +27,8 @@ SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_USER_ID = "U0BOTANDY"
 BOT_ID = "B0BOTANDY"
 TEAM_ID = "T0TEAM001"
+_FILE_PATH = re.compile(rf"^/files-pri/{TEAM_ID}-(F[0-9A-Z]+)/")
+LOGIN_PAGE = b"<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in to Fake</body></html>"
 
 
 def slack_error(error: str, status: int = 200) -> tuple[int, dict, dict]:
@@ -38,6 +43,7 @@ class FakeSlack(FakePlatform):
         self._ts = itertools.count(1)
         self._files = itertools.count(1)
         self.uploads: dict[str, bytes] = {}
+        self.shared: dict[str, tuple[dict, bytes]] = {}  # files users shared: id -> (file object, bytes)
         self.users = {"U0ALICE01": {"id": "U0ALICE01", "name": "alice", "real_name": "Alice Example",
                                     "profile": {"display_name": "alice", "real_name": "Alice Example"}}}
 
@@ -65,8 +71,40 @@ class FakeSlack(FakePlatform):
         self.fail_next(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)},
                        times=times, match=lambda r: self.method_of(r) == method)
 
+    def add_file(self, name: str, data: bytes, mimetype: str = "application/octet-stream",
+                 file_id: str | None = None) -> dict:
+        """A file a user shared: Slack's file object (what a file_share event's `files` holds),
+        whose url_private(_download) this fake serves to the bot token only."""
+        file_id = file_id or f"F0SHARE{next(self._files):04d}"
+        where = f"{self.url}/files-pri/{TEAM_ID}-{file_id}"
+        obj = {"id": file_id, "created": int(time.time()), "timestamp": int(time.time()), "name": name,
+               "title": name, "mimetype": mimetype, "filetype": name.rpartition(".")[2] or "binary",
+               "pretty_type": "File", "user": "U0ALICE01", "user_team": TEAM_ID, "editable": False,
+               "size": len(data), "mode": "hosted", "is_external": False, "external_type": "", "is_public": False,
+               "public_url_shared": False, "display_as_bot": False, "username": "",
+               "url_private": f"{where}/{quote(name)}", "url_private_download": f"{where}/download/{quote(name)}",
+               "permalink": f"https://fake.slack.com/files/U0ALICE01/{file_id}/{quote(name)}",
+               "permalink_public": f"https://slack-files.com/{TEAM_ID}-{file_id}-0123456789",
+               "is_starred": False, "has_rich_preview": False, "file_access": "visible"}
+        self.shared[file_id] = (obj, data)
+        return obj
+
+    def _serve_file(self, req: Recorded):
+        """files.slack.com: the bytes for the bot token; anyone else is sent to the login page."""
+        m = _FILE_PATH.match(req.path)
+        if m is None or m.group(1) not in self.shared:
+            return 404, b"Not Found", {"content-type": "text/plain"}
+        if req.headers.get("authorization") != f"Bearer {TOKEN}":
+            return 302, None, {"location": f"{self.url}/?redir={quote(req.raw_path, safe='')}"}
+        obj, data = self.shared[m.group(1)]
+        return 200, data, {"content-type": obj["mimetype"]}
+
     # the platform ----------------------------------------------------------------------------------------
     def answer(self, req: Recorded):
+        if req.method == "GET" and req.path.startswith("/files-pri/"):
+            return self._serve_file(req)
+        if req.method == "GET" and req.path == "/":
+            return 200, LOGIN_PAGE, {"content-type": "text/html; charset=utf-8"}
         if req.method != "POST":
             return 405, None, {}
         if req.path.startswith("/upload/"):  # the presigned upload URL: no token, just the bytes
@@ -128,6 +166,11 @@ class FakeSlack(FakePlatform):
         if not p.get("name") or not p.get("timestamp"):
             return slack_error("invalid_name" if not p.get("name") else "message_not_found")
         return {}
+
+    def _files_info(self, p):
+        found = self.shared.get(p.get("file") or "")
+        return {"file": found[0], "comments": [], "response_metadata": {"next_cursor": ""}} if found \
+            else slack_error("file_not_found")
 
     def _files_getUploadURLExternal(self, p):
         if not p.get("filename") or not str(p.get("length", "")).isdigit():

@@ -8,6 +8,7 @@ UTF-16 units, callback_data size, known reaction emoji) and answers in the Bot A
         settings = make_settings(TELEGRAM_API_BASE=tg.url, TELEGRAM_BOT_TOKEN=TOKEN, ...)
         tg.rate_limit("sendMessage", retry_after=3)   # the next sendMessage gets a 429
         tg.calls("sendMessage")                        # parameters of accepted calls, in order
+        tg.add_file(b"...", file_id="BQAC...")         # a file a user sent: getFile + the file server
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 from .platform_server import FakePlatform, Recorded
 
 BOT_ID = 7000001
+FILE_LIMIT = 20 * 1024 * 1024  # getFile refuses bigger files ("file is too big")
 TOKEN = f"{BOT_ID}:AAH-fake-telegram-token_0123456789ab"
 USERNAME = "andy_test_bot"
 
@@ -46,6 +48,7 @@ class FakeTelegram(FakePlatform):
         super().__init__()
         self.token = token
         self._ids = itertools.count(500)
+        self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
 
     # what a test asserts on -----------------------------------------------------------------------
     @staticmethod
@@ -66,9 +69,19 @@ class FakeTelegram(FakePlatform):
                                           retry_after=retry_after)
         self.fail_next(status, body, headers, times=times, match=lambda r: self.method_of(r) == method)
 
+    def add_file(self, data: bytes, *, file_id: str | None = None, file_path: str | None = None) -> str:
+        """A file a user sent, kept as Telegram keeps it: a file_id for getFile, served at
+        /file/bot<token>/<file_path>. Returns the file_id."""
+        n = next(self._ids)
+        file_id = file_id or f"BQACAgIAAxkBAAI{n}"
+        self.files[file_id] = (file_path or f"documents/file_{n}.bin", data)
+        return file_id
+
     # the Bot API --------------------------------------------------------------------------------------
     def answer(self, req: Recorded):
         prefix = f"/bot{self.token}/"
+        if req.method == "GET" and req.path.startswith("/file/bot"):
+            return self._download(req)
         if req.method != "POST" or not req.path.startswith("/bot"):
             return api_error(404, "Not Found")
         if not req.path.startswith(prefix):
@@ -131,6 +144,27 @@ class FakeTelegram(FakePlatform):
         return self._message(p, document={"file_id": f"BQACAgIAAx{next(self._ids)}", "file_unique_id": "AgAD",
                                           "file_name": filename, "mime_type": mime, "file_size": len(data)},
                              **({"caption": p["caption"]} if p.get("caption") else {}))
+
+    def _getFile(self, p, req):
+        found = self.files.get(str(p.get("file_id") or ""))
+        if found is None:
+            return api_error(400, "Bad Request: invalid file_id")
+        file_path, data = found
+        if len(data) > FILE_LIMIT:
+            return api_error(400, "Bad Request: file is too big")
+        return {"file_id": p["file_id"], "file_unique_id": f"AgAD{abs(hash(p['file_id'])) % 10**6}",
+                "file_size": len(data), "file_path": file_path}
+
+    def _download(self, req: Recorded):
+        """The file server: the token is part of the path; a wrong one or an unknown path is 404."""
+        prefix = f"/file/bot{self.token}/"
+        if not req.path.startswith(prefix):
+            return api_error(404, "Not Found")
+        wanted = req.path[len(prefix):]
+        for file_path, data in self.files.values():
+            if file_path == wanted:
+                return 200, data, {"content-type": "application/octet-stream"}
+        return api_error(404, "Not Found")
 
     def _answerCallbackQuery(self, p, req):
         if not p.get("callback_query_id"):

@@ -1,11 +1,15 @@
 """A fake WhatsApp Cloud API (Graph) on 127.0.0.1: `/{phone-number-id}/messages` and `/media`.
 
 It checks what Graph checks for the calls we make (the bearer token, the phone number id,
-text and interactive limits) and answers in Graph's shape, errors included.
+text and interactive limits) and answers in Graph's shape, errors included. Media users sent
+(`add_media`) is described at `GET /{media-id}` and served, to the same token, at a
+lookaside-style `/whatsapp_business/attachments/?mid=…` URL.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import time
 from typing import Any
 
 from .platform_server import FakePlatform, Recorded
@@ -31,6 +35,13 @@ class FakeWhatsApp(FakePlatform):
     def __init__(self):
         super().__init__()
         self._ids = itertools.count(1)
+        self.media: dict[str, tuple[str, bytes]] = {}  # media id -> (mime type, bytes) users sent
+        self.media_url_base: str | None = None          # where media URLs point (default: this fake)
+
+    def add_media(self, data: bytes, mime_type: str, media_id: str | None = None) -> str:
+        media_id = media_id or f"10033834213{next(self._ids):05d}"
+        self.media[media_id] = (mime_type, data)
+        return media_id
 
     # what a test asserts on
     def messages(self, type_: str | None = None) -> list[dict[str, Any]]:
@@ -41,6 +52,8 @@ class FakeWhatsApp(FakePlatform):
     def answer(self, req: Recorded):
         if req.headers.get("authorization") != f"Bearer {TOKEN}":
             return graph_error("Invalid OAuth access token - Cannot parse access token", 190, 401)
+        if req.method == "GET":
+            return self._media(req)
         if req.method != "POST" or not req.path.startswith(f"/{PHONE_NUMBER_ID}/"):
             return graph_error("Unsupported post request.", 100)
         if req.path.endswith("/media"):
@@ -60,6 +73,24 @@ class FakeWhatsApp(FakePlatform):
         to = body["to"]
         return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
                      "messages": [{"id": f"wamid.FAKE{next(self._ids):06d}"}]}, {}
+
+
+    def _media(self, req: Recorded):
+        if req.path == "/whatsapp_business/attachments/":
+            found = self.media.get((req.query.get("mid") or [""])[0])
+            if found is None:
+                return 404, b"", {"content-type": "text/plain"}
+            return 200, found[1], {"content-type": found[0]}
+        media_id = req.path.rstrip("/").rsplit("/", 1)[-1]  # {base}/{media-id}, base may hold a version
+        if media_id not in self.media:
+            return graph_error(f"Unsupported get request. Object with ID '{media_id}' does not exist", 100)
+        mime_type, data = self.media[media_id]
+        base = self.media_url_base or self.url
+        return 200, {"messaging_product": "whatsapp",
+                     "url": f"{base}/whatsapp_business/attachments/?mid={media_id}&ext={int(time.time())}"
+                            f"&hash=ATuHs8Gz0fakeHash",
+                     "mime_type": mime_type, "sha256": hashlib.sha256(data).hexdigest(),
+                     "file_size": str(len(data)), "id": media_id}, {}
 
 
 def _invalid(body: dict) -> str | None:
