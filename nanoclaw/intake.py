@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import peewee
 
-from . import router
+from . import lookups, router
 from .channels.base import InboundEvent
 from .db import database
 from .models import InboundEvent as InboundEventRow
@@ -94,16 +94,19 @@ def route_accepted(ids: list[int], settings, wake=None) -> int:
     for start in range(0, len(ids), BATCH):
         done, woken = [], {}
         collect = None if wake is None else _collector(woken)
-        with store.batched():
+        with store.batched(), lookups.routing_round():
             for row_id, event in _load(ids[start:start + BATCH]):
                 if event is not None:
                     try:
-                        router.route(event, settings, wake=collect, accepted=True)
+                        result = router.route(event, settings, wake=collect, accepted=True)
                         routed += 1
                     except Exception:
+                        lookups.forget()
                         log.exception("routing %s event %s failed; it will be retried", event.channel,
                                       event.event_id)
                         continue
+                    if not result.written:
+                        lookups.forget()  # a gate or a drop may have changed chats, wirings or roles
                 done.append(row_id)
         if done:
             _mark_routed(done)

@@ -3,14 +3,57 @@
 Building a query through peewee's expression tree costs ~0.3 ms of Python per query, more than
 the query; routing one message makes about eight. These are the same reads, written once as
 SQL text (portable: the driver's parameter style, standard SQL) and mapped back onto the models,
-so callers see the same objects. Nothing here is cached: every call reads the rows as they are.
+so callers see the same objects.
+
+Outside a round nothing is cached: every call reads the rows as they are. The intake routes the
+events it accepted in rounds (a burst from one chat, typically); inside `routing_round()` the answers
+are kept for the rest of the round, since those events arrived together and routing them one
+after another reads the same rows. Only positive answers are kept (a chat or a session found, a
+chat's wirings, a sender known): a gate that acts during routing (wires a chat, adds a member)
+turns a "no" into a "yes" and is then asked again, never the reverse; and the round forgets
+everything whenever a gate acted or an event was dropped.
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from functools import cache
 
 from .db import database
 from .models import AgentGroup, MessagingGroup, Session, Wiring
+
+_memo = threading.local()
+
+
+@contextmanager
+def routing_round():
+    """Keep answers for the rest of this block, on this thread (see the module doc)."""
+    outer = getattr(_memo, "answers", None)
+    if outer is None:
+        _memo.answers = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _memo.answers = None
+
+
+def forget() -> None:
+    """Something changed what routing reads (a gate acted): ask the database again."""
+    if getattr(_memo, "answers", None):
+        _memo.answers.clear()
+
+
+def _kept(key, read, keep=lambda _value: True):
+    answers = getattr(_memo, "answers", None)
+    if answers is None:
+        return read()
+    if key in answers:
+        return answers[key]
+    value = read()
+    if keep(value):
+        answers[key] = value
+    return value
 
 
 @cache
@@ -48,6 +91,14 @@ def _models(model, template: str, params: tuple) -> list:
 
 
 def chat(channel: str, platform_id: str) -> MessagingGroup | None:
+    return _kept(("chat", channel, platform_id), lambda: _chat(channel, platform_id), keep=_found)
+
+
+def _found(value) -> bool:
+    return value is not None
+
+
+def _chat(channel: str, platform_id: str) -> MessagingGroup | None:
     rows = _models(MessagingGroup, "SELECT * FROM messaging_groups WHERE channel_type = ? AND platform_id = ?",
                    (channel, platform_id))
     return rows[0] if rows else None
@@ -55,6 +106,10 @@ def chat(channel: str, platform_id: str) -> MessagingGroup | None:
 
 def wirings(messaging_group_id: int) -> list[Wiring]:
     """The chat's wirings, highest priority first."""
+    return _kept(("wirings", messaging_group_id), lambda: _wirings(messaging_group_id), keep=bool)
+
+
+def _wirings(messaging_group_id: int) -> list[Wiring]:
     return _models(Wiring, "SELECT * FROM messaging_group_agents WHERE messaging_group_id = ?"
                            " ORDER BY priority DESC, id", (messaging_group_id,))
 
@@ -69,6 +124,10 @@ def is_owner_or_admin(user_id: str, agent_group_id: int | None = None) -> bool:
 
 def is_known(user_id: str, agent_group_id: int) -> bool:
     """Owner, admin (global or of this agent group), or member: one round trip."""
+    return _kept(("known", user_id, agent_group_id), lambda: _is_known(user_id, agent_group_id), keep=bool)
+
+
+def _is_known(user_id: str, agent_group_id: int) -> bool:
     row = database.execute_sql(_q(
         "SELECT 1 FROM user_roles WHERE user_id = ? AND (role = 'owner' OR (role = 'admin' AND"
         " (agent_group_id IS NULL OR agent_group_id = ?)))"
@@ -79,6 +138,11 @@ def is_known(user_id: str, agent_group_id: int) -> bool:
 
 def session(agent_group_id: int, messaging_group_id: int, thread: str) -> Session | None:
     """The chat's session with this agent (its agent group loaded too: callers need the folder)."""
+    return _kept(("session", agent_group_id, messaging_group_id, thread),
+                 lambda: _session(agent_group_id, messaging_group_id, thread), keep=_found)
+
+
+def _session(agent_group_id: int, messaging_group_id: int, thread: str) -> Session | None:
     rows = _models(Session, "SELECT * FROM sessions WHERE agent_group_id = ? AND messaging_group_id = ?"
                             " AND thread_id = ?", (agent_group_id, messaging_group_id, thread))
     if not rows:
@@ -90,6 +154,10 @@ def session(agent_group_id: int, messaging_group_id: int, thread: str) -> Sessio
 
 def dm_of(user_id: str, channel: str) -> tuple[bool, str | None]:
     """(the user exists, the platform id of their DM on this channel or None)."""
+    return _kept(("dm", user_id, channel), lambda: _dm_of(user_id, channel), keep=lambda v: v[1] is not None)
+
+
+def _dm_of(user_id: str, channel: str) -> tuple[bool, str | None]:
     row = database.execute_sql(_q(
         "SELECT u.id, d.platform_id FROM users u LEFT JOIN user_dms d ON d.user_id = u.id AND d.channel_type = ?"
         " WHERE u.id = ?"), (channel, user_id)).fetchone()
@@ -98,6 +166,10 @@ def dm_of(user_id: str, channel: str) -> tuple[bool, str | None]:
 
 def naming_request(user_id: str) -> int | None:
     """The oldest unknown-chat request waiting for this approver to name a new agent."""
+    return _kept(("naming", user_id), lambda: _naming_request(user_id))
+
+
+def _naming_request(user_id: str) -> int | None:
     row = database.execute_sql(_q("SELECT id FROM pending_channel_approvals WHERE state = 'naming'"
                                   " AND approver_user_id = ? ORDER BY updated_at LIMIT 1"), (user_id,)).fetchone()
     return row[0] if row else None

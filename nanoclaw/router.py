@@ -10,7 +10,8 @@ Capabilities plug in through gates (register_gate), never by being imported here
   (the unknown-channel approval); None lets the router drop it;
 - "unknown_sender"(event, mg, wiring, settings) -> None: a stranger refused under the
   request_approval policy (the unknown-sender approval). The router still records the drop.
-Nothing is cached: every message reads the wirings, roles and members as they are now.
+Nothing is cached across messages: each reads the wirings, roles and members as they are now
+(the reads are plain SQL in lookups.py; within one intake round a positive answer is reused).
 """
 from __future__ import annotations
 
@@ -194,6 +195,7 @@ def remember_dm(event: InboundEvent) -> None:
                 UserDm.update(platform_id=event.chat_id).where(UserDm.id == dm.id).execute()
     except peewee.IntegrityError:  # the same person's concurrent message recorded it first
         pass
+    lookups.forget()
 
 
 def resolve_chat(event: InboundEvent) -> MessagingGroup | None:
@@ -276,6 +278,7 @@ def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, acc
         for gate in gates("before"):
             handled = gate(event, settings, wake)
             if handled is not None:
+                lookups.forget()  # the gate acted (it may have made an agent and wired a chat)
                 return handled
     mg = resolve_chat(event)
     if mg is None:
@@ -287,6 +290,7 @@ def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, acc
         for gate in gates("unwired") if creates_chat(event.kind, event.mentioned) else ():  # addressed only
             handled = gate(event, mg, settings, wake)
             if handled is not None:
+                lookups.forget()
                 return handled
         return drop(event, "no_agent_wired", keep_content=False)
     return _fan_out(event, mg, wirings, settings, wake, replay)
@@ -341,6 +345,7 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         now = utcnow()
         if not session.last_active_at or (now - session.last_active_at).total_seconds() >= ACTIVITY_RESOLUTION_S:
             lookups.touch_session(session.id, now)  # a burst of messages stamps it once a second, not each time
+            session.last_active_at = now
         result.written.append((session.agent_group.folder, session.id, engaged))
         if engaged and wake is not None:
             wake(session)
