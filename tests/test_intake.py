@@ -193,3 +193,25 @@ def test_a_batch_keeps_each_sessions_writes_together_or_not_at_all(tmp_path):
         rows = [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
         conn.close()
         assert rows == expected
+
+
+def test_a_round_keeps_only_yes_answers(app):
+    """Inside an intake round a sender found known stays known (the events arrived together); a
+    sender not known is asked again each time, since a gate may add them in the same round."""
+    from nanoclaw import lookups
+    from nanoclaw.models import AgentGroup, AgentGroupMember, User
+
+    andy = AgentGroup.get(AgentGroup.folder == "andy")
+    User.create(id="telegram:77", name="Bea")
+    with lookups.routing_round():
+        assert not lookups.is_known("telegram:77", andy.id)
+        member = AgentGroupMember.create(user="telegram:77", agent_group=andy)
+        assert lookups.is_known("telegram:77", andy.id)  # the "no" was not kept
+        member.delete_instance()
+        assert lookups.is_known("telegram:77", andy.id)  # the "yes" is kept for the round
+        lookups.forget()
+        assert not lookups.is_known("telegram:77", andy.id)
+    AgentGroupMember.create(user="telegram:77", agent_group=andy)
+    assert lookups.is_known("telegram:77", andy.id)  # outside a round: read every time
+    AgentGroupMember.delete().execute()
+    assert not lookups.is_known("telegram:77", andy.id)
