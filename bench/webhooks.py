@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.webhooks [SECONDS]
 
 Both servers run under the same gunicorn settings as the `web` program (1 worker, gthread,
-8 threads, loopback). The full path is the real app: secret check, parse, dedup
+8 threads, access log, loopback). The full path is the real app: secret check, parse, dedup
 (inbound_events), route, write to the session's inbound.db (SQLite, WAL). The chat is wired
 with `--ignored accumulate` and a pattern that never engages, so every update is written but no
 sandbox is woken: this measures the webhook path, not the agent.
@@ -36,7 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SECRET = "bench-webhook-secret-0123456789"
 TOKEN = "7000001:AAH-bench-token-not-real_0123456789"
-GUNICORN = ["-w", "1", "-k", "gthread", "--threads", "8", "--no-control-socket", "--log-level", "warning"]
+# the web program's settings (gunicorn.conf.py), access log included, given to both servers: the
+# nanoclaw one also reads gunicorn.conf.py from its working directory, the bare one has none
+GUNICORN = ["-w", "1", "-k", "gthread", "--threads", "8", "--no-control-socket", "--log-level", "warning",
+            "--access-logfile", "-", "--keep-alive", "5"]
 
 BARE_APP = '''
 from flask import Flask

@@ -42,10 +42,10 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     from .web import health, webhooks
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
+    app.session_interface = webhooks.PageSessions()
     page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
 
     from . import capabilities  # noqa: F401  (approvals, questions: gates, card actions, system ops)
-
     from .cli import nanoclaw_group
     app.cli.add_command(nanoclaw_group)
     return app

@@ -24,7 +24,7 @@ import peewee
 
 from . import lookups, router
 from .channels.base import InboundEvent
-from .db import database
+from .db import database, hot_write
 from .models import InboundEvent as InboundEventRow
 from .models import utcnow
 from .sessions import store
@@ -46,10 +46,11 @@ def accept(event: InboundEvent) -> int | None:
     postgres = isinstance(database.obj, peewee.PostgresqlDatabase)
     p = database.param
     try:  # one statement, its own transaction (both engines run in autocommit)
-        cursor = database.execute_sql(
-            f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
-            + (" RETURNING id" if postgres else ""),
-            (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event))))
+        with hot_write():
+            cursor = database.execute_sql(
+                f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
+                + (" RETURNING id" if postgres else ""),
+                (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event))))
     except peewee.IntegrityError:
         return None
     return cursor.fetchone()[0] if postgres else cursor.lastrowid
@@ -73,7 +74,7 @@ def _load(ids: list[int]) -> list[tuple[int, InboundEvent]]:
 
 def _mark_routed(ids: list[int]) -> None:
     p = database.param
-    with database.atomic():
+    with hot_write():
         database.execute_sql(f"UPDATE inbound_events SET routed_at = {p}, payload = NULL WHERE id IN "
                              f"({', '.join([p] * len(ids))})", (_ts(utcnow()), *ids))
 

@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 from functools import cache
 
-from .db import database
+from .db import database, hot_write
 from .models import AgentGroup, MessagingGroup, Session, Wiring
 
 _memo = threading.local()
@@ -176,5 +176,6 @@ def _naming_request(user_id: str) -> int | None:
 
 
 def touch_session(session_id: str, now) -> None:
-    database.execute_sql(_q("UPDATE sessions SET last_active_at = ? WHERE id = ?"),
-                         (Session.last_active_at.db_value(now), session_id))
+    with hot_write():
+        database.execute_sql(_q("UPDATE sessions SET last_active_at = ? WHERE id = ?"),
+                             (Session.last_active_at.db_value(now), session_id))

@@ -10,12 +10,24 @@ from __future__ import annotations
 import logging
 
 from flask import Blueprint, Response, current_app, jsonify, request
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import actions, intake, router
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
 
 bp = Blueprint("webhooks", __name__)
+PREFIX = "/webhooks/"
+
+
+class PageSessions(SecureCookieSessionInterface):
+    """The page's signed-cookie sessions, not opened for webhooks: a platform has no login
+    cookie, and decoding one on every webhook is a cost with no use."""
+
+    def open_session(self, app, request):
+        if request.path.startswith(PREFIX):
+            return self.make_null_session(app)
+        return super().open_session(app, request)
 log = logging.getLogger("nanoclaw.webhooks")
 
 
