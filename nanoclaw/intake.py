@@ -18,6 +18,7 @@ import logging
 import queue
 import threading
 import time
+from contextlib import nullcontext
 from datetime import timedelta
 
 import peewee
@@ -84,8 +85,22 @@ def _collector(woken: dict):
     return lambda session: woken.setdefault(session.id, session)
 
 
+def segments(events: list[tuple[int, InboundEvent | None]]) -> list[tuple[bool, list]]:
+    """Split a round, in order, into (batched, events) runs. An event with attachments is a run
+    of its own, routed outside any batch: its files are downloaded while routing, and no other
+    session's write may wait on a download (nor the delivery thread on that session's file)."""
+    runs: list[tuple[bool, list]] = []
+    for item in events:
+        alone = item[1] is not None and bool(item[1].attachments)
+        if alone or not runs or not runs[-1][0]:
+            runs.append((not alone, [item]))
+        else:
+            runs[-1][1].append(item)
+    return runs
+
+
 def route_accepted(ids: list[int], settings, wake=None) -> int:
-    """Route these accepted events (those not routed yet) and mark them routed.
+    """Route these accepted events (those not routed yet), in order, and mark them routed.
 
     A round's session writes share one transaction per session (store.batched), and the wakes
     run after it commits, so a woken agent finds its messages. An event whose routing fails
@@ -93,26 +108,27 @@ def route_accepted(ids: list[int], settings, wake=None) -> int:
     whole event), so one bad event never blocks the others."""
     routed = 0
     for start in range(0, len(ids), BATCH):
-        done, woken = [], {}
-        collect = None if wake is None else _collector(woken)
-        with store.batched(), lookups.routing_round():
-            for row_id, event in _load(ids[start:start + BATCH]):
-                if event is not None:
-                    try:
-                        result = router.route(event, settings, wake=collect, accepted=True)
-                        routed += 1
-                    except Exception:
-                        lookups.forget()
-                        log.exception("routing %s event %s failed; it will be retried", event.channel,
-                                      event.event_id)
-                        continue
-                    if not result.written:
-                        lookups.forget()  # a gate or a drop may have changed chats, wirings or roles
-                done.append(row_id)
-        if done:
-            _mark_routed(done)
-        for session in woken.values():
-            wake(session)
+        for batched, events in segments(_load(ids[start:start + BATCH])):
+            done, woken = [], {}
+            collect = None if wake is None else _collector(woken)
+            with store.batched() if batched else nullcontext(), lookups.routing_round():
+                for row_id, event in events:
+                    if event is not None:
+                        try:
+                            result = router.route(event, settings, wake=collect, accepted=True)
+                            routed += 1
+                        except Exception:
+                            lookups.forget()
+                            log.exception("routing %s event %s failed; it will be retried", event.channel,
+                                          event.event_id)
+                            continue
+                        if not result.written:
+                            lookups.forget()  # a gate or a drop may have changed chats, wirings or roles
+                    done.append(row_id)
+            if done:
+                _mark_routed(done)
+            for session in woken.values():
+                wake(session)
     return routed
 
 

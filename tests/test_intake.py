@@ -215,3 +215,16 @@ def test_a_round_keeps_only_yes_answers(app):
     assert lookups.is_known("telegram:77", andy.id)  # outside a round: read every time
     AgentGroupMember.delete().execute()
     assert not lookups.is_known("telegram:77", andy.id)
+
+
+def test_an_event_with_files_is_routed_alone_and_in_order():
+    from nanoclaw.channels.base import InboundEvent
+
+    def ev(n, files=()):
+        return n, InboundEvent(channel="telegram", event_id=str(n), chat_id="1", kind="dm", sender_id="1",
+                               sender_name="A", text=str(n), timestamp="2026-11-22T00:00:00.000Z",
+                               attachments=files)
+    photo = ({"kind": "photo", "file_id": "x"},)
+    runs = intake.segments([ev(1), ev(2), ev(3, photo), ev(4), (5, None), ev(6, photo), ev(7, photo)])
+    assert [(batched, [n for n, _ in items]) for batched, items in runs] == [
+        (True, [1, 2]), (False, [3]), (True, [4, 5]), (False, [6]), (False, [7])]
