@@ -9,7 +9,6 @@ are each tried. The last test runs the real sandbox: the agent's Read tool gets 
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import hmac
 import json
@@ -36,7 +35,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.platform_server import FakePlatform
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.whatsapp_api import FakeWhatsApp
-from tests.tg_flow import SECRET as TG_SECRET, message, person, post as tg_post, sandbox_service, telegram_app, texts
+from tests.tg_flow import message, person, post as tg_post, sandbox_service, telegram_app, texts
 from tests.tg_flow import tg  # noqa: F401  (fixture)
 
 from agent_runner.attachments import attachment_line, human_size  # noqa: E402  (the runner's package)
@@ -73,7 +72,8 @@ def session_rows(settings) -> list[tuple[Path, dict]]:
         path = settings.sessions_dir / session.agent_group.folder / session.id
         conn = schema.connect(path / schema.INBOUND, readonly=True)
         try:
-            out += [(path, json.loads(r["content"])) for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
+            out += [(path, json.loads(r["content"]))
+                    for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
         finally:
             conn.close()
     return out

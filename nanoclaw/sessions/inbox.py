@@ -26,7 +26,7 @@ from ..channels.base import DeliveryError, InboundEvent, get_adapter
 from ..channels.download import AttachmentError, AttachmentTooLarge
 from ..runtime.base import SESSION_TARGET
 from ..security import UnsafePath, contained
-from agent_runner.attachments import human_size  # on sys.path: nanoclaw/sessions/__init__.py puts it there
+from agent_runner.attachments import human_size  # on sys.path: see nanoclaw/sessions/__init__.py
 
 log = logging.getLogger("nanoclaw.inbox")
 
