@@ -50,13 +50,15 @@ def forget_agent(settings, folder: str, session_ids: list[str]) -> tuple[list[st
         runtime = select_runtime(settings, lambda _line: None)
     except RuntimeUnavailable:
         runtime = None
-    if runtime is not None:
-        running = set(runtime.list_sandboxes(settings.install_id))
+    try:
+        running = set(runtime.list_sandboxes(settings.install_id)) if runtime is not None else set()
         for session_id in session_ids:
             name = sandbox_name(settings.install_id, folder, session_id)
             if name in running:
                 runtime.stop(name)
                 stopped.append(name)
+    except Exception as exc:  # the next start of the service removes what is left as orphans
+        log.warning("could not stop the sandboxes of %s: %s", folder, exc)
     removed: list[str] = []
     if settings.runtime != "bwrap":
         from .runtime import docker as docker_rt

@@ -81,6 +81,7 @@ def test_pause_and_resume_from_the_cli_take_effect_within_a_second(app):
         assert scheduler.get_job(f"prewake:{task.id}") is None  # no sandbox is started for it either
 
         runs.woken.clear()  # the pre-wake started the sandbox before the pause; that is all it did
+        runs.event.clear()
         time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 1)
         assert runs.woken == [] and task_rows(settings, session) == []  # its time passed while paused
 
