@@ -1,5 +1,6 @@
 """Discord: Ed25519-signed interactions (PING, button clicks answered in the HTTP response), REST out,
-and Gateway MESSAGE_CREATE payloads converted and routed.
+and Gateway MESSAGE_CREATE payloads converted and routed (the Gateway program's hand-off to the web
+program: tests/test_discord_gateway_intake.py).
 
 Payloads are the shapes of Discord's documentation (tests/fixtures/discord/); REST is a local fake
 that answers like Discord (tests/fakes/discord_api.py). The Gateway websocket itself cannot be
@@ -18,15 +19,13 @@ from nacl.signing import SigningKey
 with warnings.catch_warnings():  # discord.py imports audioop (voice), deprecated in 3.11; we use no voice
     warnings.simplefilter("ignore", DeprecationWarning)
     import discord
-    import yarl
-    from discord.gateway import DiscordWebSocket
-    from discord.http import HTTPClient, Route
+    from discord.http import HTTPClient
     from discord.state import ConnectionState
 
 from nanoclaw import actions, create_app
 from nanoclaw.channels.base import Card, DeliveryError
 from nanoclaw.channels.discord import DiscordAdapter, decided_card
-from nanoclaw.channels.discord_gateway import build_client, message_to_event, payload_from_message, route_message
+from nanoclaw.channels.discord_gateway import message_to_event, payload_from_message
 from nanoclaw.db import database
 from nanoclaw.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
@@ -35,7 +34,6 @@ from nanoclaw.router import route
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.discord_api import BOT_ID, RATE_LIMITED, TOKEN, FakeDiscord, discord_error
-from tests.fakes.discord_gateway import ClientThread, FakeGateway
 
 FIXTURES = Path(__file__).parent / "fixtures" / "discord"
 USER_ID = "80351110224678912"
@@ -293,7 +291,8 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
         assert message_to_event(payload, bot_id=BOT_ID, channel=channel) == \
             message_to_event(fixture(name), bot_id=BOT_ID, channel=channel)
     for message in (dm, mention, in_thread):
-        assert route_message(message, settings, BOT_ID, "Andy").written
+        payload, channel = payload_from_message(message)
+        assert route(message_to_event(payload, bot_id=BOT_ID, channel=channel, bot_name="Andy"), settings).written
     sessions = {(s.messaging_group.platform_id, s.thread_id): s for s in Session.select()}
     assert set(sessions) == {(DM_CHANNEL, ""), (GUILD_CHANNEL, ""), (GUILD_CHANNEL, THREAD)}
     [thread_row] = session_rows(app, sessions[(GUILD_CHANNEL, THREAD)])
@@ -305,40 +304,6 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
             ).read_bytes() == budget
     [mention_row] = session_rows(app, sessions[(GUILD_CHANNEL, "")])
     assert mention_row["trigger"] == 1 and json.loads(mention_row["content"])["text"] == "@Andy what's on the agenda today?"
-
-
-def wait_for_rows(app, timeout: float = 10.0) -> list[dict]:
-    """The first session's messages_in rows, once the Gateway's worker thread has written one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        session = Session.get_or_none()
-        if session is not None:
-            try:
-                rows = session_rows(app, session)
-            except Exception:  # inbound.db is being created this very moment
-                rows = []
-            if rows:
-                return rows
-        time.sleep(0.05)
-    raise AssertionError("no message was routed from the Gateway")
-
-
-def test_gateway_client_routes_a_dm_end_to_end(app, wired, discord_api, monkeypatch):
-    """discord.py itself, logged in against the fake REST API and connected to a fake Gateway."""
-    monkeypatch.setattr(Route, "BASE", Route.BASE)  # build_client points it at DISCORD_API_BASE; restore after
-    with FakeGateway() as gateway:
-        monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(gateway.url))
-        with ClientThread(build_client(app.config["NANOCLAW"]), TOKEN):
-            assert gateway.identified.wait(10), "discord.py never identified"
-            assert gateway.identify["token"] == TOKEN
-            assert gateway.identify["intents"] & (1 << 15)  # MESSAGE_CONTENT
-            gateway.dispatch("MESSAGE_CREATE", fixture("gateway_message_bot_echo")["d"])
-            gateway.dispatch("MESSAGE_CREATE", fixture("gateway_message_dm")["d"])
-            rows = wait_for_rows(app)
-    [row] = rows
-    assert json.loads(row["content"])["text"] == "Can you summarise yesterday's meeting notes?"
-    assert json.loads(row["content"])["sender"] == "Nelly" and row["trigger"] == 1
-    assert InboundEvent.select().count() == 1  # the echo was never recorded, let alone routed
 
 
 # --- outbound --------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Discord: signed interactions in (button clicks), REST out.
+"""Discord: signed interactions in (button clicks), Gateway messages handed over, REST out.
 
-Ordinary messages reach us only over the Gateway (discord_gateway.py); the HTTP
+Ordinary messages reach us only over the Gateway (discord_gateway.py), whose program posts
+each one to `/webhooks/discord/gateway`, HMAC-signed (discord_handoff.py). The HTTP
 endpoint `/webhooks/discord/interactions` receives PINGs and component clicks, each
 signed with Ed25519 over `X-Signature-Timestamp + body`. Discord wants the answer to
 a click inside the HTTP response within 3 s, so the card is updated in place by the
@@ -25,6 +26,7 @@ import requests
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
+from . import discord_handoff as handoff
 from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, register
 from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
@@ -186,10 +188,13 @@ class DiscordAdapter:
         self.settings = settings
         self.clock = clock
         self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
+        self._handoff_key: bytes | None = None
 
     # inbound
 
     def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind == "gateway" and method == "POST":
+            return self._gateway_message(headers, body)
         if kind != "interactions" or method != "POST":
             raise WebhookRefused(404, "Discord posts to /webhooks/discord/interactions only")
         verify(self.settings.platform.get("DISCORD_PUBLIC_KEY"), headers, body, self.clock())
@@ -198,6 +203,14 @@ class DiscordAdapter:
         except ValueError:
             raise MalformedPayload("body is not JSON") from None
         return parse_interaction(payload)
+
+    def _gateway_message(self, headers, body: bytes) -> Parsed:
+        """A message our own Gateway program handed over (discord_handoff.py), HMAC-signed."""
+        if self._handoff_key is None:  # the page's SECRET_KEY is fixed for the web program's life
+            self._handoff_key = handoff.handoff_key(handoff.install_secret(self.settings))
+        handoff.verify(self._handoff_key, headers, body, self.clock())
+        event = handoff.decode(body)
+        return Parsed(events=[event] if event is not None else [])
 
     def acknowledge_action(self, action: Action, text: str | None):
         """The HTTP response to the click: the card updated in place with the decision."""

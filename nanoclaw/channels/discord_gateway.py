@@ -4,8 +4,9 @@
 the `d` of the dispatch or the whole dispatch) → an InboundEvent, or None for messages
 nobody should see (joins, pins, empty). `run_gateway` is the `discord-gateway` program:
 discord.py with the message-content intent, whose on_message turns the library's Message
-back into that payload and routes it, like a webhook would, inside a DB connection.
-The router is the one place that drops our own bot's echoes (from_self). Attachments are
+back into that payload and hands it to the web program's webhook pipeline over loopback
+(discord_handoff.py), which routes it and wakes the session. Our own bot's echoes are never
+handed over, and the webhook path drops any that slip through (from_self). Attachments are
 passed on as metadata (filename, type, size, CDN url); the router has DiscordAdapter.fetch_attachment
 download them into the session's inbox/.
 """
@@ -15,6 +16,7 @@ import asyncio
 import logging
 import re
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from .base import InboundEvent, MalformedPayload, ReplyTo
@@ -144,60 +146,47 @@ def payload_from_message(message) -> tuple[dict, dict | None]:
     return payload, channel
 
 
-def route_message(message, settings, bot_id: str, bot_name: str | None = None):
-    """Convert and route one discord.py Message (blocking: call it off the event loop)."""
-    from .. import router
-    from ..db import database
-
-    payload, channel = payload_from_message(message)
-    event = message_to_event(payload, bot_id=bot_id, channel=channel, bot_name=bot_name)
-    if event is None:
-        return None
-    opened = database.is_closed()  # the Gateway's worker threads each hold their own connection
-    if opened:
-        database.connect()
-    try:
-        return router.route(event, settings)
-    finally:
-        if opened:
-            database.close()
-
-
-def build_client(settings):
-    """A discord.py Client with the message-content intent whose on_message routes messages.
-
-    Sessions are woken by the web program's wake job, which sees their new triggering rows."""
+def build_client(settings, handoff=None):
+    """A discord.py Client with the message-content intent whose on_message hands each message
+    to the web program (discord_handoff.Handoff), which routes it and wakes the session at once."""
     with warnings.catch_warnings():  # discord.py imports audioop for voice, which we never use
         warnings.simplefilter("ignore", DeprecationWarning)
         import discord
 
     from ..db import bind, database
+    from .discord_handoff import Handoff
 
-    if database.obj is None:
+    handoff = handoff or Handoff(settings)
+    if database.obj is None:  # for keeping a message the web program did not take
         bind(settings.database_url)
     discord.http.Route.BASE = settings.platform.get("DISCORD_API_BASE", discord.http.Route.BASE)
     intents = discord.Intents.default()
     intents.message_content = True  # privileged: enable it for the bot in the developer portal too
     client = discord.Client(intents=intents)
 
+    # one worker, so messages reach the web program in the order Discord sent them
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="discord-handoff")
+
     @client.event
     async def on_ready():
-        log.info("Discord Gateway connected as %s (%s)", client.user, client.user.id)
+        log.info("Discord Gateway connected as %s (%s); handing messages to %s", client.user, client.user.id,
+                 handoff.url)
 
     @client.event
     async def on_message(message):
         if client.user is None or message.author.id == client.user.id:
             return  # our own echo: never routed back in
         try:
-            await asyncio.to_thread(route_message, message, settings, str(client.user.id), client.user.name)
+            await asyncio.get_running_loop().run_in_executor(
+                worker, handoff.forward_message, message, str(client.user.id), client.user.name)
         except Exception:  # one bad message must not take the Gateway down
-            log.exception("could not route Discord message %s", message.id)
+            log.exception("could not hand over Discord message %s", message.id)
 
     return client
 
 
 def run_gateway(settings) -> None:
-    """The `discord-gateway` program: connect, route every message, reconnect as discord.py does."""
+    """The `discord-gateway` program: connect, hand over every message, reconnect as discord.py does."""
     token = settings.platform.get("DISCORD_BOT_TOKEN")
     if not token:
         raise RuntimeError("DISCORD_BOT_TOKEN is not set; the Discord Gateway needs the bot token")
