@@ -20,8 +20,13 @@ from .sessions.store import Target, allowed_targets
 
 log = logging.getLogger("nanoclaw.delivery")
 
-MAX_TRIES = 3
+MAX_TRIES = 3               # an error we cannot classify (a bug, an unexpected exception)
 BASE_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 300.0
+# A platform that is down, overloaded or rate limiting (5xx, network, 429) is waited out this
+# long before the row fails: a short outage must not cost the user a reply. It stays inside the
+# active-session window (active.WINDOW_S), which is what keeps the delivery loop looking.
+TRANSIENT_HORIZON_S = 45 * 60
 
 # System ops: a capability registers a handler for its own op names (e.g. scheduling's
 # `schedule_task`). handler(session_path, row, settings) applies the row on the host; nothing is
@@ -39,8 +44,20 @@ def is_system_op(name: str | None) -> bool:
 
 
 def backoff(tries: int, retry_after: float | None) -> float:
-    """Seconds before the next try: the platform's own wait if it gave one, else 1 s, 2 s, 4 s…"""
-    return max(retry_after or 0.0, BASE_BACKOFF_S * 2 ** max(tries - 1, 0))
+    """Seconds before the next try: the platform's own wait if it gave one, else 1 s, 2 s, 4 s…
+    up to 5 min."""
+    return max(retry_after or 0.0, min(MAX_BACKOFF_S, BASE_BACKOFF_S * 2 ** max(tries - 1, 0)))
+
+
+def gives_up(tries: int, exc: Exception) -> bool:
+    """After `tries` failed tries ending in `exc`, is the row failed for good? A permanent refusal
+    at once; a platform's transient trouble (a non-permanent DeliveryError) once the backoffs so
+    far add up to TRANSIENT_HORIZON_S; anything else after MAX_TRIES."""
+    if isinstance(exc, DeliveryError):
+        if exc.permanent:
+            return True
+        return sum(backoff(n, None) for n in range(1, tries + 1)) >= TRANSIENT_HORIZON_S
+    return tries >= MAX_TRIES
 
 
 def _iso(dt: datetime) -> str:
@@ -199,10 +216,9 @@ def settle_interrupted(session_path: Path) -> int:
 
 def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> None:
     tries = conn.execute("SELECT tries FROM delivered WHERE message_out_id = ?", (row.id,)).fetchone()[0] + 1
-    permanent = isinstance(exc, DeliveryError) and exc.permanent
     retry_after = exc.retry_after if isinstance(exc, DeliveryError) else None
     reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-    if permanent or tries >= MAX_TRIES:
+    if gives_up(tries, exc):
         conn.execute("UPDATE delivered SET status = 'failed', tries = ?, last_error = ? WHERE message_out_id = ?",
                      (tries, reason, row.id))
         log.error("delivery of %s to %s failed for good after %d tries: %s", row.id, row.target, tries, reason)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from nanoclaw.channels.base import DeliveryError, register
-from nanoclaw.delivery import backoff, deliver_session
+from nanoclaw.delivery import TRANSIENT_HORIZON_S, backoff, deliver_session, gives_up
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, set_destination, write_message
 
@@ -15,6 +15,7 @@ class Recorder:
     sent: list = []
     failures_left = 0
     retry_after = None
+    failure = None  # what send_text raises while failures_left; default a 429
 
     def __init__(self, settings):
         pass
@@ -22,7 +23,7 @@ class Recorder:
     def send_text(self, target, text):
         if Recorder.failures_left:
             Recorder.failures_left -= 1
-            raise DeliveryError("429 Too Many Requests", retry_after=Recorder.retry_after)
+            raise Recorder.failure or DeliveryError("429 Too Many Requests", retry_after=Recorder.retry_after)
         Recorder.sent.append(("text", target.platform_id, text))
         return f"p{len(Recorder.sent)}"
 
@@ -46,7 +47,7 @@ register("rec")(Recorder)
 
 @pytest.fixture
 def session(tmp_path):
-    Recorder.sent, Recorder.failures_left, Recorder.retry_after = [], 0, None
+    Recorder.sent, Recorder.failures_left, Recorder.retry_after, Recorder.failure = [], 0, None, None
     path = tmp_path / "s"
     prepare(path, Target("rec", "chat-1"))
     return path
@@ -94,19 +95,72 @@ def test_retry_with_backoff_then_success(session):
     assert Recorder.sent == [("text", "chat-1", "hello")]
 
 
-def test_three_failures_mark_failed_and_tell_the_user(session):
-    Recorder.failures_left = 3
+def test_three_unexplained_failures_mark_failed_and_tell_the_user(session):
+    Recorder.failures_left, Recorder.failure = 3, KeyError("chat")
     agent_writes(session, {"op": "text", "text": "lost?"})
     t = datetime.now(timezone.utc)
     for i in range(3):
         deliver_session(session, settings=None, now=t + timedelta(seconds=60 * i))
     assert status(session)[0][:2] == ("failed", 3)
-    assert Recorder.sent == [("text", "chat-1", "(I could not deliver a reply: 429 Too Many Requests)")]
+    assert Recorder.sent == [("text", "chat-1", "(I could not deliver a reply: 'chat')")]
 
 
-def test_retry_after_is_honoured():
+def test_a_permanent_refusal_fails_at_once(session):
+    Recorder.failures_left, Recorder.failure = 1, DeliveryError("400 chat not found", permanent=True)
+    agent_writes(session, {"op": "text", "text": "to nowhere"})
+    deliver_session(session, settings=None)
+    assert status(session)[0][:2] == ("failed", 1)
+    assert Recorder.sent == [("text", "chat-1", "(I could not deliver a reply: 400 chat not found)")]
+
+
+def run_until_settled(session, start):
+    """Deliver at each row's next try time until it is delivered or failed; the tries it took."""
+    t = start
+    for _ in range(100):
+        deliver_session(session, settings=None, now=t)
+        conn = schema.connect(session / schema.INBOUND)
+        st, tries, next_try = conn.execute("SELECT status, tries, next_try_at FROM delivered").fetchone()
+        conn.close()
+        if st != "retry":
+            return st, tries, t - start
+        t = datetime.strptime(next_try, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    raise AssertionError("never settled")
+
+
+def test_a_platform_outage_of_half_an_hour_loses_no_reply(session):
+    """5xx and 429 are waited out (backoff up to 5 min), not counted against three tries."""
+    Recorder.failures_left, Recorder.failure = 12, DeliveryError("502 Bad Gateway")
+    agent_writes(session, {"op": "text", "text": "still here"})
+    st, tries, took = run_until_settled(session, datetime.now(timezone.utc))
+    assert (st, tries) == ("delivered", 13)
+    assert timedelta(minutes=20) < took < timedelta(minutes=45)
+    assert Recorder.sent == [("text", "chat-1", "still here")]
+
+
+def test_an_outage_longer_than_the_horizon_fails_and_tells_the_user(session):
+    Recorder.failures_left, Recorder.failure = 1000, DeliveryError("503 Service Unavailable")
+    agent_writes(session, {"op": "text", "text": "gone"})
+    st, tries, took = run_until_settled(session, datetime.now(timezone.utc))
+    assert st == "failed"
+    assert timedelta(seconds=TRANSIENT_HORIZON_S) - timedelta(minutes=5) <= took <= timedelta(
+        seconds=TRANSIENT_HORIZON_S)
+    assert Recorder.sent == []  # the notice goes to the same platform, which is still down
+
+
+def test_retry_after_is_honoured_and_backoff_is_capped():
     assert backoff(1, 30) == 30
     assert backoff(1, None) == 1 and backoff(2, None) == 2 and backoff(3, None) == 4
+    assert backoff(20, None) == 300 and backoff(20, 900) == 900
+
+
+def test_gives_up_by_kind_of_error():
+    assert gives_up(1, DeliveryError("x", permanent=True))
+    assert not gives_up(2, RuntimeError("x")) and gives_up(3, RuntimeError("x"))
+    transient = DeliveryError("x", retry_after=5)
+    assert not gives_up(10, transient)
+    first = next(n for n in range(1, 100) if gives_up(n, transient))
+    assert sum(backoff(n, None) for n in range(1, first)) < TRANSIENT_HORIZON_S <= sum(
+        backoff(n, None) for n in range(1, first + 1))
 
 
 def test_rows_for_foreign_chats_are_refused(session):
