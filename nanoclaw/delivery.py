@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from . import typing_indicator
 from .channels.base import Card, DeliveryError, get_adapter
 from .security import UnsafePath, contained
 from .sessions import session_schema as schema
@@ -183,6 +184,7 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
                          "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
                          (platform_id, _iso(datetime.now(timezone.utc)), row.id))
             delivered += 1
+        typing_indicator.tick(conn, session_path, settings)
     finally:
         conn.close()
     return delivered

@@ -104,3 +104,19 @@ def test_forged_webhook_is_refused_and_nothing_happens(service):
     assert post_update(port, update, secret="wrong")[0] in (401, 403)
     time.sleep(2)
     assert model.model_calls() == [] and tg.calls("sendMessage") == []
+
+
+def test_the_chat_shows_typing_while_the_agent_thinks(service):
+    """A slow model turn: 'typing…' goes to the chat at once and again every few seconds, then the
+    reply; nothing after it."""
+    port, model, tg, _ = service
+    model.script = lambda req: Reply.say("Thought it through.", delay_s=6)
+    update = json.loads((FIXTURES / "private_message.json").read_text())
+    assert post_update(port, update)[0] == 200
+    tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=90)
+    order = [FakeTelegram.method_of(r) for r in tg.requests]
+    typing = tg.calls("sendChatAction")
+    assert len(typing) >= 2 and order.index("sendChatAction") < order.index("sendMessage")
+    assert all(str(p["chat_id"]) == "111222333" and p["action"] == "typing" for p in typing)
+    time.sleep(5)
+    assert len(tg.calls("sendChatAction")) == len(typing)  # the turn is over: no more typing

@@ -363,7 +363,7 @@ class SlackAdapter:
         self._call("files.completeUploadExternal", params, form=True)
         return slot["file_id"]
 
-    def typing(self, target: Target) -> None:
+    def typing(self, target: Target, message_id: str | None = None) -> None:
         """Slack's Web API has no typing indicator for bots; nothing to do."""
         return None
 

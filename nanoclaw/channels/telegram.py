@@ -336,7 +336,7 @@ class TelegramAdapter:
             self.send_text(target, caption)
         return str(message["message_id"])
 
-    def typing(self, target: Target) -> None:
+    def typing(self, target: Target, message_id: str | None = None) -> None:
         """Show "typing…" for about 5 seconds (or until the next message)."""
         self._call("sendChatAction", {**self._where(target), "action": "typing"})
 

@@ -163,5 +163,5 @@ class WebAdapter:
         shutil.copyfile(path, copy, follow_symlinks=False)
         return self._store(target, text=caption or "", file_name=path.name, file_path=str(copy))
 
-    def typing(self, target: Target) -> None:
+    def typing(self, target: Target, message_id: str | None = None) -> None:
         return None
