@@ -77,15 +77,18 @@ def webhook(channel: str, kind: str):
         else:
             intake.route_accepted(accepted, settings, wake=_wake_async(current_app))
     for action in parsed.actions:
-        # a platform's redelivery of the same click is acknowledged and not run twice
+        # a platform's redelivery of the same click is not run twice, but still answered (with
+        # nothing to say): Telegram redelivers when the first answer never arrived, and the
+        # user's button spins until one does
         if action.event_id and not router.record_event(channel, f"action:{action.event_id}"):
             log.info("%s action %s seen before; acknowledged and ignored", channel, action.event_id)
-            continue
-        try:
-            reply = actions.dispatch(action, settings)
-        except Exception:
-            log.exception("action %s failed", action.action_id)
-            reply = "Something went wrong handling that button."
+            reply = None
+        else:
+            try:
+                reply = actions.dispatch(action, settings)
+            except Exception:
+                log.exception("action %s failed", action.action_id)
+                reply = "Something went wrong handling that button."
         if hasattr(adapter, "acknowledge_action"):
             answer = adapter.acknowledge_action(action, reply)
             if answer is not None:  # platforms that take the acknowledgement in the HTTP response (Discord)
