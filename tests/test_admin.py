@@ -429,6 +429,64 @@ def test_mounts_are_read_only_by_default_and_validated(owner, allowed):
     assert AuditLog.select().where(AuditLog.action == "mount.add", AuditLog.actor == OWNER).count() == 2
 
 
+def last_audit(action):
+    entry = AuditLog.select().where(AuditLog.action == action).order_by(AuditLog.id.desc()).get()
+    return entry.actor, entry.detail
+
+
+def test_page_changes_are_audited_with_why_and_a_diff(owner, site, allowed):
+    from nanoclaw import scheduling
+    from nanoclaw.models import ScheduledTask
+    token = token_for(owner, "/admin/wirings")
+    owner.post("/admin/wirings", data={"csrf_token": token, "channel": "telegram", "chat_id": "-100777", "agent": "andy",
+                                       "kind": "group", "engage": "", "sender_scope": "all", "ignored": "drop",
+                                       "why": "  the   family group  "})
+    actor, detail = last_audit("wiring.create")
+    assert actor == OWNER and detail["why"] == "the family group"
+    assert "+ engage: mention" in detail["diff"] and not any(line.startswith("-") for line in detail["diff"])
+    w = Wiring.get()
+    owner.post(f"/admin/wirings/{w.id}", data={"csrf_token": token, "kind": "group", "engage": "pattern",
+                                               "pattern": "^andy", "sender_scope": "all", "ignored": "drop",
+                                               "why": "too chatty"})
+    _, detail = last_audit("wiring.update")
+    assert detail["why"] == "too chatty"
+    assert detail["diff"] == ["- engage: mention", "+ engage: pattern", "+ pattern: ^andy"]  # only what changed
+    owner.post(f"/admin/wirings/{w.id}/remove", data={"csrf_token": token})
+    _, detail = last_audit("wiring.delete")
+    assert detail["why"] is None and "- agent: andy" in detail["diff"] and "- engage: pattern" in detail["diff"]
+
+    owner.post("/admin/agents/andy/mounts", data={"csrf_token": token, "host_path": str(allowed / "vault"),
+                                                  "why": "for the reading list"})
+    owner.post("/admin/agents/andy/mounts", data={"csrf_token": token, "host_path": str(allowed / "vault"),
+                                                  "mode": "rw"})
+    _, detail = last_audit("mount.add")
+    assert detail["diff"] == [f"- vault: {allowed / 'vault'} -> /workspace/extra/vault (read-only)",
+                              f"+ vault: {allowed / 'vault'} -> /workspace/extra/vault (read-write)"]
+    owner.post("/admin/agents/andy/mounts/vault/remove", data={"csrf_token": token, "why": "done"})
+    _, detail = last_audit("mount.remove")
+    assert detail["why"] == "done" and detail["diff"][0].startswith("- vault: ")
+
+    mg = MessagingGroup.create(channel_type="telegram", platform_id="8")
+    session = Session.create(id="saudit", agent_group=AgentGroup.get(), messaging_group=mg)
+    scheduling.schedule(AgentGroup.get(), session, "water the plants", at="2099-01-01T09:00", tz="UTC")
+    task = ScheduledTask.get()
+    owner.post(f"/admin/tasks/{task.id}/pause", data={"csrf_token": token, "why": "on holiday"})
+    _, detail = last_audit("task.pause")
+    assert detail["why"] == "on holiday" and detail["diff"] == ["- status: active", "+ status: paused"]
+
+    page = owner.get("/admin/audit").get_data(as_text=True)  # what the owner reads later
+    assert "Why: on holiday" in page and '<span class="add">+ status: paused</span>' in page
+    assert "Why: too chatty" in page and '<span class="del">- engage: mention</span>' in page
+
+
+def test_field_diff_shows_only_changes():
+    from nanoclaw.web.changes import clean_why, field_diff
+    assert field_diff({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ["- b: 2", "+ b: 3"]
+    assert field_diff({}, {"x": "y", "z": None}) == ["+ x: y"]
+    assert field_diff({"x": "y"}, {}) == ["- x: y"]
+    assert clean_why("  ") is None and clean_why("a\nb") == "a b" and len(clean_why("x" * 900)) == 300
+
+
 def test_an_agent_admin_sees_only_their_agents(site, cli):
     assert cli("agent", "create", "Bea").exit_code == 0
     assert cli("user", "add", "slack:U1", "--role", "admin", "--agent", "bea").exit_code == 0

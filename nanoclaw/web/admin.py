@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from datetime import datetime, timezone
@@ -24,7 +25,8 @@ from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from ..mounts import AllowlistError, current_allowlist
 from . import auth, sandbox_state
-from .changes import ChangeRefused, WiringForm, add_mount, remove_mount, remove_wiring, save_wiring
+from .changes import (ChangeRefused, WiringForm, add_mount, clean_why, field_diff, remove_mount, remove_wiring,
+                      save_wiring)
 
 bp = Blueprint("admin", __name__)
 bp.before_request(auth.require_login)
@@ -195,7 +197,7 @@ def mount_add(folder: str):
     readwrite = request.form.get("mode") == "rw"
     try:
         approved = add_mount(g.user_id, settings(), a, request.form.get("host_path", ""),
-                             request.form.get("name", ""), readwrite)
+                             request.form.get("name", ""), readwrite, why=request.form.get("why"))
     except ChangeRefused as exc:
         flash(f"Mount refused: {exc}", "error")
     else:
@@ -209,7 +211,7 @@ def mount_add(folder: str):
 def mount_remove(folder: str, name: str):
     a = agent_or_404(folder)
     try:
-        remove_mount(g.user_id, a, name)
+        remove_mount(g.user_id, a, name, why=request.form.get("why"))
     except ChangeRefused as exc:
         flash(str(exc), "error")
     else:
@@ -238,7 +240,8 @@ def wiring_form() -> WiringForm:
     return WiringForm(channel=f.get("channel", ""), chat_id=f.get("chat_id", ""), kind=f.get("kind") or None,
                       engage=engage, pattern=(f.get("pattern") or None) if engage == "pattern" else None,
                       sender_scope=f.get("sender_scope") or "all", ignored=f.get("ignored") or "drop",
-                      unknown_senders=f.get("unknown_senders") or None, name=f.get("name") or None)
+                      unknown_senders=f.get("unknown_senders") or None, name=f.get("name") or None,
+                      why=f.get("why"))
 
 
 @bp.get("/admin/wirings")
@@ -274,8 +277,7 @@ def wiring_update(wiring_id: int):
     w = wiring_or_404(wiring_id)
     mg = w.messaging_group
     form = wiring_form()
-    form = WiringForm(mg.channel_type, mg.platform_id, form.kind, form.engage, form.pattern, form.sender_scope,
-                      form.ignored, form.unknown_senders, form.name)
+    form = dataclasses.replace(form, channel=mg.channel_type, chat_id=mg.platform_id)
     try:
         save_wiring(g.user_id, w.agent_group, form)
     except ChangeRefused as exc:
@@ -289,7 +291,7 @@ def wiring_update(wiring_id: int):
 def wiring_remove(wiring_id: int):
     w = wiring_or_404(wiring_id)
     label = f"{w.messaging_group.channel_type}:{w.messaging_group.platform_id} → {w.agent_group.folder}"
-    remove_wiring(g.user_id, w)
+    remove_wiring(g.user_id, w, why=request.form.get("why"))
     flash(f"Removed {label}.", "ok")
     return redirect(url_for("admin.wirings"))
 
@@ -318,8 +320,10 @@ def session_stop(session_id: str):
     if mgr is None:
         flash("This process does not run the sandboxes; stop it where the service runs.", "error")
     else:
+        before = sandbox_state.session_state(mgr, s.agent_group.folder, s.id, settings().sessions_dir)[0]
         mgr.stop(s.agent_group.folder, s.id)
-        audit(g.user_id, "session.stop", f"{s.agent_group.folder}/{s.id}", via="web")
+        audit(g.user_id, "session.stop", f"{s.agent_group.folder}/{s.id}", via="web",
+              why=clean_why(request.form.get("why")), diff=field_diff({"sandbox": before}, {"sandbox": "stopped"}))
         flash(f"Stopped the sandbox of {s.agent_group.folder}/{s.id}; the next message starts a new one.", "ok")
     return redirect(url_for("admin.sessions"))
 
@@ -345,7 +349,9 @@ def task_action(task_id: str, action: str):
     except TaskError as exc:
         flash(str(exc), "error")
     else:
-        audit(g.user_id, f"task.{action}", task.id, via="web")
+        after = ScheduledTask.get_by_id(task.id)
+        audit(g.user_id, f"task.{action}", task.id, via="web", why=clean_why(request.form.get("why")),
+              diff=field_diff({"status": task.status}, {"status": after.status}))
         flash(f"Task {task.id} {dict(pause='paused', resume='resumed', cancel='cancelled')[action]}.", "ok")
     return redirect(url_for("admin.tasks"))
 

@@ -1,5 +1,6 @@
 """Changes the page makes: wirings and extra mounts, validated exactly as the CLI validates them,
-stored where the CLI stores them, and audited with who made them."""
+stored where the CLI stores them, and audited with who made them, why (the form's optional
+"why" box) and a diff of what changed ('- before' / '+ after' lines, like a proposal's)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,47 @@ from ..mounts import MountRefused, MountRequest, current_allowlist, validate_mou
 from ..wiring import WiringError, resolve_engage
 
 
+WHY_MAX = 300
+
+
 class ChangeRefused(ValueError):
     """A one-line reason shown on the page."""
+
+
+def field_diff(before: dict, after: dict) -> list[str]:
+    """'- key: old' / '+ key: new' for each key whose value differs; a key on one side only (or
+    None there) shows only on the other."""
+    lines = []
+    for key in [*before, *(k for k in after if k not in before)]:
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if old is not None:
+            lines.append(f"- {key}: {old}")
+        if new is not None:
+            lines.append(f"+ {key}: {new}")
+    return lines
+
+
+def clean_why(text: str | None) -> str | None:
+    """The operator's reason as stored: one line, at most WHY_MAX characters, None when empty."""
+    text = " ".join((text or "").split())
+    return text[:WHY_MAX] or None
+
+
+def wiring_state(mg: MessagingGroup | None, wiring: Wiring | None) -> dict:
+    """What a wiring's audit diff compares (the chat's settings and the wiring's own)."""
+    state = {}
+    if mg is not None:
+        state.update(kind=mg.kind, name=mg.name, strangers=mg.unknown_sender_policy)
+    if wiring is not None:
+        state.update(engage=wiring.engage_mode, pattern=wiring.engage_pattern, senders=wiring.sender_scope,
+                     ignored=wiring.ignored_message_policy)
+    return state
+
+
+def mount_line(m: dict) -> str:
+    return f"{m['host_path']} -> /workspace/extra/{m['name']} ({'read-write' if m['readwrite'] else 'read-only'})"
 
 
 @dataclass(frozen=True)
@@ -26,6 +66,7 @@ class WiringForm:
     ignored: str = "drop"
     unknown_senders: str | None = None
     name: str | None = None
+    why: str | None = None
 
 
 def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring, bool]:
@@ -48,6 +89,7 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring
                                              "engage 'pattern' needs a pattern")) from None
     values = dict(engage.__dict__)
     with database.atomic():
+        before = wiring_state(mg, mg and Wiring.get_or_none(Wiring.messaging_group == mg, Wiring.agent_group == agent))
         if mg is None:
             mg = MessagingGroup.create(channel_type=channel, platform_id=chat_id, kind=kind, name=form.name or None,
                                        unknown_sender_policy=form.unknown_senders or "request_approval")
@@ -63,38 +105,49 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring
             wiring = Wiring.create(messaging_group=mg, agent_group=agent, **values)
         else:
             Wiring.update(**values).where(Wiring.id == wiring.id).execute()
+        wiring = Wiring.get_by_id(wiring.id)
         audit(actor, "wiring.create" if created else "wiring.update", f"{channel}:{chat_id}", agent=agent.folder,
-              kind=kind, unknown_senders=mg.unknown_sender_policy, via="web", **values)
-    return Wiring.get_by_id(wiring.id), created
+              kind=kind, unknown_senders=mg.unknown_sender_policy, via="web", why=clean_why(form.why),
+              diff=field_diff(before, wiring_state(mg, wiring)), **values)
+    return wiring, created
 
 
-def remove_wiring(actor: str, wiring: Wiring) -> None:
+def remove_wiring(actor: str, wiring: Wiring, why: str | None = None) -> None:
     mg, agent = wiring.messaging_group, wiring.agent_group
     with database.atomic():
+        before = wiring_state(None, wiring)
         wiring.delete_instance()
-        audit(actor, "wiring.delete", f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder, via="web")
+        audit(actor, "wiring.delete", f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder, via="web",
+              why=clean_why(why), diff=field_diff({"agent": agent.folder, **before}, {}))
 
 
-def add_mount(actor: str, settings, agent: AgentGroup, host_path: str, name: str, readwrite: bool):
+def add_mount(actor: str, settings, agent: AgentGroup, host_path: str, name: str, readwrite: bool,
+              why: str | None = None):
     """Validate against the allowlist as it is now (and again at every sandbox start) and declare it."""
     try:
         approved = validate_mount(MountRequest(host_path.strip(), name.strip(), readwrite),
                                   current_allowlist(settings.mount_allowlist))
     except MountRefused as exc:
         raise ChangeRefused(str(exc)) from None
-    mounts = [m for m in declared_mounts(agent) if m["name"] != approved.name]
-    mounts.append({"host_path": host_path.strip(), "name": approved.name, "readwrite": readwrite})
+    declared = declared_mounts(agent)
+    mounts = [m for m in declared if m["name"] != approved.name]
+    new = {"host_path": host_path.strip(), "name": approved.name, "readwrite": readwrite}
+    mounts.append(new)
+    before = {m["name"]: mount_line(m) for m in declared if m["name"] == approved.name}
     with database.atomic():
         save_mounts(agent, mounts)
         audit(actor, "mount.add", agent.folder, host_path=str(approved.host_path), name=approved.name,
-              readwrite=readwrite, via="web")
+              readwrite=readwrite, via="web", why=clean_why(why),
+              diff=field_diff(before, {approved.name: mount_line(new)}))
     return approved
 
 
-def remove_mount(actor: str, agent: AgentGroup, name: str) -> None:
+def remove_mount(actor: str, agent: AgentGroup, name: str, why: str | None = None) -> None:
     mounts = declared_mounts(agent)
-    if not any(m["name"] == name for m in mounts):
+    gone = [m for m in mounts if m["name"] == name]
+    if not gone:
         raise ChangeRefused(f"{agent.folder} has no extra mount named {name!r}")
     with database.atomic():
         save_mounts(agent, [m for m in mounts if m["name"] != name])
-        audit(actor, "mount.remove", agent.folder, name=name, via="web")
+        audit(actor, "mount.remove", agent.folder, name=name, via="web", why=clean_why(why),
+              diff=field_diff({name: mount_line(gone[0])}, {}))
