@@ -263,14 +263,17 @@ def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
     assert {a.action for a in AuditLog.select()} >= {"help.request", "help.answer", "help.dismiss"}
 
 
-def test_page_lists_proposals_and_a_page_reply_approves(app, tg):
+def test_page_lists_proposals_with_the_cards_buttons_and_forms(app, tg):
+    from nanoclaw import actions
+    from nanoclaw.channels.base import Action
     settings = app.config["NANOCLAW"]
     path = session_path(app)
     propose(app, path, "egress", {"host": "pypi.org"})
     [item] = [i for i in pending_items(settings, "telegram:111").items if i.key.startswith("npr-")]
     assert item.kind == "Network access" and [b[0] for b in item.buttons] == ["✅ Approve", "❌ Reject"]
-    assert page_reply("npr", item.key.split("-")[1], "approve", "telegram:111", settings) == \
-        "Approved: allow HTTPS to pypi.org."
+    assert [f.name for f in item.forms] == ["npr.modify", "npr.reject"] and item.reply_prefix is None
+    approve = dict(item.buttons)["✅ Approve"]  # the page's button posts the card's own action id
+    assert actions.dispatch(Action("web", approve, "telegram:111"), settings) == "Approved: allow HTTPS to pypi.org."
     assert edits(tg)[-1]["text"].startswith("✅ Approved by Olivia")
 
 

@@ -198,6 +198,32 @@ def test_a_decided_proposal_cannot_be_modified(app, owner, tg):
     assert not AuditLog.select().where(AuditLog.action == "proposal.modify").exists()
 
 
+# --- reject with a reason ------------------------------------------------------------------------
+def test_reject_with_a_reason_on_the_page_tells_the_agent_and_the_card(app, owner, tg):
+    path = session_path(app)
+    p = propose(app, path, "egress", {"host": "pastebin.example.com"}, reason="share the log")
+    page = page_of(owner)
+    form = form_of(page, "npr.reject", p.id)
+    assert "Reason (the agent is told)" in form and "required" in form
+    assert 'action="/admin/reply"' not in page  # no free reply box where "ok" would approve
+    empty = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+                                            "reason": "   "})
+    assert empty.status_code == 422 and "Say why it is rejected" in empty.get_data(as_text=True)
+    assert PendingProposal.get_by_id(p.id).state == "pending"
+    done = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+                                           "reason": "ok, but use the internal paste service"}, follow_redirects=True)
+    assert "Rejected: allow HTTPS to pastebin.example.com." in done.get_data(as_text=True)
+    assert PendingProposal.get_by_id(p.id).state == "rejected"  # "ok" in a reason does not approve
+    assert system_texts(path)[-1] == ("The owner rejected your proposal id=r1 (allow HTTPS to pastebin.example.com): "
+                                      "ok, but use the internal paste service Nothing was changed.")
+    assert edits(tg)[-1]["text"].startswith("❌ Rejected by Olivia")
+    assert "Reason: ok, but use the internal paste service" in edits(tg)[-1]["text"]
+    assert AuditLog.get(AuditLog.action == "proposal.reject").detail["note"] == "ok, but use the internal paste service"
+    again = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+                                            "reason": "twice"})
+    assert again.status_code == 422 and "Already rejected by Olivia" in again.get_data(as_text=True)
+
+
 def test_modify_without_a_csrf_token_is_refused(app, owner):
     p = propose(app, session_path(app), "egress", {"host": "data.example.org"})
     response = owner.post("/admin/form", data={"form": "npr.modify", "ident": str(p.id), "host": "api.example.org"})

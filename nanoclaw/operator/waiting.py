@@ -2,17 +2,20 @@
 
 Each item carries its card's buttons (the same action ids), so deciding on the page runs the same
 handler as the chat card and the first decision wins either way. A help request takes its answer
-in the reply box; a proposal's reply box rejects it with the text as the reason ("approve" approves),
-and its "Modify" form changes it before the decision (proposals.modify: the tool's checks, audited).
+in the reply box. A proposal has no free reply box on the page (where "ok" would approve and any
+other text reject): its Approve/Reject buttons, a "Reject with a reason" form whose reason the
+agent is told, and a "Modify" form that changes it before the decision (proposals.modify: the
+tool's checks, audited). A reply to the chat card keeps the chat's rule: a reason rejects it.
 """
 from __future__ import annotations
 
 from ..approvals import display, may_decide
 from ..models import HelpRequest, PendingProposal
-from ..pending import FormAnswer, ItemForm, PendingItem, register_form, register_pending, register_reply
+from ..pending import FormAnswer, FormField, ItemForm, PendingItem, register_form, register_pending
 from . import checks, edit_form, help_requests, proposals
 
 MODIFY = "npr.modify"
+REJECT = "npr.reject"
 
 
 @register_pending("help_requests")
@@ -36,11 +39,12 @@ def pending_proposals(settings, user_id: str):
         card = proposals.card_for(settings, p)
         fields = edit_form.fields(p.kind, p.payload, p.reason)
         forms = (ItemForm(MODIFY, str(p.id), "✏️ Modify before deciding", "Save changes", fields),) * bool(fields)
+        forms += (ItemForm(REJECT, str(p.id), "✖ Reject with a reason", "Reject", (
+            FormField("reason", "Reason (the agent is told)", multiline=True, required=True,
+                      hint="e.g. use the company mirror instead"),)),)
         yield PendingItem(key=f"{proposals.PREFIX}-{p.id}", kind=checks.KINDS.get(p.kind, "Proposal"),
                           title=card.title, body=card.body, created_at=p.created_at, buttons=card.buttons,
-                          agent_folder=p.agent_group.folder, reply_prefix=proposals.PREFIX, forms=forms,
-                          details=(("Reply", "a reason rejects it; 'approve' approves it"),
-                                   ("Proposal", p.ref)))
+                          agent_folder=p.agent_group.folder, forms=forms, details=(("Proposal", p.ref),))
 
 
 @register_form(MODIFY)
@@ -53,9 +57,16 @@ def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings)
     return FormAnswer(ok, message)
 
 
-@register_reply(proposals.PREFIX)
-def proposal_reply(user_id: str, ident: str, text: str, settings) -> str:
-    text = " ".join((text or "").split())
-    if text.lower().rstrip(".!") in proposals.APPROVE_WORDS:
-        return proposals.decide(ident, "approve", user_id, settings)
-    return proposals.decide(ident, "reject", user_id, settings, note=text or None)
+@register_form(REJECT)
+def reject_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+    reason = " ".join((values.get("reason") or "").split())
+    if not reason:
+        return FormAnswer(False, "Say why it is rejected: the agent is told the reason.")
+    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    if p is None:
+        return FormAnswer(False, "This proposal no longer exists.")
+    was_pending = p.state == "pending"
+    message = proposals.decide(ident, "reject", user_id, settings, note=reason)
+    p = PendingProposal.get_by_id(p.id)
+    # decided before (here or in chat), or not theirs to decide: the message says which
+    return FormAnswer(was_pending and p.state == "rejected" and p.decided_by == user_id, message)
