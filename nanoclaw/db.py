@@ -31,9 +31,12 @@ def open_database(url: str) -> peewee.Database:
         if not path.is_absolute():
             path = Path("/") / path
         path.parent.mkdir(parents=True, exist_ok=True)
-        # pooled: a request reuses a connection instead of paying connect + pragmas every time
+        # pooled: a request reuses a connection instead of paying connect + pragmas every time.
+        # lock_type IMMEDIATE: a transaction takes the write lock at BEGIN, waiting in the busy
+        # handler. A deferred one that reads and then writes fails at once ("database is locked",
+        # no waiting) when another connection committed in between: WAL cannot move its snapshot.
         return PooledSqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, check_same_thread=False,
-                                    max_connections=32, stale_timeout=300)
+                                    max_connections=32, stale_timeout=300, lock_type="IMMEDIATE")
     return PooledPostgresqlDatabase(
         parsed.path.lstrip("/"),
         user=unquote(parsed.username) if parsed.username else None,
