@@ -46,12 +46,13 @@ def accept(event: InboundEvent) -> int | None:
     platform sent it before (acknowledge and ignore)."""
     postgres = isinstance(database.obj, peewee.PostgresqlDatabase)
     p = database.param
+    sql = (f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
+           + (" RETURNING id" if postgres else ""))
+    # everything but the statement is done before the write queue: its holder keeps it short
+    params = (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event)))
     try:  # one statement, its own transaction (both engines run in autocommit)
         with hot_write():
-            cursor = database.execute_sql(
-                f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
-                + (" RETURNING id" if postgres else ""),
-                (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event))))
+            cursor = database.execute_sql(sql, params)
     except peewee.IntegrityError:
         return None
     return cursor.fetchone()[0] if postgres else cursor.lastrowid

@@ -134,13 +134,14 @@ def write_message(path: Path, *, content: dict, target: Target | None, kind: str
     `completed`: the agent's tool reads it by id, no turn ever picks it up.)"""
     message_id = message_id or uuid.uuid4().hex
     with _inbound(path) as conn:
-        if conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone():
-            return message_id  # a platform retry: written once, whatever happens
-        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_in").fetchone()[0]
+        # one statement: the next seq, and nothing written for an id already there (a platform
+        # retry is written once, whatever happens). "WHERE true" is SQLite's rule for an upsert
+        # on INSERT ... SELECT.
         conn.execute(
             "INSERT INTO messages_in (id, seq, kind, timestamp, status, process_after, trigger,"
-            " channel_type, platform_id, thread_id, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (message_id, seq, kind, timestamp or schema.utc_now_iso(), status, process_after, 1 if trigger else 0,
+            " channel_type, platform_id, thread_id, content) SELECT ?, COALESCE(MAX(seq), 0) + 1,"
+            " ?, ?, ?, ?, ?, ?, ?, ?, ? FROM messages_in WHERE true ON CONFLICT (id) DO NOTHING",
+            (message_id, kind, timestamp or schema.utc_now_iso(), status, process_after, 1 if trigger else 0,
              target and target.channel_type, target and target.platform_id, target and target.thread_id,
              json.dumps(content)))
     return message_id
