@@ -198,6 +198,22 @@ def test_create_agent_only_for_an_admins_agent(app, tg):
     assert "Find things." in (app.config["NANOCLAW"].groups_dir / "scout" / "CLAUDE.md").read_text()
 
 
+def test_create_agent_is_checked_again_when_it_is_applied(app, tg):
+    """Queued from the owner's DM; the owner's role is taken away before another admin approves."""
+    from nanoclaw.models import UserRole
+    dm_path = session_path(app)
+    propose(app, dm_path, "create_agent", {"name": "Scout", "instructions": "Find things."}, ref="r7")
+    [card] = cards(tg)
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:222", "--role", "admin"]).exit_code == 0
+    UserRole.delete().where(UserRole.user == "telegram:111").execute()
+    post(app, click(buttons(card)["✅ Approve"], person(222, "Bob"), card))
+    assert not AgentGroup.select().where(AgentGroup.folder == "scout").exists()
+    p = PendingProposal.get(PendingProposal.ref == "r7")
+    assert p.state == "failed" and "no longer is one" in p.note
+    assert "applying it failed: only an admin's agent may create agents" in system_texts(dm_path)[-1]
+
+
 def test_install_packages_on_bwrap_fails_readably(app, tg):
     path = session_path(app)
     propose(app, path, "install_packages", {"apt": ["jq"], "npm": []})

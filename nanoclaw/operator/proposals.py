@@ -262,6 +262,8 @@ def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
     changes = owner_changes(p)
     after_changes = f" after changing it: {changes}" if changes else ""
     try:
+        if p.kind == "create_agent" and not is_admin_agent(p.session):  # roles may have changed since
+            raise ApplyError("only an admin's agent may create agents, and this one no longer is one")
         outcome = apply(settings, agent, p.kind, p.payload, user_id)
     except (ApplyError, RuleError) as exc:
         PendingProposal.update(state="failed", note=str(exc)[:500]).where(PendingProposal.id == p.id).execute()
