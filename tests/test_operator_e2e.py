@@ -8,7 +8,9 @@ internet.
 - credential route: same, and the token reaches the upstream while `env` in the sandbox has none;
 - ask_operator: answered by a chat reply within the wait, and answered after it (the next message);
 - install_packages: refused names at the tool, then a proposal the owner approves (bwrap cannot
-  install: the agent and the card say so).
+  install: the agent and the card say so);
+- add_mcp_server: approved from the card, the sandbox restarts without an image build, the new
+  server's tool works and the conversation goes on.
 """
 from __future__ import annotations
 
@@ -289,3 +291,67 @@ def test_install_packages_rebuilds_the_image_and_the_conversation_goes_on(make_s
         assert running.attrs["Config"]["Image"] == tag and running.labels["nanoclaw.session"] == session_id
         assert [s.id for s in Session.select()] == [session_id]
         assert edits(svc.tg)[-1]["text"].startswith("✅ Approved by Olivia: install apt curl")
+
+
+# --- add_mcp_server ----------------------------------------------------------------------------
+
+GLOSSARY_SERVER = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("glossary")
+
+
+@server.tool()
+def lookup(word: str) -> str:
+    \"\"\"Look a word up in the team glossary.\"\"\"
+    return {"nanoclaw": "a personal agent host"}.get(word.lower(), "not in the glossary") + " (glossary server)"
+
+
+server.run()
+"""
+
+
+def test_an_approved_mcp_server_restarts_the_sandbox_and_its_tool_works(make_settings, sqlite_url):
+    """bwrap: the owner approves add_mcp_server from the card; the group's sandbox restarts on the
+    same session (no image is built), the CLI starts the stdio server, the model gets its tool,
+    calls it, and the SDK resumed the conversation."""
+    def brain(req):
+        prompt, results = req.current_prompt(), req.turn_tool_results()
+        if "glossary" in prompt and "approved your proposal" not in prompt:
+            if not results:
+                return Reply.call("Bash", command="touch /tmp/old-sandbox && echo marked")
+            if len(results) == 1:
+                return Reply.call("mcp__nanoclaw__add_mcp_server", {
+                    "name": "glossary", "command": "python3", "args": ["/workspace/group/glossary_server.py"],
+                    "reason": "the team glossary"})
+            return Reply.say("I asked for the glossary server.")
+        if "approved your proposal" in prompt:
+            if "mcp__glossary__lookup" not in req.tool_names():
+                return Reply.say("after: no glossary tool " + ",".join(n for n in req.tool_names() if "nanoclaw" not in n))
+            if not results:
+                return Reply.call("mcp__glossary__lookup", word="NanoClaw")
+            if len(results) == 1:
+                return Reply.call("Bash", command="test -e /tmp/old-sandbox && echo OLD-SANDBOX || echo NEW-SANDBOX")
+            remembered = any("what does nanoclaw mean" in t for t in req.user_texts())
+            return Reply.say(f"after: {results[0].text} {results[1].text.strip()} remembered={remembered}")
+        return Reply.say("?")
+
+    with sandbox_service(make_settings, sqlite_url, brain) as svc:
+        setup(svc)
+        (svc.settings.groups_dir / "andy" / "glossary_server.py").write_text(GLOSSARY_SERVER)
+        svc.post(message(111, OWNER, "the glossary: what does nanoclaw mean?"))
+        card = wait_card(svc)
+        assert "+ glossary: python3 /workspace/group/glossary_server.py" in shown(card)
+        svc.wait(lambda: "I asked for the glossary server." in texts(svc.tg, 111), what="the agent's first reply")
+        from nanoclaw.models import AgentGroup, Session
+        session_id = Session.get().id
+
+        svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
+        svc.wait(lambda: any(t.startswith("after:") for t in texts(svc.tg, 111)), timeout=120, what="the new turn")
+        last = texts(svc.tg, 111)[-1]  # the tool's answer (mcp may wrap it as {"result": ...})
+        assert "a personal agent host (glossary server)" in last and last.endswith("NEW-SANDBOX remembered=True")
+        config = AgentGroup.get(AgentGroup.folder == "andy").container_config
+        assert config["mcp_servers"]["glossary"]["args"] == ["/workspace/group/glossary_server.py"]
+        assert "image" not in config  # no rebuild for an MCP server
+        assert [s.id for s in Session.select()] == [session_id]
+        assert edits(svc.tg)[-1]["text"].startswith("✅ Approved by Olivia: add the MCP server glossary")

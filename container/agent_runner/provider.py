@@ -88,6 +88,9 @@ class ClaudeProvider:
             "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_MAX_RETRIES": self.config.cli_max_retries,
+            # the owner approves each extra MCP server (add_mcp_server) and the agent is told so:
+            # its tools are listed to the model directly, not deferred behind a ToolSearch step
+            "ENABLE_TOOL_SEARCH": "false",
         }
 
     async def connect(self) -> None:
