@@ -347,3 +347,50 @@ def test_the_page_can_modify_a_proposal_before_approving_it(app, tg):
         "telegram:111", "allow HTTPS to *.github.com", "only the API", ["+ api.github.com"])
     ok, text = proposals.modify(str(p.id), {"host": "pypi.org"}, "telegram:111", settings)
     assert not ok and text == "Already approved by Olivia. It can no longer be changed."
+
+
+# --- smaller guarantees ----------------------------------------------------------------------------
+
+def test_waiting_on_you_lists_the_newest_first(app, tg):
+    settings = app.config["NANOCLAW"]
+    path = session_path(app)
+    for ref, text in (("h1", "first"), ("h2", "second")):
+        ask_help(path, text, ref=ref)
+        deliver_session(path, settings)
+    propose(app, path, "egress", {"host": "pypi.org"}, ref="r3")
+    keys = [i.key.split("-")[0] + ":" + i.body.split()[0] for i in pending_items(settings, "telegram:111").items]
+    assert keys[0].startswith("npr:") and keys[1:] == ["nhr:second", "nhr:first"]
+
+
+def test_a_page_answer_to_a_help_request_edits_the_chat_card(app, tg):
+    settings = app.config["NANOCLAW"]
+    path = session_path(app)
+    ask_help(path)
+    deliver_session(path, settings)
+    h1 = HelpRequest.get(HelpRequest.ref == "h1")
+    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+    edited = edits(tg)[-1]
+    assert str(edited["message_id"]) == h1.card_message_id and "Olivia" in edited["text"]
+    assert "It is in the wiki" in edited["text"]
+
+
+def test_ask_operator_never_waits_longer_than_the_cap(app, tg, monkeypatch):
+    monkeypatch.setattr(tools, "HELP_WAIT_S", 0.3)  # the cap is 60 s; a smaller one keeps the test short
+    ctx = agent_ctx(session_path(app))
+    started = __import__("time").monotonic()
+    text, error = run_tool(ctx, tools.ask_operator, text="Which VPN profile?", wait_seconds=600)
+    assert __import__("time").monotonic() - started < 5
+    assert not error and text.startswith("pending, id=") and "within 0.3 s" in text
+
+
+def test_a_proposal_changed_after_it_was_queued_is_checked_again_when_applied(app, tg):
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "pypi.org"})
+    p = PendingProposal.get()
+    [card] = cards(tg)
+    PendingProposal.update(payload={"host": "10.0.0.1/admin"}).where(PendingProposal.id == p.id).execute()
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
+    p = PendingProposal.get_by_id(p.id)
+    assert p.state == "failed"
+    assert not (app.config["NANOCLAW"].data_dir / "policy" / "andy" / "egress.json").exists()
+    assert "applying it failed" in system_texts(path)[-1]
