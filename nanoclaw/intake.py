@@ -24,7 +24,7 @@ from datetime import timedelta
 import peewee
 
 from . import lookups, router
-from .channels.base import InboundEvent
+from .channels.base import InboundEvent, get_adapter
 from .db import database, hot_write
 from .models import InboundEvent as InboundEventRow
 from .models import utcnow
@@ -74,6 +74,17 @@ def _load(ids: list[int]) -> list[tuple[int, InboundEvent]]:
     return events
 
 
+def enrich(event: InboundEvent, settings) -> InboundEvent:
+    """What the platform is asked before routing and never while the request waits (a Slack
+    user's name): the adapter's optional enrich(event). A failure routes the event as it came."""
+    try:
+        fill = getattr(get_adapter(event.channel, settings), "enrich", None)
+        return fill(event) if fill is not None else event
+    except Exception as exc:
+        log.warning("could not complete %s event %s before routing: %s", event.channel, event.event_id, exc)
+        return event
+
+
 def _mark_routed(ids: list[int]) -> None:
     p = database.param
     with hot_write():
@@ -109,7 +120,9 @@ def route_accepted(ids: list[int], settings, wake=None) -> int:
     whole event), so one bad event never blocks the others."""
     routed = 0
     for start in range(0, len(ids), BATCH):
-        for batched, events in segments(_load(ids[start:start + BATCH])):
+        # platform look-ups first: no session's batch transaction waits on the network
+        loaded = [(row_id, event and enrich(event, settings)) for row_id, event in _load(ids[start:start + BATCH])]
+        for batched, events in segments(loaded):
             done, woken = [], {}
             collect = None if wake is None else _collector(woken)
             with store.batched() if batched else nullcontext(), lookups.routing_round():

@@ -108,6 +108,24 @@ def wire_alice(app):
 
 # --- inbound: verification, routing, dedup -----------------------------------------------------
 
+def test_a_slow_user_lookup_never_holds_up_the_acknowledgement(app, fake):
+    """Slack wants the 200 within 3 s. The sender's name (users.info) is looked up on the intake
+    thread, after the acknowledgement; the stored message still carries it."""
+    from nanoclaw import background
+    wire_alice(app)
+    fake.users_info_delay = 2.5
+    thread = background.start_intake(app)
+    try:
+        started = time.monotonic()
+        assert post_event(app, fixture("dm_message")).status_code == 200
+        assert time.monotonic() - started < 1.0
+        assert thread.wait_idle(10)
+    finally:
+        background.stop_intake(app)
+    [row] = rows(app, Session.get())
+    assert row["sender"] == "alice" and len(fake.calls("users.info")) == 1
+
+
 def test_url_verification_echoes_the_challenge(app):
     resp = post_event(app, fixture("url_verification"))
     assert resp.status_code == 200

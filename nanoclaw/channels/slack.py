@@ -30,6 +30,7 @@ bots in the Web API; typing() does nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import logging
@@ -217,11 +218,21 @@ class SlackAdapter:
         )
 
     def _sender_name(self, ev: dict, sender: str, from_self: bool) -> str:
+        """The name the event carries, or one looked up before; never a call to Slack here: the
+        acknowledgement has 3 s. An unknown user's name is looked up by enrich(), off the request."""
         profile = ev.get("user_profile") or {}
         name = profile.get("display_name") or profile.get("real_name") or profile.get("name")
         if name or from_self or not ev.get("user"):
             return name or ev.get("username") or sender
-        return self.user_name(sender)
+        return self._names.get(sender, sender)
+
+    def enrich(self, event: InboundEvent) -> InboundEvent:
+        """Called on the intake thread before routing: a person's display name (users.info, cached)
+        when the event carried only their id."""
+        if event.sender_name != event.sender_id or event.sender_is_bot or event.from_self:
+            return event
+        name = self.user_name(event.sender_id)
+        return event if name == event.sender_id else dataclasses.replace(event, sender_name=name)
 
     def parse_actions(self, body: bytes) -> Parsed:
         try:

@@ -44,6 +44,7 @@ class FakeSlack(FakePlatform):
         self._files = itertools.count(1)
         self.uploads: dict[str, bytes] = {}
         self.shared: dict[str, tuple[dict, bytes]] = {}  # files users shared: id -> (file object, bytes)
+        self.users_info_delay = 0.0  # seconds users.info takes (a slow Slack)
         self.users = {"U0ALICE01": {"id": "U0ALICE01", "name": "alice", "real_name": "Alice Example",
                                     "profile": {"display_name": "alice", "real_name": "Alice Example"}}}
 
@@ -137,6 +138,7 @@ class FakeSlack(FakePlatform):
                 "user_id": BOT_USER_ID, "bot_id": BOT_ID}
 
     def _users_info(self, p):
+        time.sleep(self.users_info_delay)
         user = self.users.get(p.get("user"))
         return {"user": user} if user else slack_error("user_not_found")
 
