@@ -93,6 +93,7 @@ class Background:
     _timer: object | None = None
 
     def __post_init__(self):
+        self.created = time.monotonic()
         self.active = ActiveSet(self.settings)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
 
@@ -165,7 +166,9 @@ class Background:
         if self._timer is not None:
             self._timer.start()
         housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
-        self.recover_intake(older_than_s=0)  # before the sweep: it wakes the sessions these write to
+        # before the sweep (it wakes the sessions these write to); only what came in before this
+        # process started: what it accepted since is on its own intake thread's queue
+        self.recover_intake(older_than_s=time.monotonic() - self.created)
         try:
             self.sweep(full=True)
         except Exception as exc:
