@@ -477,6 +477,8 @@ def test_page_changes_are_audited_with_why_and_a_diff(owner, site, allowed):
     page = owner.get("/admin/audit").get_data(as_text=True)  # what the owner reads later
     assert "Why: on holiday" in page and '<span class="add">+ status: paused</span>' in page
     assert "Why: too chatty" in page and '<span class="del">- engage: mention</span>' in page
+    with_diff = sum(1 for e in AuditLog.select() if (e.detail or {}).get("diff"))
+    assert page.count('<pre class="diff">') == with_diff == 7  # entries without a diff (the login) show none
 
 
 def test_field_diff_shows_only_changes():
