@@ -1,7 +1,7 @@
 """Entry point: `gunicorn app:app`, `flask --app app nanoclaw ...`."""
 import sys
 
-from nanoclaw import create_app
+from nanoclaw.app import create_app
 from nanoclaw.config import SettingsError
 
 try:

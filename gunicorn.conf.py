@@ -28,7 +28,7 @@ control_socket = str(_settings.data_dir / "gunicorn.ctl")
 
 def post_worker_init(worker):
     """The worker that wins data/scheduler.lock runs delivery, wakes and the sweep."""
-    from nanoclaw.background import start_service
+    from nanoclaw.lifecycle.background import start_service
     start_service(worker.wsgi)
 
 
@@ -36,7 +36,7 @@ def worker_exit(server, worker):
     app = getattr(worker, "wsgi", None)
     if app is None:
         return
-    from nanoclaw.background import stop_intake
+    from nanoclaw.lifecycle.background import stop_intake
     stop_intake(app)  # route what this worker acknowledged before the sandboxes stop
     bg = app.extensions.get("nanoclaw.background")
     if bg is not None:

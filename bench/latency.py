@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fakes.model_api import FakeModel, Reply  # noqa: E402
-from nanoclaw import create_app, router  # noqa: E402
-from nanoclaw.background import start as start_background  # noqa: E402
+from nanoclaw.app import create_app
+from nanoclaw.inbound import router  # noqa: E402
+from nanoclaw.lifecycle.background import start as start_background  # noqa: E402
 from nanoclaw.channels.base import InboundEvent, iso_utc, register  # noqa: E402
 from nanoclaw.config import Settings  # noqa: E402
 from nanoclaw.db import database  # noqa: E402
@@ -38,7 +39,7 @@ from nanoclaw.proxy import ProxyServer  # noqa: E402
 from nanoclaw.runtime import bwrap as bwrap_rt  # noqa: E402
 from nanoclaw.runtime import docker as docker_rt  # noqa: E402
 from nanoclaw.runtime.image import image_exists  # noqa: E402
-from nanoclaw.sandboxes import SandboxManager  # noqa: E402
+from nanoclaw.lifecycle.sandboxes import SandboxManager  # noqa: E402
 
 HANDED: dict[str, float] = {}
 ARRIVED = threading.Condition()

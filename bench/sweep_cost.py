@@ -28,14 +28,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "container")]
 
 from agent_runner.store import SessionStore  # noqa: E402
 from agent_runner.targets import Target as RunnerTarget  # noqa: E402
-from nanoclaw import create_app  # noqa: E402
-from nanoclaw.active import everything  # noqa: E402
-from nanoclaw.background import Background, outbound_signature  # noqa: E402
+from nanoclaw.app import create_app  # noqa: E402
+from nanoclaw.lifecycle.active import everything  # noqa: E402
+from nanoclaw.lifecycle.background import Background, outbound_signature  # noqa: E402
 from nanoclaw.config import Settings  # noqa: E402
 from nanoclaw.db import database  # noqa: E402
 from nanoclaw.migrate import apply_pending  # noqa: E402
 from nanoclaw.models import AgentGroup, MessagingGroup, Session  # noqa: E402
-from nanoclaw.sandboxes import SandboxManager, sandbox_name  # noqa: E402
+from nanoclaw.lifecycle.sandboxes import SandboxManager, sandbox_name  # noqa: E402
 from nanoclaw.sessions import store  # noqa: E402
 
 ACTIVE_SHARE = 0.01
@@ -127,7 +127,7 @@ def measure(n: int) -> dict:
         assert not bg.last_sweep.stopped and not bg.last_sweep.woken and not bg.last_sweep.resets
 
         def full_pass():
-            from nanoclaw import sweep as sweep_mod
+            from nanoclaw.lifecycle import sweep as sweep_mod
             sweep_mod.sweep_pass(everything(settings), bg.active.running_ids, settings, now=time.time(),
                                  stop=lambda *a: None, wake=lambda *a, **k: None)
         everyone = timed(full_pass, 3)

@@ -1,51 +1,14 @@
-"""NanoClaw: a self-hosted personal AI-agent host."""
-from __future__ import annotations
+"""NanoClaw: a self-hosted personal AI-agent host.
 
-import logging
-
-from flask import Flask
+The package map (pipe order, and what each part may import) is in docs/architecture.md.
+"""
+import sys
+from pathlib import Path
 
 __version__ = "0.1.0"
 
-log = logging.getLogger("nanoclaw")
-
-
-def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
-    """The app factory. `settings` defaults to Settings.load() (environment + .env)."""
-    from .config import Settings
-    from .db import bind, database
-
-    settings = settings or Settings.load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    app = Flask(__name__, template_folder="../templates", static_folder="../static")
-    app.config["NANOCLAW"] = settings
-    app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    from .web import page
-    page.configure(app, settings)
-    bind(settings.database_url)
-
-    @app.before_request
-    def _connect():
-        try:
-            database.connect(reuse_if_open=True)
-        except Exception as exc:  # /healthz reports it; other routes fail on first query
-            log.warning("database unreachable: %s", str(exc).splitlines()[0] if str(exc) else exc)
-
-    @app.teardown_request
-    def _close(_exc):
-        if not database.is_closed():
-            database.close()
-
-    from .web import health, webhooks
-    app.register_blueprint(health.bp)
-    app.register_blueprint(webhooks.bp)
-    app.session_interface = webhooks.PageSessions()
-    page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
-
-    from . import capabilities  # noqa: F401  (approvals, questions: gates, card actions, system ops)
-    from .cli import nanoclaw_group
-    app.cli.add_command(nanoclaw_group)
-    return app
+# The runner's stdlib-only modules (container/agent_runner: session_schema, proposal_rules,
+# attachments) are the one definition both sides use: the host imports them from there.
+_RUNNER_PARENT = str(Path(__file__).resolve().parent.parent / "container")
+if _RUNNER_PARENT not in sys.path:
+    sys.path.insert(0, _RUNNER_PARENT)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -208,4 +209,28 @@ class Settings:
         )
 
 
-__all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone", "PROJECT_ROOT"]
+def local_secret_key(data_dir: Path) -> str:
+    """A random key kept in data/secret_key (0600), made on first use: never a known default."""
+    path = Path(data_dir) / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    key = secrets.token_urlsafe(48)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process wrote it a moment ago
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(key)
+    return key
+
+
+def install_secret(settings) -> str:
+    """The install's secret: signs the page's cookies and CSRF tokens, and keys the Discord
+    Gateway's hand-off (every program of one install shares data/, so they agree on it)."""
+    return settings.secret_key or local_secret_key(settings.data_dir)
+
+
+__all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone", "PROJECT_ROOT", "install_secret",
+           "local_secret_key"]

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .models import AgentGroup
+
 DEFAULT_BLOCKED_PATTERNS = (
     ".ssh", ".gnupg", ".gpg", ".aws", ".azure", ".gcloud", ".kube", ".docker", "credentials",
     ".env", ".netrc", ".npmrc", ".pypirc", "id_rsa", "id_ed25519", "private_key", ".secret",
@@ -259,3 +261,15 @@ __all__ = [
     "AllowedRoot", "Allowlist", "current_allowlist", "validate_mount", "validate_mounts",
     "blocked_pattern", "name_problem",
 ]
+
+
+# --- what an agent declares (agent_groups.container_config['mounts']) ------------------------------
+
+def declared_mounts(agent: AgentGroup) -> list[dict]:
+    return list((agent.container_config or {}).get("mounts", []))
+
+
+def save_mounts(agent: AgentGroup, mounts: list[dict]) -> None:
+    config = dict(agent.container_config or {})
+    config["mounts"] = mounts
+    AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()

@@ -3,9 +3,7 @@
 One definition (container/agent_runner/proposal_rules.py, stdlib only) serves both sides, the way
 session_schema does.
 """
-from .sessions import session_schema  # noqa: F401  (puts container/ on sys.path)
-
-from agent_runner.proposal_rules import (  # noqa: E402
+from agent_runner.proposal_rules import (  # container/ is on sys.path: see nanoclaw/__init__.py
     MAX_PACKAGES, HostEntry, RuleError, check_agent, check_host_entry, check_hostname, check_mcp_server,
     check_packages, check_path_prefix, check_port, check_route_match, check_secret_name, check_text,
     check_upstream, split_host_port)

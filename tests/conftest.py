@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoclaw import create_app
+from nanoclaw.app import create_app
 from nanoclaw.config import PROJECT_ROOT, Settings
 from nanoclaw.db import open_database
 from nanoclaw.migrate import apply_pending

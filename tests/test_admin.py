@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 
-from nanoclaw import actions, pending
+from nanoclaw.approvals import actions, pending
 from nanoclaw.channels.base import Card, get_adapter
 from nanoclaw.channels import web as webchannel
 from nanoclaw.models import (AgentGroup, AuditLog, MessagingGroup, Session, User, UserRole, WebLoginToken,
                              WebMessage, WebSession, Wiring, utcnow)
 from nanoclaw.sessions.store import Target
-from nanoclaw.sweep import Claim, SessionView
+from nanoclaw.lifecycle.sweep import Claim, SessionView
 from nanoclaw.web import sandbox_state
 
 OWNER = "telegram:42"
@@ -353,7 +353,7 @@ def test_sandbox_state_rules():
 
 
 def test_tasks_view_lists_scheduled_tasks(owner, site):
-    from nanoclaw import scheduling
+    from nanoclaw.tasks import scheduling
     mg = MessagingGroup.create(channel_type="telegram", platform_id="6")
     session = Session.create(id="stask", agent_group=AgentGroup.get(), messaging_group=mg)
     scheduling.schedule(AgentGroup.get(), session, "water the plants", at="2099-01-01T09:00", tz="UTC")
@@ -435,7 +435,7 @@ def last_audit(action):
 
 
 def test_page_changes_are_audited_with_why_and_a_diff(owner, site, allowed):
-    from nanoclaw import scheduling
+    from nanoclaw.tasks import scheduling
     from nanoclaw.models import ScheduledTask
     token = token_for(owner, "/admin/wirings")
     owner.post("/admin/wirings", data={"csrf_token": token, "channel": "telegram", "chat_id": "-100777", "agent": "andy",
@@ -569,7 +569,7 @@ def test_empty_chat_message_is_refused(owner):
 # --- the real approval and question capabilities on the page ----------------------------------
 
 def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site, cli):
-    from nanoclaw import router
+    from nanoclaw.inbound import router
     from nanoclaw.channels.base import InboundEvent
     from nanoclaw.models import PendingSenderApproval, UserDm
     from nanoclaw.sessions import store

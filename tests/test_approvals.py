@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nanoclaw.approvals import Candidate, choose_approver, where
+from nanoclaw.approvals.common import Candidate, choose_approver, where
 from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, DroppedMessage, MessagingGroup,
                              PendingChannelApproval, PendingSenderApproval, Session, UserDm, Wiring)
 from nanoclaw.sessions import session_schema as schema
@@ -300,7 +300,7 @@ def test_owner_in_a_new_chat_with_two_agents_gets_a_card(app, tg):
 def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
     """The operator page sends the card's own action ids (channel 'web', no chat) and replies to
     a "name the new agent" item through pending.reply."""
-    from nanoclaw import actions, pending
+    from nanoclaw.approvals import actions, pending
     from nanoclaw.channels.base import Action
     owner_with_andy(app)
     cli(app, "agent", "create", "Bea")

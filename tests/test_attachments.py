@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from nanoclaw import create_app
+from nanoclaw.app import create_app
 from nanoclaw.channels.download import AttachmentError, AttachmentTooLarge, fetch, host_allowed
 from nanoclaw.channels.slack import SlackAdapter
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import Session
-from nanoclaw.router import route
+from nanoclaw.inbound.router import route
 from nanoclaw.sessions import session_schema as schema
-from nanoclaw.sessions.inbox import describe, safe_dir, safe_name, unique_name
+from nanoclaw.inbound.inbox import describe, safe_dir, safe_name, unique_name
 from tests.fakes import discord_api, slack_api, whatsapp_api
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.platform_server import FakePlatform
@@ -522,7 +522,7 @@ def discord_payload(host: str) -> dict:
 
 
 def route_discord(app, payload: dict):
-    from nanoclaw.channels.discord_gateway import message_to_event
+    from nanoclaw.channels.discord_messages import message_to_event
     assert route(message_to_event(payload, bot_id=discord_api.BOT_ID), app.config["NANOCLAW"]).written
 
 

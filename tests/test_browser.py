@@ -46,8 +46,8 @@ def served(tmp_path_factory):
         require(False, "playwright is not installed (pip install -r requirements-dev.txt)")
     from werkzeug.serving import make_server
 
-    from nanoclaw import create_app
-    from nanoclaw.background import start_service
+    from nanoclaw.app import create_app
+    from nanoclaw.lifecycle.background import start_service
     from nanoclaw.config import Settings
     from nanoclaw.db import database
     from nanoclaw.migrate import apply_pending

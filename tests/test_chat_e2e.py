@@ -28,7 +28,7 @@ def runtime_name(request):
 
 @pytest.fixture
 def e2e(runtime_name, make_settings, sqlite_url, tmp_path, monkeypatch):
-    from nanoclaw import create_app
+    from nanoclaw.app import create_app
     from nanoclaw.db import database
     from nanoclaw.migrate import apply_pending
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)  # as a user who exported it would have

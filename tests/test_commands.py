@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nanoclaw.commands import parse, verdict
+from nanoclaw.inbound.commands import parse, verdict
 from nanoclaw.models import AgentGroup, DroppedMessage, Session
 from nanoclaw.sessions import session_schema as schema
 from tests.fakes.telegram_api import USERNAME

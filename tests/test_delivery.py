@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from nanoclaw.channels.base import DeliveryError, register
-from nanoclaw.delivery import TRANSIENT_HORIZON_S, backoff, deliver_session, gives_up
+from nanoclaw.outbound.delivery import TRANSIENT_HORIZON_S, backoff, deliver_session, gives_up
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, set_destination, write_message
 

@@ -22,15 +22,16 @@ with warnings.catch_warnings():  # discord.py imports audioop (voice), deprecate
     from discord.http import HTTPClient
     from discord.state import ConnectionState
 
-from nanoclaw import actions, create_app
+from nanoclaw.approvals import actions
+from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
 from nanoclaw.channels.discord import DiscordAdapter, decided_card
-from nanoclaw.channels.discord_gateway import message_to_event, payload_from_message
+from nanoclaw.channels.discord_messages import message_to_event, payload_from_message
 from nanoclaw.db import database
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, InboundEvent, Session
-from nanoclaw.router import route
+from nanoclaw.inbound.router import route
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.discord_api import BOT_ID, RATE_LIMITED, TOKEN, FakeDiscord, discord_error

@@ -29,10 +29,13 @@ with warnings.catch_warnings():  # discord.py imports audioop (voice), deprecate
     from discord.gateway import DiscordWebSocket
     from discord.http import Route
 
-from nanoclaw import background, create_app, intake
+from nanoclaw.lifecycle import background
+from nanoclaw.app import create_app
+from nanoclaw.inbound import intake
 from nanoclaw.channels import discord_handoff as handoff
 from nanoclaw.channels.base import MalformedPayload, WebhookRefused
-from nanoclaw.channels.discord_gateway import build_client, payload_from_message
+from nanoclaw.channels.discord_messages import payload_from_message
+from nanoclaw.inbound.discord_gateway import Handoff, build_client, keep
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, InboundEvent, Session
@@ -135,7 +138,7 @@ class Answering:
 # --- handed over: routed and woken at once ------------------------------------------------------
 
 def test_a_gateway_message_reaches_the_session_and_wakes_it_at_once(web):
-    gateway = handoff.Handoff(web.gateway_settings)
+    gateway = Handoff(web.gateway_settings)
     started = time.monotonic()
     assert gateway.forward_message(dm_message(), BOT_ID, "Andy") == "delivered"
     assert web.intake.wait_idle(10)
@@ -151,7 +154,7 @@ def test_a_gateway_message_reaches_the_session_and_wakes_it_at_once(web):
 
 
 def test_the_same_message_handed_over_twice_is_written_once(web):
-    gateway = handoff.Handoff(web.gateway_settings)
+    gateway = Handoff(web.gateway_settings)
     message = dm_message()
     assert gateway.forward_message(message, BOT_ID) == "delivered"
     assert gateway.forward_message(message, BOT_ID) == "delivered"  # acknowledged and ignored
@@ -160,7 +163,7 @@ def test_the_same_message_handed_over_twice_is_written_once(web):
 
 
 def test_a_thread_message_keeps_its_thread_and_a_mention_is_a_trigger(web):
-    gateway = handoff.Handoff(web.gateway_settings)
+    gateway = Handoff(web.gateway_settings)
     mention, = discordpy_messages("gateway_message_guild_mention")
     assert gateway.forward_message(mention, BOT_ID, "Andy") == "delivered"
     assert web.intake.wait_idle(10)
@@ -171,7 +174,7 @@ def test_a_thread_message_keeps_its_thread_and_a_mention_is_a_trigger(web):
 
 
 def test_our_own_echo_and_a_member_join_are_never_handed_over(web):
-    gateway = handoff.Handoff(web.gateway_settings)
+    gateway = Handoff(web.gateway_settings)
     echo, = discordpy_messages("gateway_message_bot_echo")
     payload, channel = payload_from_message(echo)
     assert gateway.forward(payload, channel, BOT_ID) == "ignored"
@@ -262,8 +265,8 @@ def test_when_the_web_program_does_not_answer_the_message_is_kept_and_recovered(
     slept: list[float] = []
 
     def run(port):
-        gateway = handoff.Handoff(dataclasses.replace(web.settings, port=port), sleep=slept.append)
-        with caplog.at_level(logging.WARNING, logger="nanoclaw.channels.discord_handoff"):
+        gateway = Handoff(dataclasses.replace(web.settings, port=port), sleep=slept.append)
+        with caplog.at_level(logging.WARNING, logger="nanoclaw.inbound.discord_gateway"):
             outcome = gateway.forward_message(dm_message(), BOT_ID, "Andy")
         return gateway, outcome
 
@@ -282,7 +285,7 @@ def test_when_the_web_program_does_not_answer_the_message_is_kept_and_recovered(
 
 def test_while_the_web_program_is_down_each_message_tries_once(web, refusing_port):
     slept: list[float] = []
-    gateway = handoff.Handoff(dataclasses.replace(web.settings, port=refusing_port), sleep=slept.append)
+    gateway = Handoff(dataclasses.replace(web.settings, port=refusing_port), sleep=slept.append)
     first, second = discordpy_messages("gateway_message_dm", "gateway_message_guild_mention")
     assert gateway.forward_message(first, BOT_ID, "Andy") == "kept"
     assert gateway.forward_message(second, BOT_ID, "Andy") == "kept"
@@ -297,10 +300,10 @@ def test_while_the_web_program_is_down_each_message_tries_once(web, refusing_por
 def test_a_hand_off_the_web_program_refuses_is_an_error_kept_not_retried(web, caplog):
     other = dataclasses.replace(web.gateway_settings, secret_key="a-different-secret-key")  # misconfigured
     slept: list[float] = []
-    gateway = handoff.Handoff(other, sleep=slept.append)
-    with caplog.at_level(logging.WARNING, logger="nanoclaw.channels.discord_handoff"):
+    gateway = Handoff(other, sleep=slept.append)
+    with caplog.at_level(logging.WARNING, logger="nanoclaw.inbound.discord_gateway"):
         assert gateway.forward_message(dm_message(), BOT_ID, "Andy") == "kept"
-    [record] = [r for r in caplog.records if r.name == "nanoclaw.channels.discord_handoff"]
+    [record] = [r for r in caplog.records if r.name == "nanoclaw.inbound.discord_gateway"]
     assert record.levelno == logging.ERROR and "refused" in record.getMessage() and "401" in record.getMessage()
     assert slept == []  # not retried
     assert web.intake.wait_idle(5)
@@ -310,11 +313,11 @@ def test_a_hand_off_the_web_program_refuses_is_an_error_kept_not_retried(web, ca
 
 
 def test_a_hand_off_that_timed_out_but_arrived_is_not_kept_twice(web):
-    gateway = handoff.Handoff(web.gateway_settings)
+    gateway = Handoff(web.gateway_settings)
     assert gateway.forward_message(dm_message(), BOT_ID) == "delivered"
     assert web.intake.wait_idle(10)
     event = handoff.decode(handoff.encode(*payload_from_message(dm_message()), BOT_ID, None))
-    assert handoff.keep(event) is False  # the dedup row is there: the recovery pass has nothing to do
+    assert keep(event) is False  # the dedup row is there: the recovery pass has nothing to do
     assert unrouted() == 0 and texts(web) == [DM_TEXT]
 
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from nanoclaw.models import AgentGroup, DroppedMessage, PendingSenderApproval, Session
-from nanoclaw.router import engages, trigger_pattern
+from nanoclaw.inbound.router import engages, trigger_pattern
 from nanoclaw.sessions import session_schema as schema
-from nanoclaw.wiring import resolve_engage
+from nanoclaw.inbound.wiring import resolve_engage
 from tests.fakes.model_api import Reply
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
 from tests.tg_flow import telegram_app, cards, message, person, post, sandbox_service, texts

@@ -12,7 +12,7 @@ def test_healthz_ok(app):
 
 
 def test_healthz_503_when_database_unreachable(make_settings):
-    from nanoclaw import create_app
+    from nanoclaw.app import create_app
     app = create_app(make_settings(DATABASE_URL="postgresql://nobody@127.0.0.1:1/none"))
     response = app.test_client().get("/healthz")
     assert response.status_code == 503

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from nanoclaw.image_prune import prune_stale_images
+from nanoclaw.lifecycle.image_prune import prune_stale_images
 from nanoclaw.models import AgentGroup, Session
 from nanoclaw.runtime import docker as docker_rt
 from nanoclaw.runtime.image import group_image_repo, stale_group_images
-from nanoclaw.sandboxes import SandboxManager, build_spec, sandbox_name
+from nanoclaw.lifecycle.sandboxes import SandboxManager, build_spec, sandbox_name
 from nanoclaw.sessions import store
 from tests.conftest import require
 
@@ -33,7 +33,7 @@ def engine(make_settings, sqlite_url, monkeypatch):
         client.images.get(settings.agent_image)
     except Exception:  # noqa: BLE001
         require(False, f"no agent image {settings.agent_image} (flask --app app nanoclaw image build)")
-    from nanoclaw import create_app
+    from nanoclaw.app import create_app
     from nanoclaw.db import database
     from nanoclaw.migrate import apply_pending
     app = create_app(settings)

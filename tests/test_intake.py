@@ -13,7 +13,8 @@ from datetime import timedelta
 
 import pytest
 
-from nanoclaw import background, intake
+from nanoclaw.lifecycle import background
+from nanoclaw.inbound import intake
 from nanoclaw.models import InboundEvent as InboundEventRow
 from nanoclaw.models import Session, utcnow
 from nanoclaw.sessions import session_schema as schema
@@ -198,7 +199,7 @@ def test_a_batch_keeps_each_sessions_writes_together_or_not_at_all(tmp_path):
 def test_a_round_keeps_only_yes_answers(app):
     """Inside an intake round a sender found known stays known (the events arrived together); a
     sender not known is asked again each time, since a gate may add them in the same round."""
-    from nanoclaw import lookups
+    from nanoclaw.inbound import lookups
     from nanoclaw.models import AgentGroup, AgentGroupMember, User
 
     andy = AgentGroup.get(AgentGroup.folder == "andy")

@@ -29,7 +29,7 @@ import pytest
 from conftest import require
 from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
-from nanoclaw.background import SWEEP_INTERVAL_S
+from nanoclaw.lifecycle.background import SWEEP_INTERVAL_S
 from nanoclaw.config import PROJECT_ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telegram"

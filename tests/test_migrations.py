@@ -66,7 +66,7 @@ def test_migrate_command_is_idempotent(cli):
 
 
 def test_commands_refuse_before_migration(make_settings, sqlite_url):
-    from nanoclaw import create_app
+    from nanoclaw.app import create_app
     app = create_app(make_settings(DATABASE_URL=sqlite_url))
     result = app.test_cli_runner().invoke(args=["nanoclaw", "agent", "list"])
     assert result.exit_code == 2

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from nanoclaw import create_app
+from nanoclaw.app import create_app
 from nanoclaw.db import database
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AgentGroup, AuditLog, HelpRequest, PendingProposal, Session
-from nanoclaw.pending import pending_items, reply as page_reply
+from nanoclaw.approvals.pending import pending_items, reply as page_reply
 from nanoclaw.runtime.image import group_dockerfile, group_image_tag
-from nanoclaw.sandboxes import build_spec
+from nanoclaw.lifecycle.sandboxes import build_spec
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from tests.fakes.telegram_api import TOKEN
@@ -237,7 +237,7 @@ def test_mcp_server_goes_into_the_sandbox_spec(app, tg):
     post(app, click(buttons(card)["✅ Approve"], OWNER, card))
     config = AgentGroup.get(AgentGroup.folder == "andy").container_config
     assert config["mcp_servers"]["fetch"]["command"] == "python3"
-    from nanoclaw.sandboxes import agent_capabilities
+    from nanoclaw.lifecycle.sandboxes import agent_capabilities
     spec = build_spec(app.config["NANOCLAW"], "andy", "s1", **agent_capabilities("andy"))
     servers = extra_mcp_servers({**spec.env, "TZ": "UTC"})
     assert servers == {"fetch": {"type": "stdio", "command": "python3", "args": ["-m", "fetcher"],
@@ -280,7 +280,7 @@ def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
 
 
 def test_page_lists_proposals_with_the_cards_buttons_and_forms(app, tg):
-    from nanoclaw import actions
+    from nanoclaw.approvals import actions
     from nanoclaw.channels.base import Action
     settings = app.config["NANOCLAW"]
     path = session_path(app)

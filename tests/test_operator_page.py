@@ -17,7 +17,7 @@ import re
 import pytest
 
 from nanoclaw.config import Settings, SettingsError
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.models import AgentGroup, AuditLog, PendingChannelApproval, PendingProposal, Session, Wiring
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
@@ -347,7 +347,7 @@ def test_the_page_can_name_the_agent_after_create_new_was_clicked_in_chat(app, o
 
 
 def test_only_someone_allowed_to_decide_may_create(app, tg):
-    from nanoclaw.approvals import create_from_page
+    from nanoclaw.approvals.chats import create_from_page
     app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Bea"])
     row = unknown_chat(app, tg)
     answer = create_from_page("telegram:666", str(row.id), {"name": "Mine"}, app.config["NANOCLAW"])

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.models import AuditLog, PendingQuestion, Session
-from nanoclaw.questions import deliver_question
+from nanoclaw.approvals.questions import deliver_question
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from tests.fakes.model_api import Reply
@@ -116,7 +116,7 @@ def test_a_click_after_the_timeout_is_told_the_question_expired(app, tg):
 def test_a_question_row_applied_again_sends_no_second_card(app, tg):
     path, qid = ask(app)
     pq = PendingQuestion.get()
-    from nanoclaw.delivery import Outgoing
+    from nanoclaw.outbound.delivery import Outgoing
     row = Outgoing("x", 1, None, Target("telegram", "111"), {"op": "question", "question_id": qid, "question": "?",
                                                             "options": ["a"]})
     assert deliver_question(path, row, app.config["NANOCLAW"]) == pq.card_message_id

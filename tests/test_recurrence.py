@@ -4,7 +4,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from nanoclaw.recurrence import ScheduleError, first_run, next_run, parse_every, parse_local
+from nanoclaw.tasks.recurrence import ScheduleError, first_run, next_run, parse_every, parse_local
 
 UTC = timezone.utc
 NOW = datetime(2026, 1, 15, 12, 0, 0, tzinfo=UTC)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 
-from nanoclaw import delivery, retention, scheduling
-from nanoclaw.active import SessionRef
+from nanoclaw.outbound import delivery
+from nanoclaw.lifecycle import retention
+from nanoclaw.tasks import runs, scheduling
+from nanoclaw.sessions.store import SessionRef
 from nanoclaw.models import AuditLog, ScheduledTask, Session
-from nanoclaw.retention import RunView, keep_reason, remove_finished_runs
+from nanoclaw.lifecycle.retention import RunView, keep_reason, remove_finished_runs
 from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
 from tests.fakes.model_api import Reply
 from tests.test_scheduling import make_session
@@ -58,7 +60,7 @@ def run_isolated(settings, group, origin, *, answer=True, deliver=True) -> Sessi
     """One isolated run: fired by the host, answered by the agent (the runner's store), delivered."""
     task = scheduling.schedule(group, origin, "read me the news", every="1h", context="isolated", tz="UTC")
     due = scheduling.from_db(task.next_run_at)
-    ref = scheduling.fire(settings, task.id, due, now=due).ref
+    ref = runs.fire(settings, task.id, due, now=due).ref
     if answer:
         agent = SessionStore(ref.path)
         [(row, _)] = agent.pending_rows()
@@ -117,7 +119,7 @@ def test_a_run_prepared_but_not_fired_yet_is_kept(app):
     settings = app.config["NANOCLAW"]
     group, origin = make_session(settings, "andy")
     task = scheduling.schedule(group, origin, "read me the news", every="1h", context="isolated", tz="UTC")
-    ref = scheduling.prepare_run(settings, task.id, scheduling.from_db(task.next_run_at))  # the pre-wake
+    ref = runs.prepare_run(settings, task.id, scheduling.from_db(task.next_run_at))  # the pre-wake
     Session.update(last_active_at=datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=3)).execute()
     assert remove_finished_runs(settings, Sandboxes(), now=time.time() + 3 * 24 * HOUR) == []
     assert ref.path.is_dir()

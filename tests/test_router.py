@@ -5,7 +5,7 @@ import pytest
 
 from nanoclaw.channels.base import InboundEvent
 from nanoclaw.models import DroppedMessage, Session
-from nanoclaw.router import engages, route, sender_admitted, session_thread
+from nanoclaw.inbound.router import engages, route, sender_admitted, session_thread
 from nanoclaw.sessions import session_schema as schema
 
 

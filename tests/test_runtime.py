@@ -18,7 +18,8 @@ from nanoclaw.runtime import bwrap as bwrap_rt
 from nanoclaw.runtime import docker as docker_rt
 from nanoclaw.runtime import limits
 from nanoclaw.runtime.base import (INSTALL_LABEL, Mount, RuntimeUnavailable, SandboxSpec, SecretInSandbox,
-                                   assert_no_secrets, check_spec, extra_target, select_runtime)
+                                   assert_no_secrets, check_spec, extra_target)
+from nanoclaw.runtime.select import select_runtime
 from nanoclaw.runtime.image import image_exists, mirror_from_sources
 from tests.conftest import require
 

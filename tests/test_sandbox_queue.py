@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanoclaw.sandboxes import QueuedWake, SandboxManager, pick_next
+from nanoclaw.lifecycle.sandboxes import QueuedWake, SandboxManager, pick_next
 
 
 class MemoryRuntime:

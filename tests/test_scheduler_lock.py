@@ -12,7 +12,8 @@ from nanoclaw.config import PROJECT_ROOT
 
 CHILD = r"""
 import os, sys, time
-from nanoclaw import background, create_app
+from nanoclaw.app import create_app
+from nanoclaw.lifecycle import background
 marker = sys.argv[1]
 original = background.Background.sweep
 def sweep(self, full=False):

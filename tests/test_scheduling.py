@@ -13,9 +13,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from nanoclaw import delivery, scheduling
+from nanoclaw.outbound import delivery
+from nanoclaw.tasks import runs, scheduling
 from nanoclaw.models import AgentGroup, MessagingGroup, ScheduledTask, Session
-from nanoclaw.scheduling import TaskError, from_db, parse_schedule, to_db
+from nanoclaw.tasks.scheduling import TaskError, from_db, parse_schedule, to_db
 from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
 from nanoclaw.sessions import store
 
@@ -220,10 +221,10 @@ def test_a_group_run_continues_the_chats_session_and_is_written_once(app):
     group, session = make_session(settings, "andy")
     task = scheduling.schedule(group, session, "morning brief", cron="0 9 * * *", tz=TZ, now=NOW)
     due = from_db(task.next_run_at)
-    run = scheduling.fire(settings, task.id, due, now=due)
+    run = runs.fire(settings, task.id, due, now=due)
     assert run.ref.session_id == session.id and not run.ref.isolated_run
     assert run.next_run == datetime(2026, 3, 8, 13, 0, tzinfo=UTC)  # 09:00 local again: DST began that night
-    assert scheduling.fire(settings, task.id, due, now=due) is None  # that run moved on already
+    assert runs.fire(settings, task.id, due, now=due) is None  # that run moved on already
     rows = inbound_rows(path_of(settings, session), "kind = 'task'")
     assert len(rows) == 1 and rows[0]["trigger"] == 1 and rows[0]["status"] == "pending"
     assert json.loads(rows[0]["content"])["text"] == "morning brief"
@@ -235,9 +236,9 @@ def test_a_run_interrupted_before_it_moved_on_is_not_written_twice(app):
     group, session = make_session(settings, "andy")
     task = scheduling.schedule(group, session, "water", every="1h", tz=TZ, now=NOW)
     due = from_db(task.next_run_at)
-    scheduling.fire(settings, task.id, due, now=due)
+    runs.fire(settings, task.id, due, now=due)
     ScheduledTask.update(next_run_at=to_db(due), runs=0).where(ScheduledTask.id == task.id).execute()  # the crash
-    scheduling.fire(settings, task.id, due, now=due + timedelta(seconds=3))
+    runs.fire(settings, task.id, due, now=due + timedelta(seconds=3))
     assert len(inbound_rows(path_of(settings, session), "kind = 'task'")) == 1
     assert from_db(ScheduledTask.get_by_id(task.id).next_run_at) == due + timedelta(hours=1)
 
@@ -248,7 +249,7 @@ def test_after_downtime_an_overdue_task_runs_once_then_stays_on_its_grid(app):
     task = scheduling.schedule(group, session, "daily", cron="30 8 * * *", tz=TZ, now=NOW)
     due = from_db(task.next_run_at)
     back = due + timedelta(days=3, hours=2)  # the host was down for three days
-    run = scheduling.fire(settings, task.id, due, now=back)
+    run = runs.fire(settings, task.id, due, now=back)
     assert run.next_run.astimezone(ZoneInfo(TZ)).strftime("%H:%M") == "08:30" and run.next_run > back
     assert run.next_run - back < timedelta(days=1)
     assert len(inbound_rows(path_of(settings, session), "kind = 'task'")) == 1
@@ -258,9 +259,9 @@ def test_an_isolated_run_gets_a_fresh_session_answering_in_the_same_chat(app):
     settings = replace(app.config["NANOCLAW"], timezone=TZ)
     group, session = make_session(settings, "andy")
     task = scheduling.schedule(group, session, "news digest", every="1d", context="isolated", tz=TZ, now=NOW)
-    first = scheduling.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=1))
+    first = runs.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=1))
     task = ScheduledTask.get_by_id(task.id)
-    second = scheduling.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=2))
+    second = runs.fire(settings, task.id, from_db(task.next_run_at), now=NOW + timedelta(days=2))
     refs = [first.ref, second.ref]
     assert all(r.isolated_run for r in refs) and len({r.session_id for r in refs} | {session.id}) == 3
     for ref in refs:
@@ -275,7 +276,7 @@ def test_a_paused_task_does_not_run(app):
     group, session = make_session(settings, "andy")
     task = scheduling.schedule(group, session, "ping", every="1h", tz=TZ, now=NOW)
     scheduling.set_state(group, task.id, "pause", tz=TZ)
-    assert scheduling.fire(settings, task.id, from_db(task.next_run_at)) is None
+    assert runs.fire(settings, task.id, from_db(task.next_run_at)) is None
     assert inbound_rows(path_of(settings, session), "kind = 'task'") == []
 
 

@@ -12,11 +12,12 @@ from urllib.parse import urlencode
 
 import pytest
 
-from nanoclaw import actions, create_app
+from nanoclaw.approvals import actions
+from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
 from nanoclaw.channels.slack import SlackAdapter, emoji_name, plain_text
 from nanoclaw.db import database
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, InboundEvent, Session
 from nanoclaw.sessions import session_schema as schema
@@ -111,7 +112,7 @@ def wire_alice(app):
 def test_a_slow_user_lookup_never_holds_up_the_acknowledgement(app, fake):
     """Slack wants the 200 within 3 s. The sender's name (users.info) is looked up on the intake
     thread, after the acknowledgement; the stored message still carries it."""
-    from nanoclaw import background
+    from nanoclaw.lifecycle import background
     wire_alice(app)
     fake.users_info_delay = 2.5
     thread = background.start_intake(app)

@@ -12,14 +12,14 @@ import uuid
 import pytest
 
 from fakes.telegram_api import TOKEN, FakeTelegram
-from nanoclaw import sandboxes
-from nanoclaw.background import tell_owner
+from nanoclaw.lifecycle import sandboxes
+from nanoclaw.lifecycle.background import tell_owner
 from nanoclaw.runtime import bwrap as bwrap_rt
 from nanoclaw.runtime import docker as docker_rt
-from nanoclaw.sandboxes import SandboxManager, sandbox_name
+from nanoclaw.lifecycle.sandboxes import SandboxManager, sandbox_name
 from nanoclaw.sessions import store
-from nanoclaw.start_failures import (MAX_BACKOFF_S, NOTICE_AFTER, StartState, came_up, short_reason, should_tell,
-                                     wait_s)
+from nanoclaw.lifecycle.start_failures import (MAX_BACKOFF_S, NOTICE_AFTER, StartState, came_up, short_reason,
+                                               should_tell, wait_s)
 from tests.conftest import require
 
 FOLDER, CHAT = "andy", store.Target("telegram", "4242")

@@ -1,8 +1,8 @@
 """The sweep's pure decision, rule by rule."""
 import pytest
 
-from nanoclaw.sweep import (CEILING_S, CLAIM_TOLERANCE_S, IDLE_S, MAX_TRIES, Claim, Decision, Reset,
-                            SessionView, decide)
+from nanoclaw.lifecycle.sweep import (CEILING_S, CLAIM_TOLERANCE_S, IDLE_S, MAX_TRIES, Claim, Decision, Reset,
+                                      SessionView, decide)
 
 NOW = 1_000_000.0
 

@@ -10,12 +10,12 @@ import time
 import pytest
 
 from fakes.telegram_api import TOKEN, FakeTelegram
-from nanoclaw import delivery
-from nanoclaw.active import SessionRef
+from nanoclaw.outbound import delivery
+from nanoclaw.sessions.store import SessionRef
 from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
 from nanoclaw.sessions import store
-from nanoclaw.sweep import (CLAIM_TOLERANCE_S, IDLE_S, MAX_TRIES, TASK_RUN_IDLE_S, backoff_s, read_view,
-                            sweep_pass)
+from nanoclaw.lifecycle.sweep import (CLAIM_TOLERANCE_S, IDLE_S, MAX_TRIES, TASK_RUN_IDLE_S, backoff_s, read_view,
+                                      sweep_pass)
 
 from agent_runner.store import SessionStore  # noqa: E402
 from agent_runner.targets import Target as RunnerTarget  # noqa: E402
@@ -93,7 +93,7 @@ def test_claims_left_by_a_dead_sandbox_are_retried_with_backoff_and_the_session_
 
 
 def schema_epoch(iso):
-    from nanoclaw.sweep import epoch
+    from nanoclaw.lifecycle.sweep import epoch
     return epoch(iso)
 
 

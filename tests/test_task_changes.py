@@ -12,10 +12,10 @@ from datetime import datetime, timedelta, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from nanoclaw import scheduling
+from nanoclaw.tasks import scheduling
 from nanoclaw.config import PROJECT_ROOT
 from nanoclaw.models import ScheduledTask
-from nanoclaw.task_timer import RECONCILE_S, TaskTimer
+from nanoclaw.tasks.timer import RECONCILE_S, TaskTimer
 from nanoclaw.sessions import session_schema as schema
 from tests.test_scheduling import make_session, path_of
 

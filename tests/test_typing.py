@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from nanoclaw import typing_indicator as ti
+from nanoclaw.outbound import typing_indicator as ti
 from nanoclaw.channels.base import DeliveryError, register
-from nanoclaw.delivery import deliver_session, open_session
+from nanoclaw.outbound.delivery import deliver_session, open_session
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, write_message
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from nanoclaw import actions, create_app
+from nanoclaw.approvals import actions
+from nanoclaw.app import create_app
 from nanoclaw.channels.base import Action, Card, DeliveryError
 from nanoclaw.channels.download import AttachmentError
 from nanoclaw.channels.whatsapp import WhatsAppAdapter, media_intact, parse_payload
 from nanoclaw.db import database
-from nanoclaw.delivery import deliver_session
+from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, InboundEvent, Session
 from nanoclaw.sessions import session_schema as schema

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from nanoclaw import create_app
+from nanoclaw.app import create_app
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from tests.fakes.telegram_api import TOKEN, USERNAME, FakeTelegram
@@ -152,12 +152,13 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
     import shutil
 
     from conftest import require
-    from nanoclaw import background, create_app
+    from nanoclaw.lifecycle import background
+    from nanoclaw.app import create_app
     from nanoclaw.db import database
     from nanoclaw.migrate import apply_pending
     from nanoclaw.proxy import ProxyServer
-    from nanoclaw.runtime.base import select_runtime
-    from nanoclaw.sandboxes import SandboxManager, mounts_for
+    from nanoclaw.runtime.select import select_runtime
+    from nanoclaw.lifecycle.sandboxes import SandboxManager, mounts_for
     from tests.fakes.model_api import FakeModel
     from tests.fakes.telegram_api import TOKEN
 

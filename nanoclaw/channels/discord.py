@@ -207,7 +207,7 @@ class DiscordAdapter:
     def _gateway_message(self, headers, body: bytes) -> Parsed:
         """A message our own Gateway program handed over (discord_handoff.py), HMAC-signed."""
         if self._handoff_key is None:  # the page's SECRET_KEY is fixed for the web program's life
-            self._handoff_key = handoff.handoff_key(handoff.install_secret(self.settings))
+            self._handoff_key = handoff.key_for(self.settings)
         handoff.verify(self._handoff_key, headers, body, self.clock())
         event = handoff.decode(body)
         return Parsed(events=[event] if event is not None else [])

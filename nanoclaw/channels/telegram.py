@@ -11,7 +11,7 @@ every request is refused (403). The update_id is the dedup key.
     of the bot, a /command@<bot username>, or a reply to one of the bot's messages.
   - attachments: metadata (kind, file_id, name, mime, size) in InboundEvent.attachments;
     fetch_attachment downloads one (getFile, then `{TELEGRAM_API_BASE}/file/bot{token}/{file_path}`)
-    for the router to save in the session's inbox/ (nanoclaw/sessions/inbox.py).
+    for the router to save in the session's inbox/ (nanoclaw/inbound/inbox.py).
   - callback_query → Action; acknowledge_action always answers it (answerCallbackQuery) with the
     handler's text as a toast, which also stops the client's spinner.
 Outbound: `{TELEGRAM_API_BASE}/bot{token}/{method}`, plain text (no parse mode), split at 4096
@@ -30,13 +30,10 @@ import time
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-import click
 import requests
-from flask import current_app
-from flask.cli import AppGroup
 
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
-                   get_adapter, iso_utc, register)
+                   iso_utc, register)
 from .download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from .parts import PartialSends
 from .text import split_text
@@ -384,54 +381,3 @@ class TelegramAdapter:
             wait = str((answer.get("parameters") or {}).get("retry_after") or resp.headers.get("Retry-After", ""))
             raise DeliveryError(reason, retry_after=float(wait) if wait.replace(".", "", 1).isdigit() else None)
         raise DeliveryError(reason, permanent=400 <= code < 500)
-
-
-# --- `flask --app app nanoclaw telegram …` -----------------------------------------------------
-
-def webhook_problem(platform: dict, url: str) -> str | None:
-    """Why set-webhook cannot go ahead, as one line; None when it can."""
-    if not platform.get("TELEGRAM_BOT_TOKEN"):
-        return "TELEGRAM_BOT_TOKEN is not set; put the token from @BotFather in .env"
-    secret = platform.get("TELEGRAM_WEBHOOK_SECRET")
-    if not secret:
-        return "TELEGRAM_WEBHOOK_SECRET is not set; put a random string (A-Z, a-z, 0-9, _ and -) in .env"
-    if not SECRET_RE.fullmatch(secret):
-        return "TELEGRAM_WEBHOOK_SECRET may only hold 1-256 of A-Z, a-z, 0-9, _ and -"
-    if not url.startswith("https://"):
-        return f"{url!r} is not an https:// URL; Telegram only calls webhooks over HTTPS"
-    return None
-
-
-telegram_cli = AppGroup("telegram", help="Telegram: register the webhook and show its state.")
-
-
-@telegram_cli.command("set-webhook")
-@click.argument("url")
-@click.option("--drop-pending", is_flag=True, help="Discard updates Telegram queued while no webhook answered.")
-def set_webhook_command(url: str, drop_pending: bool):
-    """Point the bot at URL (…/webhooks/telegram), with the secret header and the update types we use."""
-    from ..cli import Mistake
-    settings = current_app.config["NANOCLAW"]
-    problem = webhook_problem(settings.platform, url)
-    if problem:
-        raise Mistake(problem)
-    if not url.rstrip("/").endswith("/webhooks/telegram"):
-        click.echo(f"note: {url} does not end in /webhooks/telegram, where NanoClaw listens", err=True)
-    try:
-        get_adapter("telegram", settings).set_webhook(url, drop_pending)
-    except DeliveryError as exc:
-        raise Mistake(f"Telegram refused the webhook: {exc}") from None
-    click.echo(f"webhook set to {url} (updates: {', '.join(ALLOWED_UPDATES)}; secret token required)")
-
-
-@telegram_cli.command("webhook-info")
-def webhook_info_command():
-    """What Telegram knows about our webhook: URL, pending updates, last error."""
-    from ..cli import Mistake
-    try:
-        info = get_adapter("telegram", current_app.config["NANOCLAW"]).webhook_info()
-    except DeliveryError as exc:
-        raise Mistake(str(exc)) from None
-    for key in ("url", "pending_update_count", "last_error_message", "allowed_updates"):
-        if info.get(key) not in (None, ""):
-            click.echo(f"{key}: {info[key]}")

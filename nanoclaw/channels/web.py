@@ -1,7 +1,7 @@
 """The local `web` channel: the /chat page where a logged-in owner or admin talks to an agent.
 
-There is no platform behind it. Inbound: the page calls `post()`, which records the
-user's line in web_messages and routes it like any platform's message. Outbound:
+There is no platform behind it. Inbound: the page (web/chat.py) records the user's line in
+web_messages and routes it like any platform's message. Outbound:
 delivery hands rows to WebAdapter, which stores them in web_messages, where the page
 (polling a small JSON endpoint) picks them up. Platform message ids are "web-<row id>".
 
@@ -11,16 +11,14 @@ channel does), so two admins never read each other's conversations.
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .base import Card, DeliveryError, InboundEvent, iso_utc, register
+from .base import Card, DeliveryError, register
 from ..db import database
-from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, utcnow
+from ..models import WebMessage, utcnow
 from ..sessions.store import Target
 
 CHANNEL = "web"
@@ -53,47 +51,6 @@ def _connected():
     finally:
         if opened:
             database.close()
-
-
-def ensure_web_chat(agent: AgentGroup, user_id: str) -> MessagingGroup:
-    """The user's web chat with `agent`: a DM wired to it (created on first use).
-
-    The page itself is behind a login, so the chat admits its one sender ('public')."""
-    with database.atomic():
-        mg, _ = MessagingGroup.get_or_create(channel_type=CHANNEL, platform_id=chat_id_for(user_id, agent.folder),
-                                             defaults={"kind": "dm", "name": f"web chat with {agent.name}",
-                                                       "unknown_sender_policy": "public"})
-        Wiring.get_or_create(messaging_group=mg, agent_group=agent,
-                             defaults={"engage_mode": "pattern", "engage_pattern": "."})
-    return mg
-
-
-@dataclass(frozen=True)
-class Posted:
-    message: WebMessage
-    routed: bool
-    dropped: str | None
-    sessions: list      # router Sessions that were given a trigger
-
-
-def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake=None) -> Posted:
-    """The user typed `text` on the page: record it, then route it like any inbound message."""
-    from .. import router
-    text = text.strip()[:MAX_TEXT]
-    ensure_web_chat(agent, user_id)
-    chat_id = chat_id_for(user_id, agent.folder)
-    row = WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text=text)
-    event = InboundEvent(channel=CHANNEL, event_id=uuid.uuid4().hex, chat_id=chat_id, kind="dm",
-                         sender_id=user_id, sender_name=user_name, text=text, timestamp=iso_utc(time.time()),
-                         message_id=message_ref(row.id), mentioned=True)
-    woken = []
-
-    def on_wake(session):
-        woken.append(session)
-        if wake is not None:
-            wake(session)
-    result = router.route(event, settings, wake=on_wake)
-    return Posted(row, bool(result.written), result.dropped, woken)
 
 
 def serialize(row: WebMessage) -> dict:

@@ -17,6 +17,12 @@ from ..proxy.credentials import HostSecrets
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
 from . import checks
+from ..approvals.common import create_agent
+from ..proxy.policy import check_route
+from ..runtime import docker as docker_rt
+from ..runtime.image import ImageBuildError, build_group_image
+from ..runtime.image import group_image_repo
+from ..runtime.image import prune_group_images
 
 log = logging.getLogger("nanoclaw.operator.apply")
 
@@ -40,13 +46,11 @@ def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict
         if kind == "egress":
             return {"allow": list(load_for_edit(policy_root(settings), agent.folder, EGRESS_FILE).get("allow", []))}
         if kind == "credential_route":
-            from ..proxy.credentials import check_route
             data = load_for_edit(policy_root(settings), agent.folder, ROUTES_FILE)
             return {"routes": [check_route(r).describe() for r in data.get("routes", [])]}
     except RuleError:
         return {}
     if kind == "install_packages":
-        from ..runtime.image import group_image_repo
         have = config.get("packages") or {}
         return {"apt": have.get("apt", []), "npm": have.get("npm", []),
                 "image": config.get("image") or settings.agent_image,
@@ -83,7 +87,6 @@ def docker_available(settings) -> str | None:
     if settings.runtime == "bwrap":
         return ("this host runs sandboxes with bubblewrap, which uses the host's own programs; packages need "
                 "the Docker runtime (or install them on the host yourself)")
-    from ..runtime import docker as docker_rt
     client, where = docker_rt.connect()
     if client is None:
         return f"no Docker engine answers ({where}); packages need the Docker runtime"
@@ -91,7 +94,6 @@ def docker_available(settings) -> str | None:
 
 
 def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None) -> Outcome:
-    from ..runtime.image import ImageBuildError, build_group_image
     why_not = docker_available(settings)
     if why_not:
         raise ApplyError(why_not)
@@ -127,7 +129,6 @@ def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None) ->
 def _prune_older(folder: str, current: str) -> None:
     """The group's earlier images go now if nothing runs them (else image_prune's job takes them
     once the restarted sandboxes left them); a failure here never fails the approval."""
-    from ..runtime.image import prune_group_images
     try:
         prune_group_images(folder, {current})
     except Exception as exc:
@@ -151,7 +152,6 @@ def apply_mcp(settings, agent: AgentGroup, payload: dict) -> Outcome:
 
 
 def apply_create_agent(settings, payload: dict, actor: str) -> Outcome:
-    from ..approvals import create_agent
     try:
         agent = create_agent(settings, payload["name"], actor)
     except ValueError as exc:

@@ -6,14 +6,12 @@ import logging
 from contextlib import nullcontext
 from pathlib import Path
 
-from .. import router
-from ..approvals import display, pick_approver
-from ..channels.base import Card, get_adapter
+from ..approvals.common import display, edit_card, pick_approver, send_card
 from ..db import database
+from ..inbound import router
 from ..models import Session
-from ..sessions import session_schema as schema
 from ..sessions import store
-from ..sessions.store import Target
+from ..sessions.store import Target, routing_of
 
 log = logging.getLogger("nanoclaw.operator")
 
@@ -27,13 +25,12 @@ def session_for(session_path: Path) -> Session | None:
     return Session.get_or_none(Session.id == session_path.name)
 
 
-def routing_of(session_path: Path) -> Target | None:
-    conn = schema.connect(session_path / schema.INBOUND, readonly=True)
-    try:
-        row = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing").fetchone()
-    finally:
-        conn.close()
-    return Target(*row) if row else None
+def replied_card(model, event):
+    """The row of `model` (help request, proposal) whose chat card this message replies to, if any."""
+    if event.reply_to is None or not event.reply_to.message_id:
+        return None
+    return (model.select().where(model.card_channel == event.channel, model.card_chat_id == event.chat_id,
+                                 model.card_message_id == event.reply_to.message_id).first())
 
 
 def card_place(session: Session, session_path: Path) -> tuple[str | None, Target | None]:
@@ -44,23 +41,6 @@ def card_place(session: Session, session_path: Path) -> tuple[str | None, Target
     if chosen is not None:
         return chosen
     return None, home
-
-
-def send_card(settings, target: Target, card: Card) -> str | None:
-    return get_adapter(target.channel_type, settings).send_card(target, card)
-
-
-def edit_card(settings, row, text: str) -> None:
-    """Replace the card's text (dropping its buttons) to show the outcome; best effort."""
-    if not row.card_message_id:  # decided a moment after the card went out: read where it went
-        row = type(row).get_or_none(type(row).id == row.id) or row
-    if not (row.card_channel and row.card_chat_id and row.card_message_id):
-        return
-    try:
-        get_adapter(row.card_channel, settings).edit_text(Target(row.card_channel, row.card_chat_id),
-                                                          row.card_message_id, text)
-    except Exception as exc:
-        log.warning("could not edit card %s: %s", row.card_message_id, exc)
 
 
 _CURRENT = object()

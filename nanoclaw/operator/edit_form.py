@@ -7,7 +7,7 @@ asked for or shown.
 """
 from __future__ import annotations
 
-from ..pending import FormField
+from ..approvals.pending import FormField
 
 EDITABLE = ("egress", "credential_route", "install_packages", "mcp_server")
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import peewee
 
-from .. import router
-from ..actions import register_action
-from ..approvals import display, excerpt, may_decide
+from ..inbound import router
+from ..approvals.actions import register_action
+from ..approvals.common import display, excerpt, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
-from ..delivery import register_op
+from ..outbound.delivery import register_op
 from ..models import HelpRequest, audit, utcnow
-from ..pending import register_reply
-from .common import card_place, connected, edit_card, send_card, session_for, tell_agent
+from ..approvals.pending import register_reply
+from .common import card_place, connected, edit_card, replied_card, send_card, session_for, tell_agent
 
 log = logging.getLogger("nanoclaw.operator.help")
 
@@ -118,11 +118,7 @@ def page_reply(user_id: str, ident: str, text: str, settings) -> str:
 @router.register_gate("before")
 def reply_to_card(event, settings, wake):
     """A chat reply to a help card is the answer."""
-    if event.reply_to is None or not event.reply_to.message_id:
-        return None
-    h = (HelpRequest.select().where(HelpRequest.card_channel == event.channel,
-                                    HelpRequest.card_chat_id == event.chat_id,
-                                    HelpRequest.card_message_id == event.reply_to.message_id).first())
+    h = replied_card(HelpRequest, event)
     if h is None:
         return None
     router.tell(event, settings, answer(str(h.id), event.text, event.user_id, settings))

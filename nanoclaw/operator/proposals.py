@@ -21,18 +21,18 @@ from pathlib import Path
 
 import peewee
 
-from .. import router
-from ..actions import register_action
-from ..approvals import display, may_decide
+from ..inbound import router
+from ..approvals.actions import register_action
+from ..approvals.common import display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
-from ..delivery import register_op
+from ..outbound.delivery import register_op
 from ..models import AgentGroup, AuditLog, PendingProposal, Session, UserDm, UserRole, audit, utcnow
 from ..proposal_rules import RuleError
 from ..sessions.store import Target
 from . import checks
 from .apply import ApplyError, apply, current_state
-from .common import card_place, connected, edit_card, send_card, session_for, tell_agent
+from .common import card_place, connected, edit_card, replied_card, send_card, session_for, tell_agent
 from .restart import current_manager, runtime_for, stop_group
 
 log = logging.getLogger("nanoclaw.operator.proposals")
@@ -306,11 +306,7 @@ def wait_for_workers(timeout: float = 600) -> None:
 
 @router.register_gate("before")
 def reply_to_card(event, settings, wake):
-    if event.reply_to is None or not event.reply_to.message_id:
-        return None
-    p = (PendingProposal.select().where(PendingProposal.card_channel == event.channel,
-                                        PendingProposal.card_chat_id == event.chat_id,
-                                        PendingProposal.card_message_id == event.reply_to.message_id).first())
+    p = replied_card(PendingProposal, event)
     if p is None:
         return None
     text = " ".join((event.text or "").split())

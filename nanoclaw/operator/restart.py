@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 
 from ..models import AgentGroup, Session
-from ..sandboxes import sandbox_name
+from ..lifecycle.sandboxes import sandbox_name
+from ..runtime.select import select_runtime
+from flask import current_app
 
 log = logging.getLogger("nanoclaw.operator.restart")
 
@@ -17,7 +19,6 @@ log = logging.getLogger("nanoclaw.operator.restart")
 def current_manager():
     """The web program's SandboxManager, when called inside the app (None in a plain script)."""
     try:
-        from flask import current_app
         bg = current_app.extensions.get("nanoclaw.background")
     except RuntimeError:
         return None
@@ -42,5 +43,4 @@ def stop_group(settings, agent: AgentGroup, runtime) -> list[Session]:
 def runtime_for(settings, manager=None):
     if manager is not None:
         return manager.runtime
-    from ..runtime.base import select_runtime
     return select_runtime(settings, log)

@@ -9,9 +9,9 @@ tool's checks, audited). A reply to the chat card keeps the chat's rule: a reaso
 """
 from __future__ import annotations
 
-from ..approvals import display, may_decide
+from ..approvals.common import display, may_decide
 from ..models import HelpRequest, PendingProposal
-from ..pending import FormAnswer, FormField, ItemForm, PendingItem, register_form, register_pending
+from ..approvals.pending import FormAnswer, FormField, ItemForm, PendingItem, register_form, register_pending
 from . import checks, edit_form, help_requests, proposals
 
 MODIFY = "npr.modify"

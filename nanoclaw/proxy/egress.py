@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .door import Reply, Request
-from .policy_files import PolicyStore
+from .policy import EgressPolicy, Policies
 from ..proposal_rules import HostEntry, RuleError, check_hostname, check_port, split_host_port
 
 log = logging.getLogger("nanoclaw.proxy.egress")
@@ -28,15 +28,6 @@ log = logging.getLogger("nanoclaw.proxy.egress")
 CONNECT_TIMEOUT_S = 10
 TLS_HANDSHAKE = 0x16  # the first byte of every TLS record a client opens with
 RELAY_PIECE = 64 * 1024
-
-
-@dataclass(frozen=True)
-class EgressPolicy:
-    """An agent group's allowlist; immutable, so a reload swaps it whole."""
-    entries: tuple[HostEntry, ...] = ()
-
-    def as_list(self) -> list[str]:
-        return [str(e) for e in self.entries]
 
 
 @dataclass(frozen=True)
@@ -121,7 +112,7 @@ def _pump(read: Callable[[], bytes], dst: socket.socket) -> None:
 class EgressGate:
     """The Door's CONNECT handler for every agent group (the policy comes from the socket's folder)."""
 
-    def __init__(self, policies: PolicyStore, *, resolver: Callable[[str, int], list[str]] = resolve,
+    def __init__(self, policies: Policies, *, resolver: Callable[[str, int], list[str]] = resolve,
                  connect_timeout: float = CONNECT_TIMEOUT_S):
         self.policies = policies
         self.resolver = resolver

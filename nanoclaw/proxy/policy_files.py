@@ -26,8 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..db import database
+from ..models import audit
 from ..proposal_rules import RuleError, check_host_entry
 from ..security import validate_folder
+from .policy import GroupPolicy, check_route, parse_credentials, parse_egress
 
 log = logging.getLogger("nanoclaw.proxy.policy")
 
@@ -42,30 +45,6 @@ def policy_root(settings) -> Path:
 
 def group_file(root: Path, folder: str, name: str) -> Path:
     return Path(root) / validate_folder(folder) / name
-
-
-# --- parsing (pure) ------------------------------------------------------------------------
-
-def parse_egress(data) -> "EgressPolicy":
-    from .egress import EgressPolicy
-    if not isinstance(data, dict) or not isinstance(data.get("allow", []), list):
-        raise RuleError('the file must be {"allow": ["host", "host:port", ...]}')
-    entries = []
-    for i, raw in enumerate(data.get("allow", [])):
-        if not isinstance(raw, str):
-            raise RuleError(f"entry {i + 1} is not a string")
-        try:
-            entry = check_host_entry(raw)
-        except RuleError as exc:
-            raise RuleError(f"entry {i + 1}: {exc}") from None
-        if entry not in entries:
-            entries.append(entry)
-    return EgressPolicy(tuple(entries))
-
-
-def parse_credentials(data) -> "CredentialRoutes":
-    from .credentials import parse_routes
-    return parse_routes(data)
 
 
 PARSERS: dict[str, Callable] = {EGRESS_FILE: parse_egress, ROUTES_FILE: parse_credentials}
@@ -102,12 +81,6 @@ def stamp(path: Path) -> tuple | None:
 
 
 # --- the store the proxy reads -------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    egress: object       # EgressPolicy
-    routes: object       # CredentialRoutes
-
 
 @dataclass
 class _Entry:
@@ -251,7 +224,6 @@ def remove_egress(root: Path, folder: str, host: str) -> tuple[list[str], list[s
 
 def put_route(root: Path, folder: str, route: dict) -> tuple[list[str], list[str]]:
     """Add or replace the route with this `match`; returns (before, after) readable lines."""
-    from .credentials import check_route
     new = check_route(route)
     data = load_for_edit(root, folder, ROUTES_FILE)
     existing = [check_route(r) for r in data.get("routes", [])]
@@ -278,8 +250,6 @@ def describe(policy_part) -> list[str]:
 def audit_change(folder: str, name: str, old, new, error: str | None) -> None:
     """The proxy program's on_change: every reload (or refused file) in the audit log, as a diff of
     names (hosts, routes, variable names), never a value."""
-    from ..db import database
-    from ..models import audit
     with database.connection_context():
         if error:
             audit("proxy", "policy.invalid", folder, file=name, error=error[:500], kept="the previous policy")

@@ -1,6 +1,5 @@
-"""Sandboxes: one per active session, Docker or bubblewrap (see base.py for the contract)."""
-from .base import (INSTALL_LABEL, Mount, Runtime, RuntimeUnavailable, SandboxSpec, SecretInSandbox,
-                   assert_no_secrets, known_secrets, select_runtime)
+"""Sandboxes: one per active session, Docker or bubblewrap.
 
-__all__ = ["INSTALL_LABEL", "Mount", "Runtime", "RuntimeUnavailable", "SandboxSpec", "SecretInSandbox",
-           "assert_no_secrets", "known_secrets", "select_runtime"]
+base.py is the contract (SandboxSpec, Runtime), docker.py and bwrap.py implement it, image.py builds
+the agent image, select.py picks the runtime this host uses.
+"""

@@ -1,4 +1,4 @@
-"""What a sandbox is (SandboxSpec), what a runtime can do (Runtime), and which runtime to use.
+"""What a sandbox is (SandboxSpec) and what a runtime can do (Runtime); select.py picks one.
 
 Both runtimes give the agent the same view (docs/architecture.md, "Inside the sandbox"):
 
@@ -17,7 +17,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
 INSTALL_LABEL = "nanoclaw.install"
 SESSION_TARGET = "/workspace/session"
@@ -167,47 +167,3 @@ class NameLocks:
     def __call__(self, name: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(name, threading.Lock())
-
-
-# --- selection -------------------------------------------------------------------------
-
-def _say(log) -> Callable[[str], None]:
-    return log.info if hasattr(log, "info") else log
-
-
-def select_runtime(settings, log) -> Runtime:
-    """NANOCLAW_RUNTIME: docker | bwrap | auto (docker if an engine answers and the image is
-    there, else bwrap if it works, else RuntimeUnavailable saying what to do)."""
-    from . import bwrap, docker as docker_rt
-
-    say = _say(log)
-    secrets = known_secrets(settings)
-    choice = settings.runtime
-
-    if choice in ("docker", "auto"):
-        client, where = docker_rt.connect()
-        if client is not None:
-            from .image import image_exists
-            if image_exists(settings, client=client):
-                say(f"sandbox runtime: docker (engine at {where}, image {settings.agent_image})")
-                return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets)
-            why = (f"the Docker engine at {where} answers but has no image {settings.agent_image}; "
-                   "build it with: flask --app app nanoclaw image build")
-        else:
-            why = (f"no Docker engine answers ({where}); start one (scripts/docker-engine.sh start, "
-                   "then DOCKER_HOST=unix:///run/nanoclaw-docker/docker.sock) or install Docker")
-        if choice == "docker":
-            raise RuntimeUnavailable(f"NANOCLAW_RUNTIME=docker but {why}")
-        say(f"sandbox runtime: not docker, because {why}")
-
-    problem = bwrap.probe()
-    if problem is None:
-        say("sandbox runtime: bwrap (bubblewrap works here)")
-        return bwrap.BwrapRuntime(settings.data_dir / "run" / "bwrap", secrets=secrets)
-    if choice == "bwrap":
-        raise RuntimeUnavailable(f"NANOCLAW_RUNTIME=bwrap but bubblewrap does not work: {problem}. "
-                                 "Install it with scripts/install-sandboxes.sh bwrap (apt-get install bubblewrap)")
-    raise RuntimeUnavailable(
-        f"no sandbox runtime: {why}; and bubblewrap does not work ({problem}). "
-        "Fix one: build the Docker image (flask --app app nanoclaw image build) with an engine running, "
-        "or install bubblewrap (scripts/install-sandboxes.sh bwrap)")

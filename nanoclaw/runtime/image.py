@@ -21,6 +21,7 @@ from typing import Callable
 from docker.errors import APIError, ImageNotFound
 
 from ..config import PROJECT_ROOT
+from .docker import DEFAULT_ENGINE, connect
 
 log = logging.getLogger("nanoclaw.runtime.image")
 
@@ -85,7 +86,6 @@ def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
 def _client(client=None):
     if client is not None:
         return client
-    from .docker import connect
     found, where = connect()
     if found is None:
         raise ImageBuildError(f"no Docker engine answers ({where}); start one with scripts/docker-engine.sh start "
@@ -123,7 +123,6 @@ def build_base(client, progress: Callable[[str], None], *, name: str = BASE_IMAG
 
 def _docker_host_of(client) -> str:
     """The DOCKER_HOST a CLI needs to reach the same engine as `client`."""
-    from .docker import DEFAULT_ENGINE
     if os.environ.get("DOCKER_HOST"):
         return os.environ["DOCKER_HOST"]
     url = client.api.base_url
@@ -146,6 +145,20 @@ def make_context(dest: Path, ca_bundle: Path | None) -> None:
     shutil.copytree(RUNNER_DIR, dest / "agent_runner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def run_build(client, progress: Callable[[str], None], **build) -> None:
+    """One `docker build` (never pulling), its output as progress lines; ImageBuildError with the
+    builder's last 20 lines when it fails."""
+    last: list[str] = []
+    for chunk in client.api.build(rm=True, forcerm=True, pull=False, network_mode="host", decode=True, **build):
+        if "error" in chunk:
+            raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))
+        text = ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
+        for line in text.splitlines():
+            if line.strip():
+                last = (last + [line])[-20:]
+                progress(line)
+
+
 def build_image(settings, *, ca_bundle: Path | None = None, progress: Callable[[str], None] = print,
                 client=None) -> dict[str, float]:
     """Build settings.agent_image (and the base first if missing). Returns seconds per stage.
@@ -164,17 +177,8 @@ def build_image(settings, *, ca_bundle: Path | None = None, progress: Callable[[
              + (f" trusting the CA bundle {ca_bundle} for the build" if ca_bundle else ""))
     with tempfile.TemporaryDirectory(prefix="nanoclaw-image-") as ctx:
         make_context(Path(ctx), ca_bundle)
-        last: list[str] = []
-        for chunk in client.api.build(path=ctx, tag=settings.agent_image, rm=True, forcerm=True, pull=False,
-                                      network_mode="host", decode=True, buildargs={"BASE_IMAGE": BASE_IMAGE,
-                                                              "AGENT_PACKAGES": AGENT_PACKAGES}):
-            if "error" in chunk:
-                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))
-            text = ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
-            for line in text.splitlines():
-                if line.strip():
-                    last = (last + [line])[-20:]
-                    progress(line)
+        run_build(client, progress, path=ctx, tag=settings.agent_image,
+                  buildargs={"BASE_IMAGE": BASE_IMAGE, "AGENT_PACKAGES": AGENT_PACKAGES})
     timings["image"] = time.monotonic() - started
     progress(f"built {settings.agent_image} in {timings['image']:.0f}s")
     return timings
@@ -247,16 +251,7 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
             shutil.copy(ca_bundle, Path(ctx) / "build-ca" / "ca.crt")
         (Path(ctx) / "Dockerfile").write_text(group_dockerfile(settings.agent_image, apt, npm,
                                                                with_ca=ca_bundle is not None))
-        last: list[str] = []
-        for chunk in client.api.build(path=ctx, tag=tag, rm=True, forcerm=True, pull=False, network_mode="host",
-                                      decode=True, labels={"nanoclaw.group": folder}):
-            if "error" in chunk:
-                raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))
-            text = ANSI.sub("", chunk.get("stream") or chunk.get("status") or "")
-            for line in text.splitlines():
-                if line.strip():
-                    last = (last + [line])[-20:]
-                    progress(line)
+        run_build(client, progress, path=ctx, tag=tag, labels={"nanoclaw.group": folder})
     progress(f"built {tag} in {time.monotonic() - started:.0f}s")
     return tag
 

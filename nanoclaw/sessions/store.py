@@ -22,6 +22,18 @@ class Target:
     thread_id: str | None = None
 
 
+TASK_THREAD_PREFIX = "task:"  # thread_id of an isolated task run's own session: task:<task id>:<due>
+
+
+@dataclass(frozen=True)
+class SessionRef:
+    """One session's folder, as the background work (sweep, delivery, task runs) knows it."""
+    folder: str
+    session_id: str
+    path: Path
+    isolated_run: bool = False
+
+
 def session_path(sessions_dir: Path, folder: str, session_id: str) -> Path:
     return sessions_dir / folder / session_id
 
@@ -152,6 +164,19 @@ def set_destination(path: Path, name: str, target: Target, display_name: str | N
         conn.execute("INSERT OR REPLACE INTO destinations (name, channel_type, platform_id, thread_id, display_name)"
                      " VALUES (?, ?, ?, ?, ?)",
                      (name, target.channel_type, target.platform_id, target.thread_id, display_name))
+
+
+def routing_of(path: Path) -> Target | None:
+    """Where the session's chat is: the routing row of its inbound.db (the host's own file)."""
+    db = path / schema.INBOUND
+    if not db.exists():
+        return None
+    conn = schema.connect(db, readonly=True)
+    try:
+        row = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing").fetchone()
+    finally:
+        conn.close()
+    return Target(*row) if row else None
 
 
 def allowed_targets(path: Path) -> set[Target]:

@@ -1,0 +1,1 @@
+"""The web program's blueprints: webhooks, the operator page, the web chat, health."""

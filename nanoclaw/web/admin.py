@@ -18,15 +18,16 @@ from zoneinfo import ZoneInfo
 
 from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request, url_for
 
-from .. import actions, approvals, pending
+from ..approvals import actions, common as approvals, pending
 from ..channels.base import Action
-from ..cli import declared_mounts
+from ..mounts import declared_mounts
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from ..mounts import AllowlistError, current_allowlist
 from . import auth, sandbox_state
 from .changes import (ChangeRefused, WiringForm, add_mount, clean_why, field_diff, remove_mount, remove_wiring,
                       save_wiring)
+from ..tasks.scheduling import TaskError, set_state
 
 bp = Blueprint("admin", __name__)
 bp.before_request(auth.require_login)
@@ -340,7 +341,6 @@ def tasks():
 
 @bp.post("/admin/tasks/<task_id>/<any(pause, resume, cancel):action>")
 def task_action(task_id: str, action: str):
-    from ..scheduling import TaskError, set_state
     task = ScheduledTask.get_or_none(ScheduledTask.id == task_id)
     if task is None or task.agent_group_id not in visible_ids():
         abort(404)

@@ -12,11 +12,9 @@ Every form on the page carries a CSRF token (Flask-WTF's CSRFProtect, set up in 
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 from datetime import timedelta
 from functools import wraps
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from flask import (Blueprint, current_app, flash, g, jsonify, redirect, render_template, request, session,
@@ -45,24 +43,6 @@ class AuthError(ValueError):
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def local_secret_key(data_dir: Path) -> str:
-    """NANOCLAW_SECRET_KEY, or a random key kept in data/secret_key (0600): never a known default,
-    since the key signs the session cookie and the CSRF tokens."""
-    path = Path(data_dir) / "secret_key"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    key = secrets.token_urlsafe(48)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process wrote it a moment ago
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(key)
-    return key
 
 
 # --- roles -----------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cli import declared_mounts, save_mounts
+from ..mounts import declared_mounts, save_mounts
 from ..db import database
 from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
 from ..mounts import MountRefused, MountRequest, current_allowlist, validate_mount
-from ..wiring import WiringError, resolve_engage
+from ..inbound.wiring import WiringError, resolve_engage
 
 
 WHY_MAX = 300

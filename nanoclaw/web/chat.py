@@ -6,22 +6,69 @@ sends without a reload and polls /chat/<folder>/messages.json for new and change
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import (Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request,
                    send_file, url_for)
 
-from .. import actions
+from ..approvals import actions
 from ..channels import web as channel
-from ..channels.base import Action
-from ..models import AgentGroup, WebMessage, audit, utcnow
+from ..channels.base import Action, InboundEvent, iso_utc
+from ..db import database
+from ..inbound import router
+from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, audit, utcnow
 from ..security import UnsafePath, contained
 from . import auth
 
 bp = Blueprint("chat", __name__)
 bp.before_request(auth.require_login)
 log = logging.getLogger("nanoclaw.webchat")
+
+
+# --- a line typed on the page ----------------------------------------------------------------
+
+def ensure_web_chat(agent: AgentGroup, user_id: str) -> MessagingGroup:
+    """The user's web chat with `agent`: a DM wired to it (created on first use).
+
+    The page itself is behind a login, so the chat admits its one sender ('public')."""
+    with database.atomic():
+        mg, _ = MessagingGroup.get_or_create(channel_type=channel.CHANNEL, platform_id=channel.chat_id_for(user_id, agent.folder),
+                                             defaults={"kind": "dm", "name": f"web chat with {agent.name}",
+                                                       "unknown_sender_policy": "public"})
+        Wiring.get_or_create(messaging_group=mg, agent_group=agent,
+                             defaults={"engage_mode": "pattern", "engage_pattern": "."})
+    return mg
+
+
+@dataclass(frozen=True)
+class Posted:
+    message: WebMessage
+    routed: bool
+    dropped: str | None
+    sessions: list      # router Sessions that were given a trigger
+
+
+def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake=None) -> Posted:
+    """The user typed `text` on the page: record it, then route it like any inbound message."""
+    text = text.strip()[:channel.MAX_TEXT]
+    ensure_web_chat(agent, user_id)
+    chat_id = channel.chat_id_for(user_id, agent.folder)
+    row = WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text=text)
+    event = InboundEvent(channel=channel.CHANNEL, event_id=uuid.uuid4().hex, chat_id=chat_id, kind="dm",
+                         sender_id=user_id, sender_name=user_name, text=text, timestamp=iso_utc(time.time()),
+                         message_id=channel.message_ref(row.id), mentioned=True)
+    woken = []
+
+    def on_wake(session):
+        woken.append(session)
+        if wake is not None:
+            wake(session)
+    result = router.route(event, settings, wake=on_wake)
+    return Posted(row, bool(result.written), result.dropped, woken)
+
 
 # a poll asks for rows changed since its last cursor; the overlap covers a write that
 # committed with an updated_at just before the cursor was taken
@@ -70,7 +117,7 @@ def send(folder: str):
             return jsonify(error="the message is empty"), 400
         flash("Write a message first.", "error")
         return redirect(url_for("chat.conversation", folder=folder))
-    posted = channel.post(current_app.config["NANOCLAW"], agent, g.user_id, g.user.name or g.user_id, text,
+    posted = post(current_app.config["NANOCLAW"], agent, g.user_id, g.user.name or g.user_id, text,
                           wake=waker())
     note = None
     if not posted.routed:

@@ -6,7 +6,8 @@ from datetime import timedelta
 from flask import render_template
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
-from . import auth
+from ..config import install_secret
+from . import admin, auth, chat
 
 csrf = CSRFProtect()
 
@@ -17,7 +18,7 @@ def secure_cookies(settings) -> bool:
 
 
 def configure(app, settings) -> None:
-    app.config["SECRET_KEY"] = settings.secret_key or auth.local_secret_key(settings.data_dir)
+    app.config["SECRET_KEY"] = install_secret(settings)
     app.config.update(
         SESSION_COOKIE_HTTPONLY=True,       # no script reads it
         SESSION_COOKIE_SAMESITE="Lax",      # not sent on another site's POST (CSRF tokens guard forms too)
@@ -31,7 +32,6 @@ def configure(app, settings) -> None:
 
 
 def register(app, exempt=()) -> None:
-    from . import admin, chat, waiting_sources  # noqa: F401  (the approval/question items register themselves)
     csrf.init_app(app)
     for blueprint in exempt:
         csrf.exempt(blueprint)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import sweep
+from ..lifecycle import sweep
 from ..sessions import session_schema as schema
 from ..sessions import store
 

@@ -13,7 +13,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from .. import actions, intake, router
+from ..approvals import actions
+from ..inbound import intake, router
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
 
 bp = Blueprint("webhooks", __name__)

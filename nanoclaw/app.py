@@ -1,0 +1,49 @@
+"""The app factory: settings, database, the page and webhooks, the CLI group, the capabilities."""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask
+from . import capabilities  # noqa: F401  (the capability modules register themselves)
+from .cli import nanoclaw_group
+from .config import Settings
+from .db import bind, database
+from .web import health, webhooks
+from .web import page
+
+log = logging.getLogger("nanoclaw")
+
+
+def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
+    """The app factory. `settings` defaults to Settings.load() (environment + .env)."""
+
+    settings = settings or Settings.load()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    app = Flask(__name__, template_folder="../templates", static_folder="../static")
+    app.config["NANOCLAW"] = settings
+    app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    page.configure(app, settings)
+    bind(settings.database_url)
+
+    @app.before_request
+    def _connect():
+        try:
+            database.connect(reuse_if_open=True)
+        except Exception as exc:  # /healthz reports it; other routes fail on first query
+            log.warning("database unreachable: %s", str(exc).splitlines()[0] if str(exc) else exc)
+
+    @app.teardown_request
+    def _close(_exc):
+        if not database.is_closed():
+            database.close()
+
+    app.register_blueprint(health.bp)
+    app.register_blueprint(webhooks.bp)
+    app.session_interface = webhooks.PageSessions()
+    page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
+
+    app.cli.add_command(nanoclaw_group)
+    return app

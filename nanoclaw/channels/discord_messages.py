@@ -1,0 +1,137 @@
+"""Discord messages as events: a MESSAGE_CREATE payload (Gateway) → InboundEvent (pure).
+
+`message_to_event` is the decision: a MESSAGE_CREATE payload (shape of Discord's docs, the `d`
+of the dispatch or the whole dispatch) → an InboundEvent, or None for messages nobody should see
+(joins, pins, empty). `payload_from_message` turns a discord.py Message back into that payload.
+The `discord-gateway` program (nanoclaw/inbound/discord_gateway.py) uses both. Attachments are
+passed on as metadata (filename, type, size, CDN url); the router has
+DiscordAdapter.fetch_attachment download them into the session's inbox/.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from .base import InboundEvent, MalformedPayload, ReplyTo
+
+CHANNEL = "discord"
+ROUTED_TYPES = {0, 19}                 # DEFAULT and REPLY; joins, pins, boosts… are not conversation
+THREAD_TYPES = {10, 11, 12}            # announcement, public and private threads
+FORWARD = 1                            # message_reference.type of a forward (not a reply)
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+
+
+def _utc_iso(value: str | None) -> str:
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00")) if value else datetime.now(timezone.utc)
+    except ValueError:
+        dt = datetime.now(timezone.utc)
+    dt = dt.astimezone(timezone.utc) if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def _name(user: dict, member: dict | None = None) -> str:
+    return (member or {}).get("nick") or user.get("global_name") or user.get("username") or str(user.get("id", "?"))
+
+
+def readable_text(content: str, mentions: list[dict], bot_id: str, bot_name: str | None) -> str:
+    """`<@123>` tokens → `@name`, so the agent reads who was addressed (and a pattern can match us)."""
+    names = {str(u.get("id")): _name(u, u.get("member")) for u in mentions if isinstance(u, dict)}
+    if bot_name:
+        names[bot_id] = bot_name
+
+    def swap(m: re.Match) -> str:
+        return f"@{names[m.group(1)]}" if m.group(1) in names else m.group(0)
+    return _USER_MENTION.sub(swap, content or "")
+
+
+def message_to_event(payload: dict, *, bot_id: str, channel: dict | None = None,
+                     bot_name: str | None = None) -> InboundEvent | None:
+    """A MESSAGE_CREATE payload → InboundEvent. `channel` (id, type, parent_id), when known, tells
+    whether the message is in a thread: then the chat is the parent channel and the thread its own."""
+    if not isinstance(payload, dict):
+        raise MalformedPayload("expected a message object")
+    if "op" in payload and "d" in payload:  # the whole Gateway dispatch
+        if payload.get("t") != "MESSAGE_CREATE":
+            return None
+        payload = payload["d"]
+    try:
+        message_id, channel_id, author = str(payload["id"]), str(payload["channel_id"]), payload["author"]
+        author_id = str(author["id"])
+    except (KeyError, TypeError):
+        raise MalformedPayload("a message without id, channel_id or author") from None
+    if payload.get("type", 0) not in ROUTED_TYPES:
+        return None
+    bot_id = str(bot_id)
+    mentions = [u for u in payload.get("mentions") or [] if isinstance(u, dict)]
+    text = readable_text(payload.get("content") or "", mentions, bot_id, bot_name)
+    stickers = [s.get("name", "sticker") for s in payload.get("sticker_items") or [] if isinstance(s, dict)]
+    if stickers and not text:
+        text = " ".join(f"[sticker {s}]" for s in stickers)
+    attachments = tuple(
+        {k: a[k] for k in ("id", "filename", "content_type", "size", "url") if a.get(k) is not None}
+        for a in payload.get("attachments") or [] if isinstance(a, dict))
+    if not text and not attachments:
+        return None  # nothing to read (or the message-content intent is off)
+
+    reply_to, replied_to_us = None, False
+    reference = payload.get("message_reference") or {}
+    if reference.get("message_id") and reference.get("type", 0) != FORWARD:
+        quoted = payload.get("referenced_message") or {}
+        quoted_author = quoted.get("author") or {}
+        reply_to = ReplyTo(str(reference["message_id"]), _name(quoted_author) if quoted_author else None,
+                           quoted.get("content"))
+        replied_to_us = str(quoted_author.get("id")) == bot_id
+
+    if not payload.get("guild_id"):
+        kind, chat_id, thread_id = "dm", channel_id, None
+    elif channel and channel.get("type") in THREAD_TYPES and channel.get("parent_id"):
+        kind, chat_id, thread_id = "thread", str(channel["parent_id"]), channel_id
+    else:
+        kind, chat_id, thread_id = "group", channel_id, None
+
+    return InboundEvent(
+        channel=CHANNEL, event_id=message_id, chat_id=chat_id, kind=kind, sender_id=author_id,
+        sender_name=_name(author, payload.get("member")), text=text, timestamp=_utc_iso(payload.get("timestamp")),
+        thread_id=thread_id, message_id=message_id,
+        mentioned=kind == "dm" or replied_to_us or any(str(u.get("id")) == bot_id for u in mentions),
+        sender_is_bot=bool(author.get("bot")) or bool(payload.get("webhook_id")),
+        from_self=author_id == bot_id, reply_to=reply_to, attachments=attachments)
+
+
+# --- discord.py's Message back to the payload ---------------------------------------------------
+
+def _user(user) -> dict:
+    return {"id": str(user.id), "username": user.name, "global_name": getattr(user, "global_name", None),
+            "bot": bool(getattr(user, "bot", False))}
+
+
+def payload_from_message(message) -> tuple[dict, dict | None]:
+    """A discord.py Message → (the docs-shaped payload, channel info when it is a thread)."""
+    guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
+    payload = {"id": str(message.id), "channel_id": str(message.channel.id), "author": _user(message.author),
+               "content": message.content, "timestamp": message.created_at.isoformat(), "type": message.type.value,
+               "mentions": [_user(u) for u in message.mentions],
+               "attachments": [{"id": str(a.id), "filename": a.filename, "content_type": a.content_type,
+                                "size": a.size, "url": a.url} for a in message.attachments],
+               "sticker_items": [{"id": str(s.id), "name": s.name} for s in message.stickers]}
+    if guild_id:
+        payload["guild_id"] = str(guild_id)
+    if getattr(message.author, "nick", None):
+        payload["member"] = {"nick": message.author.nick}
+    if message.webhook_id:
+        payload["webhook_id"] = str(message.webhook_id)
+    ref = message.reference
+    if ref is not None and ref.message_id:
+        payload["message_reference"] = {"message_id": str(ref.message_id), "channel_id": str(ref.channel_id),
+                                        "type": ref.type.value}
+        resolved = ref.resolved
+        if resolved is not None and hasattr(resolved, "author"):
+            payload["referenced_message"] = {"id": str(resolved.id), "author": _user(resolved.author),
+                                             "content": resolved.content}
+    channel = None
+    parent_id = getattr(message.channel, "parent_id", None)
+    ctype = getattr(getattr(message.channel, "type", None), "value", None)
+    if parent_id and ctype in THREAD_TYPES:
+        channel = {"id": str(message.channel.id), "type": ctype, "parent_id": str(parent_id)}
+    return payload, channel

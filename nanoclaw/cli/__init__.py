@@ -1,0 +1,21 @@
+"""`flask --app app nanoclaw …`: the operator's command line, one module per command group.
+
+Every mistake prints one line and exits 2; nothing here shows a traceback for bad input.
+"""
+from __future__ import annotations
+
+import click
+
+from . import admin, agents, image, mounts, platforms, service, tasks
+from .base import Group
+
+
+@click.group("nanoclaw", cls=Group)
+def nanoclaw_group():
+    """NanoClaw: agents, users, wirings, migrations and the service's helper programs."""
+
+
+for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
+                 agents.wirings, mounts.mount_group, service.proxy_cmd, platforms.discord_gateway_cmd,
+                 service.chat_cmd, image.image_group, platforms.telegram_cli, admin.admin_group, tasks.tasks_group):
+    nanoclaw_group.add_command(_command)

@@ -1,0 +1,344 @@
+"""The web program's background work, run by exactly one process.
+
+Whoever takes the exclusive lock on data/scheduler.lock runs it: a second
+gunicorn worker or a `flask` command never runs the jobs twice.
+
+- start-up (at once, in a job): this install's sandboxes left by a previous run
+  are removed (wakes that arrive meanwhile wait in the queue), then the first
+  sweep runs over every open session, settling deliveries a killed predecessor
+  left half done, while delivery, wakes and task runs already go on;
+- delivery: a thread that watches the outbound.db of active sessions (a stat per
+  session per tick; the database is opened only when the file changed) and
+  hands new rows to the adapters (or to a system op's handler);
+- sweep (every SWEEP_INTERVAL_S): liveness, stuck claims, retries, idle stops,
+  wakes of due work (sweep.py), over the active sessions only (active.py);
+- drain (every DRAIN_INTERVAL_S): starts queued wakes when there is room;
+- scheduled tasks: exact-time jobs (task_timer.py).
+
+SIGTERM (gunicorn's worker_exit → shutdown()): stop taking work, let the
+delivery in flight finish, stop the scheduler (running jobs finish), stop the
+sandboxes (their runners give in-flight rows back), close the database. The
+next start carries on from the session files.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from ..channels.base import get_adapter
+from ..db import database
+from ..inbound import intake
+from ..outbound import delivery
+from ..runtime.base import RuntimeUnavailable
+from ..runtime.select import select_runtime
+from ..sessions import session_schema as schema
+from ..sessions import store
+from ..sessions.store import SessionRef
+from ..tasks.timer import TaskTimer
+from . import housekeeping, sweep
+from . import image_prune, retention  # noqa: F401  (their housekeeping jobs register themselves)
+from .active import ActiveSet, everything, session_ids_of
+from .sandboxes import SandboxManager, mounts_for
+
+log = logging.getLogger("nanoclaw.background")
+
+DELIVERY_TICK_S = 0.02
+LIVE_REFRESH_S = 2.0
+FULL_PASS_S = 1.0
+SWEEP_INTERVAL_S = 10.0
+INTAKE_RECOVERY_S = 10.0
+DRAIN_INTERVAL_S = 2.0
+
+
+def take_lock(path: Path):
+    """An exclusive, non-blocking flock; the open file is the lock (None if held elsewhere)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def outbound_signature(path: Path) -> tuple:
+    """Changes whenever the agent commits to outbound.db (WAL or main file)."""
+    sig = []
+    for name in (schema.OUTBOUND, schema.OUTBOUND + "-wal"):
+        try:
+            st = os.stat(path / name)
+            sig.append((st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            sig.append(None)
+    return tuple(sig)
+
+
+@dataclass
+class Background:
+    settings: object
+    manager: object | None
+    lock_handle: object
+    scheduler: BackgroundScheduler | None = None
+    live: dict[Path, tuple] = field(default_factory=dict)
+    ready: threading.Event = field(default_factory=threading.Event)  # start-up done
+    last_sweep: sweep.PassResult | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _pool: ThreadPoolExecutor | None = None
+    _timer: object | None = None
+
+    def __post_init__(self):
+        self.created = time.monotonic()
+        self.active = ActiveSet(self.settings)
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
+
+    # --- sessions ------------------------------------------------------------------------------
+    def watch(self, ref: SessionRef | Path) -> None:
+        """Deliver and sweep for this session from now on (called on wake)."""
+        if isinstance(ref, Path):
+            ref = SessionRef(ref.parent.name, ref.name, ref)
+        self.active.woke(ref)
+        self.live.setdefault(ref.path, ())
+
+    def wake(self, folder: str, session_id: str, *, task: bool = False) -> None:
+        """Start the session's sandbox off the caller's thread (or queue it: capacity, start-up)."""
+        if self.manager is None or self._stop.is_set():
+            return
+        try:
+            self._pool.submit(self.manager.wake, folder, session_id, task=task)
+        except RuntimeError:  # the pool is shut down: we are stopping
+            pass
+
+    def wake_session(self, session) -> None:
+        """A router wake: watch the session and start its sandbox off the caller's thread."""
+        self.watch(store.session_path(self.settings.sessions_dir, session.agent_group.folder, session.id))
+        self.wake(session.agent_group.folder, session.id)
+
+    def recover_intake(self, older_than_s: float = intake.RECOVER_AFTER_S) -> None:
+        """Route webhook events a stopped process accepted and never routed."""
+        try:
+            intake.recover(self.settings, self.wake_session if self.manager else None, older_than_s)
+        except Exception as exc:
+            log.exception("intake recovery failed: %s", exc)
+
+    def running_ids(self) -> set[str]:
+        if self.manager is None:
+            return set()
+        return session_ids_of(self.manager.running(), self.settings.install_id)
+
+    def refresh(self) -> list[SessionRef]:
+        """The active sessions now; the delivery loop watches exactly these."""
+        refs = self.active.refresh(self.running_ids())
+        paths = {r.path for r in refs}
+        for path in list(self.live):
+            if path not in paths:
+                self.live.pop(path, None)
+        for path in paths:
+            self.live.setdefault(path, ())
+        return refs
+
+    # --- jobs ------------------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Orphans out; then wakes, delivery and tasks run while the first sweep goes over every
+        session (settling deliveries a killed predecessor left half done); then the regular sweep."""
+        started = time.monotonic()
+        try:
+            if self.manager is not None:
+                removed = self.manager.stop_all()
+                if removed:
+                    log.info("removed %d sandbox(es) left by a previous run: %s", len(removed), ", ".join(removed))
+        except Exception as exc:
+            log.exception("could not remove the previous run's sandboxes: %s", exc)
+        finally:
+            if self.manager is not None:
+                self.manager.held = False
+        if self._stop.is_set():
+            return
+        self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
+        self._thread.start()
+        self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
+                               coalesce=True, next_run_time=datetime.now(timezone.utc))
+        if self._timer is not None:
+            self._timer.start()
+        housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
+        # before the sweep (it wakes the sessions these write to); only what came in before this
+        # process started: what it accepted since is on its own intake thread's queue
+        self.recover_intake(older_than_s=time.monotonic() - self.created)
+        try:
+            self.sweep(full=True)
+        except Exception as exc:
+            log.exception("start-up sweep failed: %s", exc)
+        finally:
+            self.ready.set()
+        log.info("start-up recovery done in %.2fs", time.monotonic() - started)
+        if not self._stop.is_set():
+            self.scheduler.add_job(self.sweep, "interval", seconds=SWEEP_INTERVAL_S, id="sweep", max_instances=1,
+                                   coalesce=True)
+            self.scheduler.add_job(self.recover_intake, "interval", seconds=INTAKE_RECOVERY_S, id="intake",
+                                   max_instances=1, coalesce=True)
+
+    def sweep(self, full: bool = False) -> sweep.PassResult:
+        started = time.monotonic()
+        refs = self.refresh()
+        if full:
+            refs = everything(self.settings)
+        manager = self.manager
+
+        def wake(ref: SessionRef, task: bool = False) -> None:
+            self.watch(ref)
+            self.wake(ref.folder, ref.session_id, task=task)
+        result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(), settle=full,
+                                  pressure=bool(manager and manager.queue),
+                                  skip=self.active.woken_ids() if full else frozenset(),
+                                  stop=(manager.stop if manager else lambda *_: None), wake=wake)
+        self.last_sweep = result
+        took = time.monotonic() - started
+        if full or result.stopped or result.resets or result.failed or took > 1:
+            log.info("sweep%s: %d session(s) in %.0f ms; stopped %d, retries %d, failed %d, woken %d",
+                     " (start-up, all sessions)" if full else "", result.sessions, took * 1000,
+                     len(result.stopped), result.resets, result.failed, len(result.woken))
+        if result.stopped:
+            self.drain()
+        return result
+
+    def drain(self) -> None:
+        if self.manager is not None and self.manager.queue:
+            self.manager.drain()
+
+    def _delivery_loop(self) -> None:
+        next_refresh = next_full = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_refresh:
+                try:
+                    self.refresh()
+                except Exception as exc:
+                    log.warning("could not list sessions: %s", exc)
+                next_refresh = now + LIVE_REFRESH_S
+            # a full pass every second catches retries that came due; otherwise only changed files
+            full = now >= next_full
+            if full:
+                next_full = now + FULL_PASS_S
+            for path, seen in list(self.live.items()):
+                if self._stop.is_set():
+                    break  # shutting down: the delivery in flight finished, the rest waits for the next start
+                sig = outbound_signature(path)
+                if sig == seen and not full:
+                    continue
+                try:
+                    delivery.deliver_session(path, self.settings)
+                    if path in self.live:
+                        self.live[path] = sig
+                except Exception as exc:  # keep the loop alive; the row stays for the next tick
+                    log.exception("delivery for %s failed: %s", path, exc)
+            self._stop.wait(DELIVERY_TICK_S)
+
+    # --- life ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.manager is not None:
+            self.manager.held = True  # until the orphans are gone and the first sweep ran
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per job run (every 2 s)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self._timer = TaskTimer(self.settings, self.scheduler, wake=self.wake, watch=self.watch)
+        self.scheduler.add_job(self.startup, "date", id="startup", run_date=datetime.now(timezone.utc),
+                               misfire_grace_time=None)
+        self.scheduler.start()
+        log.info("background jobs started in pid %d (sweep every %.0f s, delivery every %.0f ms)", os.getpid(),
+                 SWEEP_INTERVAL_S, DELIVERY_TICK_S * 1000)
+
+    def shutdown(self, stop_sandboxes: bool = True) -> None:
+        if self.manager is not None:
+            self.manager.closing = True  # no new sandboxes from here on
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=15)  # the delivery in flight finishes
+        if self._timer is not None:
+            self._timer.close()
+        if self.scheduler and self.scheduler.running:
+            self.scheduler.shutdown(wait=True)  # a running job (sweep, task run) finishes
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self.manager is not None and stop_sandboxes:
+            stopped = self.manager.stop_all()
+            if stopped:
+                log.info("stopped %d sandbox(es); their runners gave back what was in flight", len(stopped))
+        if not database.is_closed():
+            database.close()
+        self.lock_handle.close()
+        log.info("background jobs stopped in pid %d", os.getpid())
+
+
+def start(app, manager=None) -> Background | None:
+    """Start the background jobs in this process if it wins the scheduler lock."""
+    settings = app.config["NANOCLAW"]
+    handle = take_lock(settings.data_dir / "scheduler.lock")
+    if handle is None:
+        log.info("another process holds %s; this one runs no background jobs", settings.data_dir / "scheduler.lock")
+        return None
+    bg = Background(settings=settings, manager=manager, lock_handle=handle)
+    bg.start()
+    app.extensions["nanoclaw.background"] = bg
+    if manager is not None:
+        def waker(folder: str, session_id: str) -> None:
+            """Called by routing: watch the session and start its sandbox off the request thread."""
+            bg.watch(store.session_path(settings.sessions_dir, folder, session_id))
+            bg.wake(folder, session_id)
+        app.extensions["nanoclaw.waker"] = waker
+    return bg
+
+
+def start_intake(app) -> intake.IntakeThread:
+    """Every web process routes what its own requests accepted, after acknowledging them."""
+    def wake_factory():
+        waker = app.extensions.get("nanoclaw.waker")
+        return (lambda session: waker(session.agent_group.folder, session.id)) if waker else None
+    thread = intake.IntakeThread(app.config["NANOCLAW"], wake_factory).start()
+    app.extensions["nanoclaw.intake"] = thread
+    return thread
+
+
+def stop_intake(app) -> None:
+    thread = app.extensions.pop("nanoclaw.intake", None)
+    if thread is not None:
+        thread.stop()
+
+
+def start_service(app) -> Background | None:
+    """The web program's start: the intake thread, the sandbox runtime, then the background jobs."""
+
+    settings = app.config["NANOCLAW"]
+    start_intake(app)
+    try:
+        runtime = select_runtime(settings, log)
+    except RuntimeUnavailable as exc:
+        log.error("no sandbox runtime: %s; messages are stored but no agent can answer", exc)
+        return start(app, None)
+    manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
+    return start(app, manager)
+
+
+def tell_owner(settings):
+    """When a sandbox cannot start (e.g. a refused mount), say why in the session's chat."""
+
+    def notify(folder: str, session_id: str, message: str) -> None:
+        path = store.session_path(settings.sessions_dir, folder, session_id)
+        try:
+            target = store.routing_of(path)
+            if target is not None:
+                get_adapter(target.channel_type, settings).send_text(target, f"(Your agent could not start: {message})")
+        except Exception as exc:
+            log.error("could not tell %s/%s why its sandbox did not start: %s", folder, session_id, exc)
+    return notify

@@ -1,0 +1,288 @@
+"""Wake: turn a session that has due work into a running sandbox.
+
+Builds the SandboxSpec (what the agent may see) from the settings, the agent
+group and the session, and starts it through the selected Runtime. Starting is
+idempotent per session; at most MAX_CONCURRENT_CONTAINERS run at once and
+further wakes wait in a queue that the background jobs drain: first come, first
+served, except that within an agent group a due task goes before chat messages. A session
+whose sandbox keeps failing to start is told once and retried less often (start_failures.py).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+from ..config import PROJECT_ROOT
+from ..runtime.base import Mount, SandboxSpec
+from ..sessions import store
+from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
+from ..db import database
+from ..models import AgentGroup
+from ..mounts import MountRequest, validate_mounts
+
+log = logging.getLogger("nanoclaw.sandboxes")
+
+RUNNER_DIR = PROJECT_ROOT / "container" / "agent_runner"
+SDK_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+PROXY_WAIT_S = 10.0
+
+
+def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
+    raw = f"nanoclaw-{install_id}-{folder}-{session_id}".lower()
+    return re.sub(r"[^a-z0-9_.-]", "-", raw)
+
+
+def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mount, ...] = (),
+               command: tuple[str, ...] | None = None, image: str | None = None,
+               mcp_servers: dict | None = None) -> SandboxSpec:
+    """image / mcp_servers: what the owner approved for this agent group (agent_capabilities)."""
+    session_dir = store.session_path(settings.sessions_dir, folder, session_id)
+    global_dir = settings.groups_dir / "global"
+    env = {
+        **SDK_ENV,
+        "NANOCLAW_SESSION_DIR": "/workspace/session",
+        "NANOCLAW_GROUP_DIR": "/workspace/group",
+        "NANOCLAW_PROXY_SOCKET": "/run/nanoclaw-proxy/proxy.sock",
+        "NANOCLAW_MAX_MESSAGES_PER_PROMPT": str(settings.max_messages_per_prompt),
+        "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
+        "TZ": settings.timezone,
+    }
+    kwargs = dict(
+        name=sandbox_name(settings.install_id, folder, session_id),
+        session_dir=session_dir,
+        group_dir=settings.groups_dir / folder,
+        global_dir=global_dir if global_dir.is_dir() else None,
+        runner_dir=RUNNER_DIR,
+        proxy_dir=settings.proxy_dir / folder,
+        extra_mounts=extra_mounts,
+        env=env,
+        labels={"nanoclaw.install": settings.install_id, "nanoclaw.folder": folder,
+                "nanoclaw.session": session_id},
+    )
+    if command:
+        kwargs["command"] = command
+    if image:
+        kwargs["image"] = image
+    if mcp_servers:
+        env["NANOCLAW_MCP_SERVERS"] = json.dumps(mcp_servers, sort_keys=True)
+    return SandboxSpec(**kwargs)
+
+
+def agent_capabilities(folder: str) -> dict:
+    """The group's approved image and MCP servers from its container_config ({} when none)."""
+    try:
+        with (database.connection_context() if database.is_closed() else nullcontext()):
+            agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+    except Exception as exc:  # no database here (a bare test): the defaults
+        log.debug("no capabilities for %s: %s", folder, exc)
+        return {}
+    config = (agent.container_config or {}) if agent else {}
+    return {k: config[k] for k in ("image", "mcp_servers") if config.get(k)}
+
+
+@dataclass
+class QueuedWake:
+    folder: str
+    session_id: str
+    task: bool = False  # the session has a due scheduled task
+
+
+def pick_next(queue: list[QueuedWake]) -> int:
+    """Index of the wake to start next: the oldest, unless its agent group also waits with a
+    due task, which then goes first (within a group, tasks before chat messages)."""
+    head = queue[0]
+    if not head.task:
+        for i, q in enumerate(queue):
+            if q.task and q.folder == head.folder:
+                return i
+    return 0
+
+
+class SandboxManager:
+    """One per process that wakes sessions (the web program, or a `chat` command)."""
+
+    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None, capabilities_for=None):
+        self.settings = settings
+        self.on_refused = on_refused  # tell the chat (once per streak) why its sandbox does not start
+        self.runtime = runtime
+        self.mounts_for = mounts_for or (lambda folder: ())
+        self.capabilities_for = capabilities_for or agent_capabilities
+        self._lock = threading.Lock()
+        self._starting: set[str] = set()
+        self.queue: list[QueuedWake] = []
+        self.held = False     # start-up: wakes queue until orphans are gone and the first sweep ran
+        self.closing = False  # shutdown: no new sandboxes
+        self.last_error: str | None = None
+        self.failures = StartFailures()
+
+    def name_of(self, folder: str, session_id: str) -> str:
+        return sandbox_name(self.settings.install_id, folder, session_id)
+
+    def running(self) -> list[str]:
+        return self.runtime.list_sandboxes(self.settings.install_id)
+
+    def is_running(self, folder: str, session_id: str) -> bool:
+        return self.runtime.is_running(sandbox_name(self.settings.install_id, folder, session_id))
+
+    def _at_capacity(self) -> bool:
+        return len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers
+
+    def _enqueue(self, folder: str, session_id: str, task: bool) -> None:
+        for q in self.queue:
+            if (q.folder, q.session_id) == (folder, session_id):
+                q.task = q.task or task
+                return
+        self.queue.append(QueuedWake(folder, session_id, task))
+
+    def wake(self, folder: str, session_id: str, *, task: bool = False) -> bool:
+        """Make sure the session's sandbox runs. False if it had to queue (capacity) or failed."""
+        name = sandbox_name(self.settings.install_id, folder, session_id)
+        if not self._may_start(folder, session_id, name):
+            return False
+        with self._lock:
+            if self.closing:
+                return False
+            if name in self._starting:
+                return True
+            if self.runtime.is_running(name):
+                return True
+            if self.held or self._at_capacity():
+                self._enqueue(folder, session_id, task)
+                if not self.held:
+                    log.info("wake of %s/%s queued: %d sandboxes already run", folder, session_id,
+                             self.settings.max_concurrent_containers)
+                return False
+            self._starting.add(name)
+        return self._start(folder, session_id, name)
+
+    def drain(self) -> int:
+        """Start queued wakes while there is room; returns how many started."""
+        started = 0
+        while True:
+            with self._lock:
+                if self.closing or self.held or not self.queue or self._at_capacity():
+                    return started
+                entry = self.queue.pop(pick_next(self.queue))
+                name = sandbox_name(self.settings.install_id, entry.folder, entry.session_id)
+                if name in self._starting or self.runtime.is_running(name):
+                    continue
+            if not self._may_start(entry.folder, entry.session_id, name):
+                continue  # backing off; the sweep wakes it again
+            with self._lock:
+                if name in self._starting or self.closing or self.held:
+                    continue
+                if self._at_capacity():
+                    self.queue.insert(0, entry)
+                    return started
+                self._starting.add(name)
+            if self._start(entry.folder, entry.session_id, name):
+                started += 1
+
+    def _may_start(self, folder: str, session_id: str, name: str) -> bool:
+        """False while a session whose sandbox keeps failing to start waits out its backoff. Judges
+        our last start first, if that sandbox is gone (crashed before its runner came up?)."""
+        if name in self._starting or self.runtime.is_running(name):
+            return True
+        now = time.time()
+        path = store.session_path(self.settings.sessions_dir, folder, session_id)
+        state, new_failure = self.failures.judge(name, heartbeat_of(path), lambda: self.runtime.logs(name), now)
+        if state is None:
+            return True
+        if new_failure:
+            log.warning("sandbox %s stopped before its runner came up (failed start %d in a row): %s", name,
+                        state.failures, state.reason)
+            self._tell(folder, session_id, name)
+        wait = wait_s(state.failures, state.last_failure_at, now)
+        if wait > 0:
+            log.debug("not starting %s for %.0f s more: it failed to start %d times in a row", name, wait,
+                      state.failures)
+            return False
+        return True
+
+    def _tell(self, folder: str, session_id: str, name: str) -> None:
+        """Once per streak of failed starts: a log line and a word in the session's chat."""
+        if not self.failures.take_notice(name):
+            return
+        state = self.failures.state(name)
+        log.error("the sandbox of %s/%s failed to start %d times in a row (%s); telling its chat and retrying "
+                  "less often", folder, session_id, state.failures, state.reason)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(folder, session_id, notice(state.reason))
+            except Exception as exc:  # the chat is unreachable: the log line above stays
+                log.error("could not tell %s/%s that its sandbox does not start: %s", folder, session_id, exc)
+
+    def _start(self, folder: str, session_id: str, name: str) -> bool:
+        try:
+            self._wait_for_proxy(folder)
+            spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
+                              **self.capabilities_for(folder))
+            started = time.monotonic()
+            self.failures.started(name, time.time())
+            self.runtime.start(spec)
+            log.info("started sandbox %s (%s) in %.2fs", name, self.runtime.name, time.monotonic() - started)
+            return True
+        except Exception as exc:
+            self.last_error = f"could not start the sandbox for {folder}: {exc}"
+            state = self.failures.failed(name, short_reason(str(exc)), time.time())
+            log.error("%s (failed start %d in a row)", self.last_error, state.failures)
+            self._tell(folder, session_id, name)
+            return False
+        finally:
+            with self._lock:
+                self._starting.discard(name)
+
+    def stop(self, folder: str, session_id: str) -> None:
+        name = sandbox_name(self.settings.install_id, folder, session_id)
+        self.failures.stopped(name, heartbeat_of(store.session_path(self.settings.sessions_dir, folder, session_id)))
+        self.runtime.stop(name)
+
+    def stop_all(self, timeout: float = 5) -> list[str]:
+        """Stop every sandbox of this install (start-up: a previous run's orphans; shutdown: ours).
+        A stopped runner gives its in-flight rows back, so the next start carries on."""
+        names = self.running()
+        if names:
+            with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="nanoclaw-stop") as pool:
+                list(pool.map(lambda n: self._stop_quietly(n, timeout), names))
+        return names
+
+    def _stop_quietly(self, name: str, timeout: float) -> None:
+        try:
+            self.runtime.stop(name, timeout=timeout)
+        except Exception as exc:  # one stuck sandbox must not keep the others running
+            log.error("could not stop sandbox %s: %s", name, exc)
+
+    def _wait_for_proxy(self, folder: str) -> None:
+        sock = self.settings.proxy_dir / folder / "proxy.sock"
+        deadline = time.monotonic() + PROXY_WAIT_S
+        while not sock.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no proxy socket at {sock}: is the `proxy` program running? "
+                                   "(supervisord starts it; by hand: flask --app app nanoclaw proxy)")
+            time.sleep(0.05)
+
+
+def mounts_for(settings):
+    """folder -> the agent's extra mounts, validated against the allowlist as it is right now.
+
+    Raises MountRefused: a refused mount keeps the sandbox from starting."""
+
+    def resolve(folder: str) -> tuple[Mount, ...]:
+        with database.connection_context():
+            agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        declared = (agent.container_config or {}).get("mounts", []) if agent else []
+        requests = [MountRequest(m["host_path"], m["name"], bool(m.get("readwrite"))) for m in declared]
+        approved = validate_mounts(requests, settings.mount_allowlist) if requests else []
+        return tuple(Mount(host=a.host_path, target=a.name, readonly=a.readonly) for a in approved)
+    return resolve

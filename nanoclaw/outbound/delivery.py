@@ -1,0 +1,245 @@
+"""Outbound rows → channel adapters, with claims, retries and failure notices.
+
+The agent writes messages_out (its file); the host records every outcome in
+`delivered` (the host's inbound.db). A row is claimed by inserting its
+`delivered` row first, so two host processes never send the same row.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from . import typing_indicator
+from ..channels.base import Card, DeliveryError, get_adapter
+from ..security import UnsafePath, contained
+from ..sessions import session_schema as schema
+from ..sessions.store import Target, allowed_targets
+
+log = logging.getLogger("nanoclaw.delivery")
+
+MAX_TRIES = 3               # an error we cannot classify (a bug, an unexpected exception)
+BASE_BACKOFF_S = 1.0
+MAX_BACKOFF_S = 300.0
+# A platform that is down, overloaded or rate limiting (5xx, network, 429) is waited out this
+# long before the row fails: a short outage must not cost the user a reply. It stays inside the
+# active-session window (active.WINDOW_S), which is what keeps the delivery loop looking.
+TRANSIENT_HORIZON_S = 45 * 60
+
+# System ops: a capability registers a handler for its own op names (e.g. scheduling's
+# `schedule_task`). handler(session_path, row, settings) applies the row on the host; nothing is
+# sent to a chat, so the row's target is not checked. Handlers must be idempotent: a row whose
+# application a crash interrupted is applied again at the next start.
+_OPS: dict = {}
+
+
+def register_op(name: str, handler) -> None:
+    _OPS[name] = handler
+
+
+def is_system_op(name: str | None) -> bool:
+    return name in _OPS
+
+
+def backoff(tries: int, retry_after: float | None) -> float:
+    """Seconds before the next try: the platform's own wait if it gave one, else 1 s, 2 s, 4 s…
+    up to 5 min."""
+    return max(retry_after or 0.0, min(MAX_BACKOFF_S, BASE_BACKOFF_S * 2 ** max(tries - 1, 0)))
+
+
+def gives_up(tries: int, exc: Exception) -> bool:
+    """After `tries` failed tries ending in `exc`, is the row failed for good? A permanent refusal
+    at once; a platform's transient trouble (a non-permanent DeliveryError) once the backoffs so
+    far add up to TRANSIENT_HORIZON_S; anything else after MAX_TRIES."""
+    if isinstance(exc, DeliveryError):
+        if exc.permanent:
+            return True
+        return sum(backoff(n, None) for n in range(1, tries + 1)) >= TRANSIENT_HORIZON_S
+    return tries >= MAX_TRIES
+
+
+def _iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    id: str
+    seq: int
+    in_reply_to: str | None
+    target: Target
+    op: dict
+
+
+def open_session(path: Path) -> sqlite3.Connection | None:
+    """inbound.db (ours, writable) with the agent's outbound.db attached read-only."""
+    outbound = path / schema.OUTBOUND
+    if not outbound.exists():
+        return None
+    conn = schema.connect(path / schema.INBOUND)
+    conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
+    if conn.execute("SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN ('messages_out', 'processing_ack')"
+                    ).fetchone()[0] < 2:
+        conn.close()  # the agent has created the file but not its tables yet
+        return None
+    return conn
+
+
+def sync_acks(conn: sqlite3.Connection) -> None:
+    """Copy the agent's finished claims into messages_in.status (the host's record)."""
+    conn.execute("UPDATE messages_in SET status = (SELECT a.status FROM ob.processing_ack a "
+                 "WHERE a.message_id = messages_in.id) WHERE status = 'pending' AND id IN "
+                 "(SELECT message_id FROM ob.processing_ack WHERE status IN ('completed', 'failed'))")
+
+
+def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
+    rows = conn.execute(
+        "SELECT o.id, o.seq, o.in_reply_to, o.channel_type, o.platform_id, o.thread_id, o.content "
+        "FROM ob.messages_out o LEFT JOIN delivered d ON d.message_out_id = o.id "
+        "WHERE d.message_out_id IS NULL OR (d.status = 'retry' AND d.next_try_at <= ?) ORDER BY o.seq",
+        (now,)).fetchall()
+    out = []
+    for r in rows:
+        try:
+            op = json.loads(r["content"])
+        except ValueError:
+            op = {"op": "invalid"}
+        out.append(Outgoing(r["id"], r["seq"], r["in_reply_to"],
+                            Target(r["channel_type"] or "", r["platform_id"] or "", r["thread_id"]), op))
+    return out
+
+
+def claim(conn: sqlite3.Connection, row_id: str) -> bool:
+    cur = conn.execute(
+        "INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0) "
+        "ON CONFLICT (message_out_id) DO UPDATE SET status = 'sending' WHERE delivered.status = 'retry'",
+        (row_id,))
+    return cur.rowcount == 1
+
+
+def platform_id_of(conn: sqlite3.Connection, seq: int) -> str | None:
+    row = conn.execute("SELECT d.platform_message_id FROM ob.messages_out o JOIN delivered d "
+                       "ON d.message_out_id = o.id WHERE o.seq = ? AND d.status = 'delivered'", (seq,)).fetchone()
+    return row[0] if row else None
+
+
+def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
+    """Hand one row to its adapter; returns the platform message id, if any."""
+    op, kind = row.op, row.op.get("op")
+    if kind == "text":
+        return adapter.send_text(row.target, op["text"])
+    if kind in ("edit", "reaction"):
+        pid = platform_id_of(conn, int(op.get("target_seq", -1)))
+        if pid is None:
+            raise DeliveryError(f"message #{op.get('target_seq')} was never delivered", permanent=True)
+        if kind == "edit":
+            adapter.edit_text(row.target, pid, op["text"])
+        else:
+            adapter.react(row.target, pid, op["emoji"])
+        return pid
+    if kind == "file":
+        try:
+            path = contained(session_path / "outbox", op["path"].removeprefix("outbox/"))
+        except (UnsafePath, KeyError) as exc:
+            raise DeliveryError(f"file refused: {exc}", permanent=True) from None
+        return adapter.send_file(row.target, path, op.get("text"))
+    if kind == "card":
+        card = Card(op.get("title", ""), op.get("body", ""),
+                    tuple((b["label"], b["action"]) for b in op.get("buttons", [])))
+        return adapter.send_card(row.target, card)
+    raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
+
+
+def deliver_session(session_path: Path, settings, now: datetime | None = None) -> int:
+    """Deliver every due row of one session. Returns how many were delivered."""
+    conn = open_session(session_path)
+    if conn is None:
+        return 0
+    now = now or datetime.now(timezone.utc)
+    delivered = 0
+    try:
+        sync_acks(conn)
+        rows = due_rows(conn, _iso(now))
+        allowed = allowed_targets(session_path) if rows else set()
+        for row in rows:
+            if not claim(conn, row.id):
+                continue
+            try:
+                handler = _OPS.get(row.op.get("op"))
+                if handler is not None:
+                    platform_id = handler(session_path, row, settings)
+                else:
+                    if row.target not in allowed:
+                        raise DeliveryError(f"target {row.target} is not this session's chat or destination",
+                                            permanent=True)
+                    adapter = get_adapter(row.target.channel_type, settings)
+                    platform_id = perform(adapter, conn, session_path, row)
+            except Exception as exc:  # any adapter failure keeps the row for a retry
+                _failed(conn, settings, row, exc, now)
+                continue
+            conn.execute("UPDATE delivered SET status = 'delivered', platform_message_id = ?, "
+                         "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
+                         (platform_id, _iso(datetime.now(timezone.utc)), row.id))
+            delivered += 1
+        typing_indicator.tick(conn, session_path, settings)
+    finally:
+        conn.close()
+    return delivered
+
+
+def settle_interrupted(session_path: Path) -> int:
+    """At start-up, rows a dead predecessor left 'sending'. A chat send was on its way to the
+    platform (which has no idempotency key): it counts as delivered rather than risk the user
+    getting the reply twice. A system op is applied again (its handler is idempotent)."""
+    conn = open_session(session_path)
+    if conn is None:
+        return 0
+    try:
+        rows = conn.execute("SELECT d.message_out_id, o.content FROM delivered d JOIN ob.messages_out o "
+                            "ON o.id = d.message_out_id WHERE d.status = 'sending'").fetchall()
+        for row_id, content in rows:
+            try:
+                op = json.loads(content).get("op")
+            except (ValueError, AttributeError):
+                op = None
+            if is_system_op(op):
+                conn.execute("UPDATE delivered SET status = 'retry', next_try_at = ? WHERE message_out_id = ?",
+                             (_iso(datetime.now(timezone.utc)), row_id))
+            else:
+                conn.execute("UPDATE delivered SET status = 'delivered', last_error = ? WHERE message_out_id = ?",
+                             ("interrupted by a restart while sending; counted as sent", row_id))
+        return len(rows)
+    finally:
+        conn.close()
+
+
+def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> None:
+    tries = conn.execute("SELECT tries FROM delivered WHERE message_out_id = ?", (row.id,)).fetchone()[0] + 1
+    retry_after = exc.retry_after if isinstance(exc, DeliveryError) else None
+    reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    if gives_up(tries, exc):
+        conn.execute("UPDATE delivered SET status = 'failed', tries = ?, last_error = ? WHERE message_out_id = ?",
+                     (tries, reason, row.id))
+        log.error("delivery of %s to %s failed for good after %d tries: %s", row.id, row.target, tries, reason)
+        _tell_user(conn, settings, row, reason)
+        return
+    wait = backoff(tries, retry_after)
+    conn.execute("UPDATE delivered SET status = 'retry', tries = ?, last_error = ?, next_try_at = ? "
+                 "WHERE message_out_id = ?", (tries, reason, _iso(now + timedelta(seconds=wait)), row.id))
+    log.warning("delivery of %s to %s failed (try %d), retrying in %.1fs: %s", row.id, row.target, tries, wait, reason)
+
+
+def _tell_user(conn, settings, row: Outgoing, reason: str) -> None:
+    """Best effort: say in the session's own chat that a reply could not be delivered."""
+    home = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing").fetchone()
+    if home is None:
+        return
+    target = Target(*home)  # this connection holds the session's write transaction: read through it
+    try:
+        adapter = get_adapter(target.channel_type, settings)
+        adapter.send_text(target, f"(I could not deliver a reply: {reason})")
+    except Exception as exc:  # the platform itself is down; the log line above is all we can do
+        log.error("could not tell %s about the failed delivery: %s", target, exc)

@@ -1,0 +1,154 @@
+"""The house rules of the package (docs/architecture.md, "The package map"): rooms import only
+downward as the map's table says, no import circle between files (imports inside functions
+count: a lazy import that dodges a circle is still one), no file over 450 lines, at most 12
+modules directly in nanoclaw/. Read from the source with ast: no module is imported."""
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from nanoclaw.config import PROJECT_ROOT
+
+PACKAGE = PROJECT_ROOT / "nanoclaw"
+SHARED_ROOT = {"config", "db", "models", "migrate", "security", "mounts", "proposal_rules", "__init__"}
+ENTRY_POINTS = {"app", "capabilities", "supervise", "cli"}
+MAX_LINES = 450
+MAX_ROOT_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROJECT_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every nanoclaw module this file imports, wherever the import statement stands."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known}
+            found |= subs
+            if base in known and len(subs) < len(node.names):
+                found.add(base)  # names taken from the module itself
+    found.discard(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def room(module: str) -> str:
+    """'inbound' for nanoclaw.inbound.router, 'config' for nanoclaw.config, '__init__' for nanoclaw."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def allowed_imports() -> dict[str, set[str]]:
+    """The map's table: room -> the rooms it may import (besides the shared root modules)."""
+    text = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
+    allowed = {}
+    for line in text.splitlines():
+        m = re.match(r"^\| `(\w+)/` \|[^|]*\| ([^|]*) \|$", line)
+        if m:
+            allowed[m.group(1)] = set(re.findall(r"`(\w+)`", m.group(2)))
+    return allowed
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_between_files():
+    assert cycles(graph()) == []
+
+
+def test_cycle_finder_finds_a_lazy_circle():
+    """The check above would pass vacuously if the finder missed circles: it must see one."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_rooms_import_only_what_the_map_allows():
+    allowed = allowed_imports()
+    assert {"channels", "inbound", "approvals", "sessions", "runtime", "outbound", "tasks", "lifecycle",
+            "operator", "proxy", "web", "cli"} <= set(allowed), "the map in docs/architecture.md lost a room"
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms <= set(allowed), f"rooms missing from the map: {sorted(rooms - set(allowed))}"
+    wrong = []
+    for module, targets in graph().items():
+        here = room(module)
+        for target in targets:
+            there = room(target)
+            if there == here or there in SHARED_ROOT:
+                continue
+            if here in allowed and there in allowed[here]:
+                continue
+            if here in ENTRY_POINTS - {"cli"} and there != "supervise":
+                continue  # the entry points assemble everything
+            wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+def test_the_shared_root_imports_no_room():
+    wrong = [f"{m} imports {t}" for m, targets in graph().items() if room(m) in SHARED_ROOT
+             for t in targets if room(t) not in SHARED_ROOT]
+    assert wrong == []
+
+
+def test_no_file_is_longer_than_450_lines():
+    long = {str(p.relative_to(PROJECT_ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_at_most_12_modules_at_the_root():
+    root = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_every_module_says_what_it_owns():
+    missing = [module_name(p) for p in PACKAGE.rglob("*.py")
+               if ast.get_docstring(ast.parse(p.read_text())) is None]
+    assert missing == []
