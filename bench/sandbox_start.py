@@ -36,10 +36,11 @@ def runtimes(state: Path):
 
 def once(rt, root: Path, program: str) -> float:
     run = root / uuid.uuid4().hex[:8]
-    session, group, proxy = run / "session", run / "group", run / "proxy"
-    for d in (session, group, proxy):
+    session, inbound, group, proxy = run / "session", run / "inbound", run / "group", run / "proxy"
+    for d in (session, inbound, group, proxy):
         d.mkdir(parents=True)
-    spec = SandboxSpec(name=f"nanoclaw-bench-{run.name}", session_dir=session, group_dir=group, global_dir=None,
+    spec = SandboxSpec(name=f"nanoclaw-bench-{run.name}", session_dir=session, inbound_dir=inbound, group_dir=group,
+                       global_dir=None,
                        runner_dir=PROJECT_ROOT / "container" / "agent_runner", proxy_dir=proxy,
                        command=("python3", "-c", program), labels={INSTALL_LABEL: "bench"})
     started = time.monotonic()

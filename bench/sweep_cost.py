@@ -65,7 +65,7 @@ def template(base: Path) -> Path:
     """One session folder as a session that has talked leaves it; copied for every session."""
     path = base / "template"
     store.prepare(path, store.Target("telegram", "42"))
-    agent = SessionStore(path)
+    agent = SessionStore.of_session(path)
     for i in range(5):
         mid = store.write_message(path, content={"text": f"message {i}", "sender": "Olga"},
                                   target=store.Target("telegram", "42"))

@@ -318,7 +318,7 @@ def test_sessions_show_the_sandbox_state(owner, site):
     path = store.session_path(settings.sessions_dir, "andy", "sfail")
     store.prepare(path, Target("telegram", "5"))
     mid = store.write_message(path, content={"text": "hi"}, target=Target("telegram", "5"))
-    conn = store.schema.connect(path / store.schema.INBOUND)
+    conn = store.schema.connect(path / "host" / store.schema.INBOUND)
     conn.execute("UPDATE messages_in SET status = 'failed' WHERE id = ?", (mid,))
     conn.close()
 
@@ -517,7 +517,7 @@ def test_web_chat_routes_like_a_platform_and_shows_deliveries(owner, site):
     session = Session.get(Session.messaging_group == mg)
     from nanoclaw.sessions import store
     path = store.session_path(settings.sessions_dir, "andy", session.id)
-    conn = store.schema.connect(path / store.schema.INBOUND, readonly=True)
+    conn = store.schema.connect(path / "host" / store.schema.INBOUND, readonly=True)
     row = conn.execute("SELECT content, channel_type, platform_id FROM messages_in").fetchone()
     conn.close()
     assert json.loads(row["content"])["text"] == "hello andy" and tuple(row)[1:] == ("web", chat_id)
@@ -594,7 +594,7 @@ def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site
                       headers={"Accept": "application/json"})
     assert late.json["text"] == "Already decided: allowed by Olga."  # first answer won
     session = Session.get(Session.messaging_group == MessagingGroup.get(MessagingGroup.platform_id == "777"))
-    conn = store.schema.connect(store.session_path(settings.sessions_dir, "andy", session.id) / "inbound.db",
+    conn = store.schema.connect(store.session_path(settings.sessions_dir, "andy", session.id) / "host" / "inbound.db",
                                 readonly=True)
     texts = [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in")]
     conn.close()
@@ -619,7 +619,7 @@ def test_an_open_agent_question_is_answered_on_the_page(owner, site):
     answered = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"ncq-{pq.id}:1"},
                           follow_redirects=True).get_data(as_text=True)
     assert "You chose: Saturday" in answered and "Which day?" not in answered
-    conn = store.schema.connect(path / "inbound.db", readonly=True)
+    conn = store.schema.connect(path / "host" / "inbound.db", readonly=True)
     kinds = [(r[0], json.loads(r[1])["answer"]) for r in conn.execute("SELECT kind, content FROM messages_in")]
     conn.close()
     assert kinds == [("answer", "Saturday")]

@@ -65,7 +65,7 @@ def owner_with_andy(app):
 def inbound(app, folder: str) -> list[dict]:
     out = []
     for session in Session.select().join(AgentGroup).where(AgentGroup.folder == folder):
-        path = app.config["NANOCLAW"].sessions_dir / folder / session.id / schema.INBOUND
+        path = app.config["NANOCLAW"].sessions_dir / folder / session.id / "host" / schema.INBOUND
         conn = schema.connect(path, readonly=True)
         try:
             out += [dict(r, content=json.loads(r["content"])) for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]

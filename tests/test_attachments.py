@@ -70,7 +70,7 @@ def session_rows(settings) -> list[tuple[Path, dict]]:
     out = []
     for session in Session.select().order_by(Session.created_at):
         path = settings.sessions_dir / session.agent_group.folder / session.id
-        conn = schema.connect(path / schema.INBOUND, readonly=True)
+        conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
         try:
             out += [(path, json.loads(r["content"]))
                     for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
@@ -80,15 +80,15 @@ def session_rows(settings) -> list[tuple[Path, dict]]:
 
 
 def host_path(session: Path, entry: dict) -> Path:
-    """Where the agent's /workspace/session/… path is on the host."""
-    prefix = "/workspace/session/"
+    """Where the agent's /workspace/inbound/… path is on the host (the session's host part)."""
+    prefix = "/workspace/inbound/"
     assert entry["path"].startswith(prefix + "inbox/"), entry
-    return session / entry["path"][len(prefix):]
+    return session / "host" / entry["path"][len(prefix):]
 
 
 def inbox_files(session: Path) -> list[str]:
     """Every entry under inbox/, relative (hidden temporary files included)."""
-    root = session / "inbox"
+    root = session / "host" / "inbox"
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
@@ -155,10 +155,10 @@ def row(content: dict) -> InboundRow:
 
 def test_the_agent_reads_where_the_file_is_and_why_one_is_missing():
     saved = {"kind": "photo", "name": "photo.jpg", "mime": "image/jpeg", "size": 53248,
-             "path": "/workspace/session/inbox/900000013/photo.jpg"}
+             "path": "/workspace/inbound/inbox/900000013/photo.jpg"}
     failed = {"name": "video.mp4", "mime": "video/mp4", "size": 32505856, "error": "too large (31 MB > 20 MB)"}
     text = to_message(row({"text": "look", "sender": "Alice", "attachments": [saved, failed]})).content
-    assert text == ("look\n[attachment: /workspace/session/inbox/900000013/photo.jpg (image/jpeg, 52 KB)]\n"
+    assert text == ("look\n[attachment: /workspace/inbound/inbox/900000013/photo.jpg (image/jpeg, 52 KB)]\n"
                     "[attachment not saved: video.mp4 (video/mp4, 31 MB): too large (31 MB > 20 MB)]")
     assert attachment_line({"name": "old.pdf"}) == "[attachment: old.pdf]"  # metadata only, as before
     assert attachment_line({}) is None
@@ -193,7 +193,7 @@ def test_telegram_document_lands_in_the_inbox(make_settings, sqlite_url, tg):
         [(session, content)] = session_rows(app.config["NANOCLAW"])
     [entry] = content["attachments"]
     assert entry == {"kind": "document", "name": "invoice.pdf", "mime": "application/pdf", "size": len(data),
-                     "path": f"/workspace/session/inbox/{update['update_id']}/invoice.pdf"}
+                     "path": f"/workspace/inbound/inbox/{update['update_id']}/invoice.pdf"}
     saved = host_path(session, entry)
     assert saved.read_bytes() == data and content["text"] == "please file this"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o644 and stat.S_IMODE(saved.parent.stat().st_mode) == 0o755
@@ -294,7 +294,7 @@ def test_hostile_names_stay_inside_the_inbox(make_settings, sqlite_url, tg, host
     assert content["attachments"][0]["name"] == saved_as
     assert inbox_files(session) == [f"{update['update_id']}/{saved_as}"]
     holding = [p for p in data_dir.parent.rglob("*") if p.is_file() and p.read_bytes() == b"payload"]
-    assert holding == [session / "inbox" / str(update["update_id"]) / saved_as]  # and nowhere else
+    assert holding == [session / "host" / "inbox" / str(update["update_id"]) / saved_as]  # and nowhere else
 
 
 def test_one_download_for_every_agent_the_message_goes_to(make_settings, sqlite_url, tg):
@@ -356,7 +356,7 @@ def test_slack_file_is_fetched_with_the_bot_token(make_settings, sqlite_url, sla
     finally:
         database.close()
     [entry] = content["attachments"]
-    assert entry["path"] == "/workspace/session/inbox/D0DMALICE_1700000090.002000/call notes.txt"
+    assert entry["path"] == "/workspace/inbound/inbox/D0DMALICE_1700000090.002000/call notes.txt"
     assert host_path(session, entry).read_bytes() == NOTES and entry["size"] == len(NOTES)
     [download] = [r for r in slack.requests if r.path.startswith("/files-pri/")]
     assert download.path.endswith("/download/call_notes.txt") and download.status == 200
@@ -442,7 +442,7 @@ def test_whatsapp_document_is_fetched_through_its_media_url(make_settings, sqlit
         database.close()
     [entry] = content["attachments"]
     assert entry == {"kind": "document", "name": "lease.txt", "mime": "text/plain", "size": len(NOTES),
-                     "path": "/workspace/session/inbox/wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQjM3RDlBRkJDMUQ1QUZFQUU0MwA_"
+                     "path": "/workspace/inbound/inbox/wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQjM3RDlBRkJDMUQ1QUZFQUU0MwA_"
                              "/lease.txt"}
     assert host_path(session, entry).read_bytes() == NOTES and content["text"] == "the signed lease"
     describe_call, download = [r for r in wa.requests if r.method == "GET"]
@@ -538,7 +538,7 @@ def test_discord_attachment_comes_from_the_cdn_without_the_token(make_settings, 
         database.close()
     [entry] = content["attachments"]
     assert entry == {"name": "minutes.md", "mime": "text/markdown", "size": len(minutes),
-                     "path": "/workspace/session/inbox/1350038506723512320/minutes.md"}
+                     "path": "/workspace/inbound/inbox/1350038506723512320/minutes.md"}
     assert host_path(session, entry).read_bytes() == minutes
     [cdn] = [r for r in discord.requests if r.path.startswith("/attachments/")]
     assert cdn.status == 200 and "authorization" not in cdn.headers
@@ -592,7 +592,7 @@ def test_the_agent_reads_the_file_inside_the_sandbox(make_settings, sqlite_url):
         call = svc.model.model_calls()[-1]
         svc.post(document_update("and this one?", "notes.txt", "BQAClater", len(later)))
         answers = svc.wait(lambda: texts(svc.tg, ALICE)[1:], what="the second answer")
-    path = f"/workspace/session/inbox/{first['update_id']}/notes.txt"
+    path = f"/workspace/inbound/inbox/{first['update_id']}/notes.txt"
     assert f"[attachment: {path} (text/plain, {len(NOTES)} bytes)]" in call.current_prompt()
     [result] = call.turn_tool_results()
     assert not result.is_error and "Decisions: ship on Friday." in result.text and "1200 EUR" in result.text

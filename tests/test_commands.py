@@ -56,7 +56,7 @@ def stored(app) -> list[tuple[str, str | None, int]]:
     """(text, command, trigger) of every message in every session of Andy."""
     out = []
     for session in Session.select().join(AgentGroup).where(AgentGroup.folder == "andy"):
-        path = app.config["NANOCLAW"].sessions_dir / "andy" / session.id / schema.INBOUND
+        path = app.config["NANOCLAW"].sessions_dir / "andy" / session.id / "host" / schema.INBOUND
         conn = schema.connect(path, readonly=True)
         for r in conn.execute("SELECT * FROM messages_in ORDER BY seq"):
             c = json.loads(r["content"])

@@ -54,7 +54,7 @@ def session(tmp_path):
 
 
 def agent_writes(path, *ops, target=("rec", "chat-1", None), in_reply_to=None):
-    conn = schema.connect(path / schema.OUTBOUND)
+    conn = schema.connect(path / "agent" / schema.OUTBOUND)
     for op in ops:
         seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_out").fetchone()[0]
         conn.execute("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, channel_type, platform_id, thread_id,"
@@ -64,7 +64,7 @@ def agent_writes(path, *ops, target=("rec", "chat-1", None), in_reply_to=None):
 
 
 def status(path):
-    conn = schema.connect(path / schema.INBOUND)
+    conn = schema.connect(path / "host" / schema.INBOUND)
     try:
         return [tuple(r) for r in conn.execute("SELECT status, tries, platform_message_id FROM delivered "
                                                "ORDER BY rowid")]
@@ -73,7 +73,7 @@ def status(path):
 
 
 def test_text_edit_reaction_file_card_delivered_once(session):
-    (session / "outbox" / "report.txt").write_text("numbers")
+    (session / "agent" / "outbox" / "report.txt").write_text("numbers")
     agent_writes(session, {"op": "text", "text": "hi"}, {"op": "edit", "target_seq": 1, "text": "hi!"},
                  {"op": "reaction", "target_seq": 1, "emoji": "👍"}, {"op": "file", "path": "outbox/report.txt"},
                  {"op": "card", "title": "Q", "body": "b", "buttons": [{"label": "Yes", "action": "ncq-1:0"}]})
@@ -118,7 +118,7 @@ def run_until_settled(session, start):
     t = start
     for _ in range(100):
         deliver_session(session, settings=None, now=t)
-        conn = schema.connect(session / schema.INBOUND)
+        conn = schema.connect(session / "host" / schema.INBOUND)
         st, tries, next_try = conn.execute("SELECT status, tries, next_try_at FROM delivered").fetchone()
         conn.close()
         if st != "retry":
@@ -184,10 +184,10 @@ def test_file_outside_outbox_is_refused(session):
 
 def test_completed_acks_are_copied_to_messages_in(session):
     mid = write_message(session, content={"text": "q"}, target=Target("rec", "chat-1"))
-    conn = schema.connect(session / schema.OUTBOUND)
+    conn = schema.connect(session / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO processing_ack VALUES (?, 'completed', ?)", (mid, schema.utc_now_iso()))
     conn.close()
     deliver_session(session, settings=None)
-    conn = schema.connect(session / schema.INBOUND, readonly=True)
+    conn = schema.connect(session / "host" / schema.INBOUND, readonly=True)
     assert conn.execute("SELECT status FROM messages_in").fetchone()[0] == "completed"
     conn.close()

@@ -104,7 +104,7 @@ def nothing_stored():
 
 
 def session_rows(app, session) -> list[dict]:
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / schema.INBOUND
+    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return [dict(r) for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
@@ -299,9 +299,9 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
     [thread_row] = session_rows(app, sessions[(GUILD_CHANNEL, THREAD)])
     assert thread_row["thread_id"] == THREAD and json.loads(thread_row["content"])["text"] == "and the budget item, please"
     [attachment] = json.loads(thread_row["content"])["attachments"]  # saved where the agent can read it
-    assert attachment["path"] == "/workspace/session/inbox/1350049740376539187/budget.csv"
+    assert attachment["path"] == "/workspace/inbound/inbox/1350049740376539187/budget.csv"
     session = sessions[(GUILD_CHANNEL, THREAD)]
-    assert (settings.sessions_dir / "andy" / session.id / "inbox" / "1350049740376539187" / "budget.csv"
+    assert (settings.sessions_dir / "andy" / session.id / "host" / "inbox" / "1350049740376539187" / "budget.csv"
             ).read_bytes() == budget
     [mention_row] = session_rows(app, sessions[(GUILD_CHANNEL, "")])
     assert mention_row["trigger"] == 1 and json.loads(mention_row["content"])["text"] == "@Andy what's on the agenda today?"
@@ -401,7 +401,7 @@ def test_other_client_errors_are_permanent(settings, discord_api):
 def test_delivery_after_a_429_sends_exactly_once(settings, discord_api, tmp_path):
     path = tmp_path / "session"
     prepare(path, Target("discord", DM_CHANNEL))
-    conn = schema.connect(path / schema.OUTBOUND)
+    conn = schema.connect(path / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO messages_out (id, seq, timestamp, channel_type, platform_id, content) "
                  "VALUES ('m1', 1, ?, 'discord', ?, ?)",
                  (schema.utc_now_iso(), DM_CHANNEL, json.dumps({"op": "text", "text": "the answer"})))

@@ -80,7 +80,7 @@ def stored(app, folder: str) -> list[tuple[str, int]]:
     """(text, trigger) of every message in every session of `folder`, in order."""
     out = []
     for session in Session.select().join(AgentGroup).where(AgentGroup.folder == folder).order_by(Session.created_at):
-        path = app.config["NANOCLAW"].sessions_dir / folder / session.id / schema.INBOUND
+        path = app.config["NANOCLAW"].sessions_dir / folder / session.id / "host" / schema.INBOUND
         conn = schema.connect(path, readonly=True)
         out += [(json.loads(r["content"])["text"], r["trigger"]) for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
         conn.close()

@@ -32,9 +32,9 @@ def session_texts(app) -> list[str]:
     texts = []
     for session in Session.select():
         path = store.session_path(settings.sessions_dir, session.agent_group.folder, session.id)
-        if not (path / schema.INBOUND).exists():
+        if not (path / "host" / schema.INBOUND).exists():
             continue
-        conn = schema.connect(path / schema.INBOUND, readonly=True)
+        conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
         texts += [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
         conn.close()
     return texts
@@ -96,7 +96,7 @@ def test_the_agent_is_woken_only_after_its_messages_are_committed(app):
 
     def wake(folder, session_id):  # what a starting sandbox would find
         path = store.session_path(app.config["NANOCLAW"].sessions_dir, folder, session_id)
-        conn = schema.connect(path / schema.INBOUND, readonly=True)
+        conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
         seen.append(conn.execute("SELECT COUNT(*) FROM messages_in").fetchone()[0])
         conn.close()
     app.extensions["nanoclaw.waker"] = wake
@@ -190,7 +190,7 @@ def test_a_batch_keeps_each_sessions_writes_together_or_not_at_all(tmp_path):
         store.write_message(a, content={"text": "a2"}, target=target)
         store.write_message(a, content={"text": "a3"}, target=target)
     for path, expected in ((a, ["a2", "a3"]), (b, [])):
-        conn = schema.connect(path / schema.INBOUND, readonly=True)
+        conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
         rows = [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
         conn.close()
         assert rows == expected

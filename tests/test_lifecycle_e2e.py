@@ -133,7 +133,7 @@ class Service:
 
     def inbound_rows(self) -> list[dict]:
         rows = []
-        for db in (self.data / "sessions").glob("*/*/inbound.db"):
+        for db in (self.data / "sessions").glob("*/*/host/inbound.db"):
             conn = sqlite3.connect(db)
             conn.row_factory = sqlite3.Row
             rows += [dict(r) for r in conn.execute("SELECT * FROM messages_in WHERE kind IN ('chat', 'task')")]

@@ -59,7 +59,7 @@ def session_path(app, chat=111, sender=OWNER, **kw):
 
 def agent_ctx(path) -> ToolContext:
     config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(path), "NANOCLAW_GROUP_DIR": str(path)})
-    return ToolContext(store=SessionStore(path), config=config)
+    return ToolContext(store=SessionStore.of_session(path), config=config)
 
 
 def run_tool(ctx, fn, **args) -> tuple[str, bool]:
@@ -68,7 +68,7 @@ def run_tool(ctx, fn, **args) -> tuple[str, bool]:
 
 
 def inbound(path, kind=None) -> list[dict]:
-    conn = schema.connect(path / schema.INBOUND, readonly=True)
+    conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
     try:
         rows = conn.execute("SELECT * FROM messages_in" + (" WHERE kind = ?" if kind else "") + " ORDER BY seq",
                             (kind,) if kind else ()).fetchall()
@@ -123,7 +123,7 @@ def test_tools_refuse_what_breaks_the_rules_and_queue_the_rest(tmp_path):
 
 def propose(app, path, kind, payload, reason="", ref="r1"):
     """What the tool writes (or a tampered sandbox could write): a proposal row."""
-    agent = SessionStore(path)
+    agent = SessionStore.of_session(path)
     agent.write_out({"op": "proposal", "ref": ref, "kind": kind, "payload": payload, "reason": reason},
                     Target("telegram", "111"), kind="system")
     agent.close()
@@ -248,7 +248,7 @@ def test_mcp_server_goes_into_the_sandbox_spec(app, tg):
 # --- help requests -------------------------------------------------------------------------------
 
 def ask_help(path, text="I need the VPN password policy", ref="h1"):
-    agent = SessionStore(path)
+    agent = SessionStore.of_session(path)
     agent.write_out({"op": "help_request", "ref": ref, "text": text}, Target("telegram", "111"), kind="system")
     agent.close()
 

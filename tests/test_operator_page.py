@@ -71,7 +71,7 @@ def session_path(app):
 
 def propose(app, path, kind, payload, reason="", ref="r1"):
     """What the MCP tool writes in the sandbox; the host's delivery takes it from there."""
-    agent = SessionStore(path)
+    agent = SessionStore.of_session(path)
     agent.write_out({"op": "proposal", "ref": ref, "kind": kind, "payload": payload, "reason": reason},
                     Target("telegram", "111"), kind="system")
     agent.close()
@@ -80,7 +80,7 @@ def propose(app, path, kind, payload, reason="", ref="r1"):
 
 
 def system_texts(path) -> list[str]:
-    conn = schema.connect(path / schema.INBOUND, readonly=True)
+    conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
     try:
         rows = conn.execute("SELECT content FROM messages_in WHERE kind = 'system' ORDER BY seq").fetchall()
     finally:
@@ -283,7 +283,7 @@ def create(client, row, **fields):
 def inbound_texts(app, folder):
     out = []
     for session in Session.select().join(AgentGroup).where(AgentGroup.folder == folder):
-        conn = schema.connect(app.config["NANOCLAW"].sessions_dir / folder / session.id / schema.INBOUND,
+        conn = schema.connect(app.config["NANOCLAW"].sessions_dir / folder / session.id / "host" / schema.INBOUND,
                               readonly=True)
         try:
             out += [json.loads(r["content"])["text"] for r in conn.execute("SELECT content FROM messages_in")]

@@ -63,7 +63,7 @@ def ask(app, title="Lunch", question="Pizza or sushi?", options=("Pizza", "Sushi
     post(app, message(111, OWNER, "plan lunch"))
     session = Session.get()
     path = app.config["NANOCLAW"].sessions_dir / "andy" / session.id
-    agent = SessionStore(path)
+    agent = SessionStore.of_session(path)
     qid = f"q{time.monotonic_ns()}"
     expires = datetime.now(timezone.utc) + timedelta(seconds=seconds)
     agent.write_out({"op": "question", "question_id": qid, "title": title, "question": question,
@@ -74,7 +74,7 @@ def ask(app, title="Lunch", question="Pizza or sushi?", options=("Pizza", "Sushi
 
 
 def answers(path) -> list[dict]:
-    conn = schema.connect(path / schema.INBOUND, readonly=True)
+    conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
     try:
         return [dict(r, content=json.loads(r["content"])) for r in
                 conn.execute("SELECT * FROM messages_in WHERE kind = 'answer'")]
@@ -126,7 +126,7 @@ def test_a_question_row_applied_again_sends_no_second_card(app, tg):
 def test_a_question_for_another_chat_is_refused(app, tg):
     path, _ = ask(app, target=Target("telegram", "-100999"))
     assert cards(tg) == [] and not PendingQuestion.select().exists()
-    conn = schema.connect(path / schema.INBOUND, readonly=True)
+    conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
     assert [r[0] for r in conn.execute("SELECT status FROM delivered")] == ["failed"]
     conn.close()
 
@@ -137,7 +137,7 @@ def test_the_tool_reads_the_answer_and_marks_it_done(tmp_path):
     from nanoclaw.sessions import store as host_store
     host_store.prepare(tmp_path, host_store.Target("telegram", "111"))
     config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(tmp_path), "NANOCLAW_TURN_TIMEOUT_S": "60"})
-    agent = SessionStore(tmp_path)
+    agent = SessionStore.of_session(tmp_path)
     ctx = ToolContext(store=agent, config=config)
 
     def host():
@@ -154,7 +154,7 @@ def test_the_tool_reads_the_answer_and_marks_it_done(tmp_path):
     threading.Thread(target=host, daemon=True).start()
     result = call_tool(ctx, ask_user_question, {"title": "Go?", "question": "Shall I?", "options": ["Yes", "No"]})
     assert result["content"][0]["text"] == "Olivia answered: No (option 2 of 2)."
-    conn = schema.connect(tmp_path / schema.INBOUND, readonly=True)
+    conn = schema.connect(tmp_path / "host" / schema.INBOUND, readonly=True)
     answer_id = conn.execute("SELECT id FROM messages_in WHERE kind = 'answer'").fetchone()[0]
     assert find_answer(conn, "nope") is None
     conn.close()

@@ -62,7 +62,7 @@ def run_isolated(settings, group, origin, *, answer=True, deliver=True) -> Sessi
     due = scheduling.from_db(task.next_run_at)
     ref = runs.fire(settings, task.id, due, now=due).ref
     if answer:
-        agent = SessionStore(ref.path)
+        agent = SessionStore.of_session(ref.path)
         [(row, _)] = agent.pending_rows()
         agent.claim([row.id])
         agent.finish_turn([row.id], {"op": "text", "text": "Here is the news."}, RunnerTarget("cli", row.platform_id),
@@ -165,4 +165,4 @@ def test_a_real_isolated_run_is_delivered_stopped_and_then_removed(make_settings
         assert remove_finished_runs(svc.settings, manager, now=day_after) == [run.id]
         assert not path.exists() and Session.get_by_id(run.id).status == "closed"
         assert not list((svc.settings.data_dir / "run" / "bwrap").glob(f"*{run.id}*"))  # its sandbox's leftovers
-        assert (svc.settings.sessions_dir / "andy" / origin.id / schema.INBOUND).exists()
+        assert (svc.settings.sessions_dir / "andy" / origin.id / "host" / schema.INBOUND).exists()

@@ -47,7 +47,7 @@ def event(i, text="hello", chat="42", sender="42", mentioned=False, **kw):
 
 
 def rows(app, folder, session_id):
-    path = app.config["NANOCLAW"].sessions_dir / folder / session_id / schema.INBOUND
+    path = app.config["NANOCLAW"].sessions_dir / folder / session_id / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return [(r["trigger"], json.loads(r["content"])["text"]) for r in

@@ -142,7 +142,8 @@ def test_blocked_tools_and_declared_timeouts():
 class Layout:
     root: Path
     workspace: Path
-    session: Path
+    session: Path       # the agent's part
+    inbound: Path       # the host's part
     group: Path
     global_: Path
     proxy: Path
@@ -150,11 +151,11 @@ class Layout:
     @classmethod
     def make(cls, root: Path) -> "Layout":
         ws = root / "workspace"
-        lay = cls(root, ws, ws / "session", ws / "group", ws / "global", root / "proxy")
-        for d in (lay.session / "inbox", lay.session / "outbox", lay.session / "home", lay.group, lay.global_,
+        lay = cls(root, ws, ws / "session", ws / "inbound", ws / "group", ws / "global", root / "proxy")
+        for d in (lay.inbound / "inbox", lay.session / "outbox", lay.session / "home", lay.group, lay.global_,
                   lay.proxy):
             d.mkdir(parents=True, exist_ok=True)
-        conn = schema.connect(lay.session / schema.INBOUND)
+        conn = schema.connect(lay.inbound / schema.INBOUND)
         conn.execute("INSERT INTO routing (id, channel_type, platform_id, thread_id) VALUES (1, ?, ?, ?)",
                      (ROUTING.channel_type, ROUTING.platform_id, ROUTING.thread_id))
         conn.execute("INSERT INTO destinations (name, channel_type, platform_id, thread_id) VALUES (?, ?, ?, ?)",
@@ -164,13 +165,14 @@ class Layout:
 
     def env(self) -> dict[str, str]:
         return {"NANOCLAW_WORKSPACE_DIR": str(self.workspace), "NANOCLAW_SESSION_DIR": str(self.session),
+                "NANOCLAW_INBOUND_DIR": str(self.inbound),
                 "NANOCLAW_GROUP_DIR": str(self.group), "NANOCLAW_GLOBAL_DIR": str(self.global_)}
 
     # host side -----------------------------------------------------------------------------------
     def write(self, text: str, *, trigger: bool = True, sender: str = "Alice", **content) -> str:
         """Insert a messages_in row as the host does; returns its id."""
         mid = uuid.uuid4().hex
-        conn = schema.connect(self.session / schema.INBOUND)
+        conn = schema.connect(self.inbound / schema.INBOUND)
         try:
             conn.execute("BEGIN IMMEDIATE")
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_in").fetchone()[0]
@@ -184,7 +186,7 @@ class Layout:
         return mid
 
     def bump_tries(self, mid: str) -> None:
-        conn = schema.connect(self.session / schema.INBOUND)
+        conn = schema.connect(self.inbound / schema.INBOUND)
         conn.execute("UPDATE messages_in SET tries = tries + 1 WHERE id = ?", (mid,))
         conn.close()
 
@@ -247,7 +249,7 @@ class Layout:
 def tool_ctx(tmp_path):
     lay = Layout.make(tmp_path)
     cfg = RunnerConfig.from_env({**lay.env(), "TZ": TZ})
-    store = SessionStore(lay.session)
+    store = SessionStore(lay.session, lay.inbound)
     ctx = ToolContext(store=store, config=cfg, turn=Turn(reply_to=ROUTING, in_reply_to="in-1"))
     yield ctx, lay
     store.close()
@@ -302,7 +304,7 @@ def test_edit_and_react_only_to_own_messages(tool_ctx):
 
 def test_store_claims_and_stale_claims(tmp_path):
     lay = Layout.make(tmp_path)
-    store = SessionStore(lay.session)
+    store = SessionStore(lay.session, lay.inbound)
     store.claim(["a", "b"])
     store.complete(["b"])
     assert store.forget_stale_claims() == 1
@@ -367,12 +369,14 @@ class RunnerProc:
             sock.unlink()
         self.forwarder = UnixToTcp(sock, fake.port)
         env = {"TZ": TZ, "LANG": "C.UTF-8", "NANOCLAW_SESSION_DIR": "/workspace/session",
+               "NANOCLAW_INBOUND_DIR": "/workspace/inbound",
                "NANOCLAW_GROUP_DIR": "/workspace/group", "NANOCLAW_PROXY_SOCKET": "/run/nanoclaw-proxy/proxy.sock",
                "NANOCLAW_MAX_MESSAGES_PER_PROMPT": "5", "NANOCLAW_ASSISTANT_NAME": "Andy",
                "CLAUDE_CODE_MAX_RETRIES": "0", "PYTHONDONTWRITEBYTECODE": "1", **(extra_env or {})}
         self.name = "runner-test-" + uuid.uuid4().hex[:8]
         self.runtime = BwrapRuntime(lay.root / "run", secrets=[os.environ.get("ANTHROPIC_API_KEY")])
-        spec = SandboxSpec(name=self.name, session_dir=lay.session, group_dir=lay.group, global_dir=lay.global_,
+        spec = SandboxSpec(name=self.name, session_dir=lay.session, inbound_dir=lay.inbound, group_dir=lay.group,
+                           global_dir=lay.global_,
                            runner_dir=PROJECT_ROOT / "container" / "agent_runner", proxy_dir=lay.proxy, env=env,
                            labels={INSTALL_LABEL: "test-runner"})
         self.started_at = time.time()

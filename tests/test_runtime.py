@@ -79,16 +79,18 @@ def layout(tmp_path):
     """A project-like tree: .env and a central DB holding secrets, two sessions, groups, proxy dir."""
     project = tmp_path / "project"
     data = project / "data"
-    session = data / "sessions" / "andy" / "sess-1"
-    other = data / "sessions" / "andy" / "sess-2"
-    for d in (session, other, project / "groups" / "andy", project / "groups" / "global", data / "proxy" / "andy"):
+    session = data / "sessions" / "andy" / "sess-1" / "agent"
+    inbound = data / "sessions" / "andy" / "sess-1" / "host"
+    other = data / "sessions" / "andy" / "sess-2" / "host"
+    for d in (session, inbound, other, project / "groups" / "andy", project / "groups" / "global",
+              data / "proxy" / "andy"):
         d.mkdir(parents=True)
     (project / ".env").write_text(f"ANTHROPIC_API_KEY={SENTINEL}\n")
     (data / "nanoclaw.db").write_text(SENTINEL)
     (other / "inbound.db").write_text(SENTINEL)
     (project / "groups" / "global" / "CLAUDE.md").write_text("shared notes")
     (data / "proxy" / "andy" / "probe.txt").write_text("through the proxy dir")
-    return {"project": project, "data": data, "session": session, "other": other,
+    return {"project": project, "data": data, "session": session, "inbound": inbound, "other": other,
             "group": project / "groups" / "andy", "global": project / "groups" / "global",
             "proxy": data / "proxy" / "andy"}
 
@@ -97,7 +99,8 @@ def make_spec(layout, program: str, *, install: str | None = None, env=None, **k
     install = install or "t" + uuid.uuid4().hex[:10]
     return SandboxSpec(
         name=f"nanoclaw-{install}-andy-{uuid.uuid4().hex[:8]}",
-        session_dir=layout["session"], group_dir=layout["group"], global_dir=layout["global"],
+        session_dir=layout["session"], inbound_dir=layout["inbound"], group_dir=layout["group"],
+        global_dir=layout["global"],
         runner_dir=RUNNER_DIR, proxy_dir=layout["proxy"],
         env={"TZ": "UTC", **(env or {})}, command=("python3", "-c", program),
         labels={INSTALL_LABEL: install, "nanoclaw.folder": "andy"}, **kw)
@@ -239,7 +242,7 @@ def test_sandbox_isolation(runtime, layout, monkeypatch):
 
 HOST_FILES_PROBE = r'''
 import json, os
-S = "/workspace/session"
+S, I = "/workspace/session", "/workspace/inbound"
 def attempt(fn):
     try:
         return ["ok", fn()]
@@ -252,12 +255,17 @@ def create(path):
     with open(path, "w") as f:
         f.write("agent")
 r = {
-    "read_inbound": attempt(lambda: open(S + "/inbound.db").read()),
-    "append_inbound": attempt(lambda: append(S + "/inbound.db")),
-    "remove_inbound": attempt(lambda: os.remove(S + "/inbound.db")),
-    "rename_inbound": attempt(lambda: os.rename(S + "/inbound.db", S + "/old.db")),
-    "write_inbox": attempt(lambda: create(S + "/inbox/forged.txt")),
-    "read_inbox": attempt(lambda: open(S + "/inbox/photo.txt").read()),
+    "read_inbound": attempt(lambda: open(I + "/inbound.db").read()),
+    "append_inbound": attempt(lambda: append(I + "/inbound.db")),
+    "remove_inbound": attempt(lambda: os.remove(I + "/inbound.db")),
+    "rename_inbound": attempt(lambda: os.rename(I + "/inbound.db", I + "/old.db")),
+    "plant_wal": attempt(lambda: create(I + "/inbound.db-wal")),
+    "plant_shm": attempt(lambda: create(I + "/inbound.db-shm")),
+    "plant_journal": attempt(lambda: create(I + "/inbound.db-journal")),
+    "plant_link": attempt(lambda: os.symlink("/workspace/session/x.db", I + "/inbound.db-wal")),
+    "replace_inbound": attempt(lambda: (create(S + "/new.db"), os.rename(S + "/new.db", I + "/inbound.db"))[1]),
+    "write_inbox": attempt(lambda: create(I + "/inbox/forged.txt")),
+    "read_inbox": attempt(lambda: open(I + "/inbox/photo.txt").read()),
     "create_outbound": attempt(lambda: create(S + "/outbound.db")),
     "outbox": attempt(lambda: (os.makedirs(S + "/outbox", exist_ok=True), create(S + "/outbox/a.txt"))[1]),
     "heartbeat": attempt(lambda: os.utime(S + "/outbound.db")),
@@ -267,24 +275,27 @@ json.dump(r, open(S + "/host-files.json", "w"))
 
 
 def test_host_files_in_the_session_are_read_only_for_the_agent(runtime, layout):
-    """The one-writer rule: an agent that could rewrite inbound.db could forge or re-route messages."""
-    session = layout["session"]
-    (session / "inbound.db").write_text("HOSTDB")
-    (session / "inbox").mkdir()
-    (session / "inbox" / "photo.txt").write_text("from the user")
+    """The one-writer rule: an agent that could rewrite inbound.db, or plant a -wal, -shm, journal or
+    link beside it for the host's next open to replay, could forge or re-route messages."""
+    session, inbound = layout["session"], layout["inbound"]
+    (inbound / "inbound.db").write_text("HOSTDB")
+    (inbound / "inbox").mkdir()
+    (inbound / "inbox" / "photo.txt").write_text("from the user")
     spec = make_spec(layout, HOST_FILES_PROBE)
     runtime.start(spec)
     r = wait_for(lambda: read_json(session / "host-files.json"), timeout=60)
     assert r, runtime.logs(spec.name)
     assert r["read_inbound"] == ["ok", "HOSTDB"] and r["read_inbox"] == ["ok", "from the user"]
-    for key in ("append_inbound", "remove_inbound", "rename_inbound", "write_inbox"):
+    for key in ("append_inbound", "remove_inbound", "rename_inbound", "plant_wal", "plant_shm", "plant_journal",
+                "plant_link", "replace_inbound", "write_inbox"):
         assert r[key][0] == "error", key
-    assert (session / "inbound.db").read_text() == "HOSTDB"
-    assert not (session / "inbox" / "forged.txt").exists()
+    assert (inbound / "inbound.db").read_text() == "HOSTDB"
+    assert sorted(p.name for p in inbound.iterdir()) == ["inbound.db", "inbox"]  # nothing beside it
+    assert not (inbound / "inbox" / "forged.txt").exists()
     for key in ("create_outbound", "outbox", "heartbeat"):
         assert r[key][0] == "ok", (key, r[key])
     # The host can still write its file after the agent ran.
-    (session / "inbound.db").write_text("HOSTDB2")
+    (inbound / "inbound.db").write_text("HOSTDB2")
 
 
 def test_memory_limit_is_enforced(runtime, layout):

@@ -45,7 +45,7 @@ def path_of(settings, session) -> object:
 
 
 def inbound_rows(path, where="1=1"):
-    conn = sqlite3.connect(path / schema.INBOUND)
+    conn = sqlite3.connect(path / "host" / schema.INBOUND)
     conn.row_factory = sqlite3.Row
     try:
         return [dict(r) for r in conn.execute(f"SELECT * FROM messages_in WHERE {where} ORDER BY seq")]
@@ -140,7 +140,7 @@ class Host:
 
 def agent_context(path, settings) -> ToolContext:
     env = {"NANOCLAW_SESSION_DIR": str(path), "TZ": settings.timezone}
-    ctx = ToolContext(store=SessionStore(path), config=RunnerConfig.from_env(env))
+    ctx = ToolContext(store=SessionStore.of_session(path), config=RunnerConfig.from_env(env))
     ctx.turn = Turn(reply_to=RunnerTarget("cli", "x"), in_reply_to="m1")
     return ctx
 
@@ -195,7 +195,7 @@ def test_an_op_applied_again_after_a_crash_is_applied_once(agent, app):
     ctx, group, session, path = agent
     settings = app.config["NANOCLAW"]
     tools.schedule_task(ctx, "daily digest", cron="0 18 * * *")
-    conn = sqlite3.connect(path / schema.INBOUND)
+    conn = sqlite3.connect(path / "host" / schema.INBOUND)
     conn.execute("UPDATE delivered SET status = 'sending'")  # as if the host died while applying it
     conn.commit()
     conn.close()
@@ -265,10 +265,10 @@ def test_an_isolated_run_gets_a_fresh_session_answering_in_the_same_chat(app):
     refs = [first.ref, second.ref]
     assert all(r.isolated_run for r in refs) and len({r.session_id for r in refs} | {session.id}) == 3
     for ref in refs:
-        conn = sqlite3.connect(ref.path / schema.INBOUND)
+        conn = sqlite3.connect(ref.path / "host" / schema.INBOUND)
         assert conn.execute("SELECT channel_type, platform_id FROM routing").fetchone() == ("cli", "andy-chat-1")
         conn.close()
-        assert not (ref.path / schema.OUTBOUND).exists()  # nothing of the chat's conversation
+        assert not (ref.path / "agent" / schema.OUTBOUND).exists()  # nothing of the chat's conversation
 
 
 def test_a_paused_task_does_not_run(app):

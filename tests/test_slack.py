@@ -92,7 +92,7 @@ def nothing_stored():
 
 
 def rows(app, session: Session) -> list[dict]:
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / schema.INBOUND
+    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return [{"trigger": r["trigger"], "timestamp": r["timestamp"], **json.loads(r["content"])}
@@ -264,11 +264,11 @@ def test_file_share_keeps_the_message_and_saves_the_file(app, fake):
     session = Session.get()
     [row] = rows(app, session)
     assert row["text"] == "the report"
-    path = "/workspace/session/inbox/D0DMALICE_1700000080.001000/report.csv"
+    path = "/workspace/inbound/inbox/D0DMALICE_1700000080.001000/report.csv"
     assert row["attachments"] == [{"kind": "file", "name": "report.csv", "mime": "text/csv", "size": len(csv),
                                    "path": path}]
     folder = app.config["NANOCLAW"].sessions_dir / "andy" / session.id
-    assert (folder / path.removeprefix("/workspace/session/")).read_bytes() == csv
+    assert (folder / "host" / path.removeprefix("/workspace/inbound/")).read_bytes() == csv
 
 
 def test_configured_bot_user_id_skips_auth_test(make_settings, fake):
@@ -372,7 +372,7 @@ def test_delivery_429_then_success_sends_exactly_once(fake, tmp_path, make_setti
     settings = make_settings(SLACK_BOT_TOKEN=TOKEN, SLACK_API_BASE=fake.api)
     session = tmp_path / "session"
     prepare(session, Target("slack", DM))
-    conn = schema.connect(session / schema.OUTBOUND)
+    conn = schema.connect(session / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO messages_out (id, seq, timestamp, channel_type, platform_id, content) "
                  "VALUES (?, 1, ?, 'slack', ?, ?)",
                  (uuid.uuid4().hex, schema.utc_now_iso(), DM, json.dumps({"op": "text", "text": "Booked."})))

@@ -140,7 +140,7 @@ def test_a_runner_that_crashes_at_start_is_told_once_then_backed_off(setup, tg, 
     monkeypatch.setattr(sandboxes, "RUNNER_DIR", runner_dir(tmp_path, WORKING))  # the owner fixed it
     manager.failures.state(name).last_failure_at -= MAX_BACKOFF_S
     assert manager.wake(FOLDER, session_id)
-    heartbeat = store.session_path(settings.sessions_dir, FOLDER, session_id) / "heartbeat"
+    heartbeat = store.session_path(settings.sessions_dir, FOLDER, session_id) / "agent" / "heartbeat"
     deadline = time.monotonic() + 30
     while not heartbeat.exists():
         assert time.monotonic() < deadline, "the fixed runner never came up"

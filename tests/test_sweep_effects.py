@@ -50,13 +50,13 @@ def settings(make_settings, tg):
 def session(settings):
     ref = SessionRef("andy", "s1", store.session_path(settings.sessions_dir, "andy", "s1"))
     store.prepare(ref.path, CHAT)
-    agent = SessionStore(ref.path)
+    agent = SessionStore.of_session(ref.path)
     yield ref, agent
     agent.close()
 
 
 def row(path, message_id):
-    conn = sqlite3.connect(path / schema.INBOUND)
+    conn = sqlite3.connect(path / "host" / schema.INBOUND)
     conn.row_factory = sqlite3.Row
     try:
         return dict(conn.execute("SELECT * FROM messages_in WHERE id = ?", (message_id,)).fetchone())
@@ -65,7 +65,7 @@ def row(path, message_id):
 
 
 def backdate(path, message_id):
-    conn = sqlite3.connect(path / schema.INBOUND)
+    conn = sqlite3.connect(path / "host" / schema.INBOUND)
     conn.execute("UPDATE messages_in SET process_after = '2000-01-01T00:00:00.000Z' WHERE id = ?", (message_id,))
     conn.commit()
     conn.close()
@@ -146,7 +146,7 @@ def test_a_claim_silent_past_its_tolerance_stops_the_sandbox(session, settings):
     agent.touch_heartbeat()
     agent.claim([mid])
     old = time.time() - 120
-    os.utime(ref.path / schema.HEARTBEAT, (old, old))  # no sign of life since the claim
+    os.utime(ref.path / "agent" / schema.HEARTBEAT, (old, old))  # no sign of life since the claim
     rec = Recorder()
     result = sweep(ref, settings, rec, running=True, now=time.time() + CLAIM_TOLERANCE_S + 1)
     assert rec.stopped == [ref.session_id] and result.stopped[0][2] == "claim_stuck"
@@ -160,7 +160,7 @@ def test_a_working_sandbox_is_left_alone(session, settings):
     agent.set_tool("Bash", 600_000)  # a long command with a declared timeout
     agent.touch_heartbeat()
     old = time.time() - 300  # silent for 5 minutes: fine while the declared 10-minute Bash runs
-    os.utime(ref.path / schema.HEARTBEAT, (old, old))
+    os.utime(ref.path / "agent" / schema.HEARTBEAT, (old, old))
     rec = Recorder()
     sweep(ref, settings, rec, running=True, now=time.time())
     assert rec.stopped == [] and row(ref.path, mid)["tries"] == 0
@@ -183,7 +183,7 @@ def test_idle_sandboxes_are_stopped_an_isolated_run_as_soon_as_it_is_over(sessio
     sweep(run, settings, rec, running=True, now=time.time() + TASK_RUN_IDLE_S + 1)
     assert rec.stopped == []
     task = say(run.path, "read the news", kind="task")
-    runner = SessionStore(run.path)
+    runner = SessionStore.of_session(run.path)
     runner.complete([task])
     runner.close()
     sweep(run, settings, rec, running=True, now=time.time() + TASK_RUN_IDLE_S + 1)
@@ -203,8 +203,8 @@ def test_due_work_in_a_stopped_session_wakes_it_tasks_flagged(session, settings)
 def test_a_send_a_killed_host_left_half_done_is_not_sent_again(session, settings, tg):
     ref, agent = session
     agent.write_out({"op": "text", "text": "Here is your answer"}, RUNNER_CHAT)
-    conn = schema.connect(ref.path / schema.INBOUND)
-    out_id = sqlite3.connect(ref.path / schema.OUTBOUND).execute("SELECT id FROM messages_out").fetchone()[0]
+    conn = schema.connect(ref.path / "host" / schema.INBOUND)
+    out_id = sqlite3.connect(ref.path / "agent" / schema.OUTBOUND).execute("SELECT id FROM messages_out").fetchone()[0]
     conn.execute("INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0)", (out_id,))
     conn.close()
     sweep(ref, settings, Recorder(), running=False, now=time.time(), settle=True)

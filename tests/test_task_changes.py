@@ -34,7 +34,7 @@ def run_cli(settings, *args) -> str:
 
 
 def task_rows(settings, session) -> list:
-    path = path_of(settings, session) / schema.INBOUND
+    path = path_of(settings, session) / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return conn.execute("SELECT id FROM messages_in WHERE kind = 'task'").fetchall()

@@ -77,7 +77,7 @@ def nothing_stored():
 
 
 def rows(app, session: Session) -> list[dict]:
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / schema.INBOUND
+    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return [{"trigger": r["trigger"], "timestamp": r["timestamp"], **json.loads(r["content"])}
@@ -376,7 +376,7 @@ def test_the_token_never_appears_in_an_error(make_settings):
 # --- through delivery -------------------------------------------------------------------------
 
 def agent_writes(path: Path, text: str):
-    conn = schema.connect(path / schema.OUTBOUND)
+    conn = schema.connect(path / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO messages_out (id, seq, timestamp, channel_type, platform_id, content) "
                  "VALUES (?, 1, ?, 'telegram', ?, ?)",
                  (uuid.uuid4().hex, schema.utc_now_iso(), ALICE, json.dumps({"op": "text", "text": text})))

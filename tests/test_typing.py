@@ -40,12 +40,12 @@ def session(tmp_path):
     ti._working.clear()
     path = tmp_path / "s"
     prepare(path, Target("typist", "chat-7", "topic-3"))
-    schema.connect(path / schema.OUTBOUND).close()  # the agent has opened its file
+    schema.connect(path / "agent" / schema.OUTBOUND).close()  # the agent has opened its file
     return path
 
 
 def agent_claims(path, message_id, status="processing"):
-    conn = schema.connect(path / schema.OUTBOUND)
+    conn = schema.connect(path / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO processing_ack VALUES (?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET "
                  "status = excluded.status", (message_id, status, schema.utc_now_iso()))
     conn.close()

@@ -79,7 +79,7 @@ def post(app, payload, headers=None, secret=SECRET):
 
 def session_messages(app) -> list[dict]:
     session = Session.get()
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / schema.INBOUND
+    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
     conn = schema.connect(path, readonly=True)
     try:
         return [dict(r) for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
@@ -324,7 +324,7 @@ def test_other_client_errors_are_permanent(settings, wa_api):
 def test_delivery_after_a_429_sends_exactly_once(settings, wa_api, tmp_path):
     path = tmp_path / "session"
     prepare(path, Target("whatsapp", WA_ID))
-    conn = schema.connect(path / schema.OUTBOUND)
+    conn = schema.connect(path / "agent" / schema.OUTBOUND)
     conn.execute("INSERT INTO messages_out (id, seq, timestamp, channel_type, platform_id, content) "
                  "VALUES ('m1', 1, ?, 'whatsapp', ?, ?)",
                  (schema.utc_now_iso(), WA_ID, json.dumps({"op": "text", "text": "the answer"})))

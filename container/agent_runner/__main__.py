@@ -32,7 +32,7 @@ async def _amain(config: RunnerConfig, base_url: str, started: float) -> int:
     from .poll_loop import EVENT_HEARTBEAT_S, PollLoop
     from .provider import ClaudeProvider
 
-    store = SessionStore(config.session_dir)
+    store = SessionStore(config.session_dir, config.inbound_dir)
     dropped = store.forget_stale_claims()
     if dropped:
         log.info("forgot %d stale processing claim(s) of a previous runner", dropped)
@@ -93,7 +93,7 @@ def main() -> int:
         os.environ["NANOCLAW_PROXY_URL"] = base_url  # credential routes by path: $NANOCLAW_PROXY_URL/<prefix>/...
         for var in ("NO_PROXY", "no_proxy"):
             os.environ[var] = "127.0.0.1,localhost"
-    log.info("runner start: session=%s group=%s", config.session_dir, config.group_dir)
+    log.info("runner start: session=%s inbound=%s group=%s", config.session_dir, config.inbound_dir, config.group_dir)
     try:
         return asyncio.run(_amain(config, base_url, started))
     finally:

@@ -26,7 +26,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    session_dir: Path
+    session_dir: Path    # ours (read-write): outbound.db, heartbeat, outbox/, home/
+    inbound_dir: Path    # the host's (read-only): inbound.db, inbox/
     group_dir: Path
     global_dir: Path
     workspace_dir: Path  # files the agent may send must resolve inside this (or the session/group dir)
@@ -44,6 +45,7 @@ class RunnerConfig:
         workspace = Path(env.get("NANOCLAW_WORKSPACE_DIR") or "/workspace")
         return cls(
             session_dir=Path(env.get("NANOCLAW_SESSION_DIR") or workspace / "session"),
+            inbound_dir=Path(env.get("NANOCLAW_INBOUND_DIR") or workspace / "inbound"),
             group_dir=Path(env.get("NANOCLAW_GROUP_DIR") or workspace / "group"),
             global_dir=Path(env.get("NANOCLAW_GLOBAL_DIR") or workspace / "global"),
             workspace_dir=workspace,

@@ -4,7 +4,13 @@ only): the runner imports it inside the sandbox and the host imports it too.
 inbound.db  — written only by the host:  messages_in, delivered, destinations, routing
 outbound.db — written only by the agent: messages_out, processing_ack, session_state, container_state
 
-One writer per file is what makes crash recovery simple: never break it.
+One writer per file is what makes crash recovery simple: never break it. The session folder has
+two parts, one per writer. The sandbox sees the host's part read-only as a whole, so the agent
+can create nothing beside inbound.db (no -wal, -shm, journal, link or replacement):
+
+    <session>/host/    inbound.db (+ its journal), inbox/        -> /workspace/inbound (read-only)
+    <session>/agent/   outbound.db (+ -wal, -shm), heartbeat,    -> /workspace/session (read-write)
+                       outbox/, home/
 Times are stored as UTC ISO-8601 strings ending in 'Z'.
 """
 from __future__ import annotations
@@ -87,6 +93,10 @@ CREATE TABLE IF NOT EXISTS container_state (
 INBOUND = "inbound.db"
 OUTBOUND = "outbound.db"
 HEARTBEAT = "heartbeat"
+HOST_PART = "host"
+AGENT_PART = "agent"
+SANDBOX_INBOUND_DIR = "/workspace/inbound"   # the host's part, read-only
+SANDBOX_SESSION_DIR = "/workspace/session"   # the agent's part, read-write
 
 
 _READY: set[str] = set()

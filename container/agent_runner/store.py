@@ -1,5 +1,5 @@
-"""The runner's side of the session folder: reads inbound.db (the host's file, read-only) and
-writes outbound.db, heartbeat and outbox/ (ours). One writer per file, always."""
+"""The runner's side of the session folder: reads inbound.db (in the host's part, mounted
+read-only) and writes outbound.db, heartbeat and outbox/ (in ours). One writer per file, always."""
 from __future__ import annotations
 
 import json
@@ -18,16 +18,27 @@ SDK_SESSION_KEY = "sdk_session_id"
 
 
 class SessionStore:
-    def __init__(self, session_dir: Path):
-        self.dir = Path(session_dir)
+    def __init__(self, session_dir: Path, inbound_dir: Path):
+        self.dir = Path(session_dir)            # ours: outbound.db, heartbeat, outbox/, home/
+        self.inbound_dir = Path(inbound_dir)    # the host's: inbound.db, inbox/ (read-only)
         self.out = schema.connect(self.dir / schema.OUTBOUND)
         self._in: sqlite3.Connection | None = None
         self._heartbeat_at = 0.0
 
     # inbound.db (read-only) ----------------------------------------------------------------------
+    @classmethod
+    def of_session(cls, folder: Path) -> "SessionStore":
+        """The store of a whole session folder as the host lays it out (host/ and agent/), for
+        running the runner's side outside a sandbox (tests, benchmarks)."""
+        return cls(Path(folder) / schema.AGENT_PART, Path(folder) / schema.HOST_PART)
+
+    def sibling(self) -> "SessionStore":
+        """A store on the same folders with connections of its own (a tool's worker thread)."""
+        return type(self)(self.dir, self.inbound_dir)
+
     @property
     def inbound_path(self) -> Path:
-        return self.dir / schema.INBOUND
+        return self.inbound_dir / schema.INBOUND
 
     def inbound(self) -> sqlite3.Connection | None:
         """The host creates inbound.db; until it exists there is nothing to read."""

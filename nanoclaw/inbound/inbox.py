@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ..channels.base import DeliveryError, InboundEvent, get_adapter
 from ..channels.download import AttachmentError, AttachmentTooLarge
-from ..runtime.base import SESSION_TARGET
+from ..sessions import session_schema as schema
+from ..sessions.store import inbox_dir
 from ..security import UnsafePath, contained
 from agent_runner.attachments import human_size  # container/ is on sys.path: see nanoclaw/__init__.py
 
@@ -105,15 +106,15 @@ def too_large_text(size: int | None, cap: int) -> str:
 
 
 def agent_path(folder: str, name: str) -> str:
-    return f"{SESSION_TARGET}/{INBOX}/{folder}/{name}"
+    return f"{schema.SANDBOX_INBOUND_DIR}/{INBOX}/{folder}/{name}"
 
 
 # --- effects -------------------------------------------------------------------------------
 
 def _place(session_path: Path, folder: str, name: str) -> Path:
     """The file's host path, checked to stay inside the session's inbox (symlinks resolved)."""
-    target = contained(session_path, Path(INBOX) / folder / name)
-    contained(session_path / INBOX, target)
+    inbox = inbox_dir(session_path)
+    target = contained(inbox, Path(folder) / name)
     target.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(target.parent, 0o755)
     return target

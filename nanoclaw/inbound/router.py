@@ -238,7 +238,7 @@ def session_dir(settings, session: Session):
 
 
 def _already_written(path, message_id: str) -> bool:
-    db = path / schema.INBOUND
+    db = store.inbound_db(path)
     if not db.exists():
         return False
     conn = schema.connect(db, readonly=True)
@@ -332,7 +332,7 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
             continue
         session = existing or get_session(settings, wiring, mg, thread, create=True)
         path = session_dir(settings, session)
-        if not (path / store.schema.INBOUND).exists():
+        if not store.inbound_db(path).exists():
             store.prepare(path, target)
         elif replay and _already_written(path, message_id):
             continue  # this agent had it already (it knew the sender); do not wake it again

@@ -78,9 +78,10 @@ def take_lock(path: Path):
 def outbound_signature(path: Path) -> tuple:
     """Changes whenever the agent commits to outbound.db (WAL or main file)."""
     sig = []
-    for name in (schema.OUTBOUND, schema.OUTBOUND + "-wal"):
+    outbound = store.outbound_db(path)
+    for file in (outbound, outbound.with_name(schema.OUTBOUND + "-wal")):
         try:
-            st = os.stat(path / name)
+            st = os.stat(file)
             sig.append((st.st_mtime_ns, st.st_size))
         except FileNotFoundError:
             sig.append(None)
@@ -168,6 +169,7 @@ class Background:
                 self.manager.held = False
         if self._stop.is_set():
             return
+        self.upgrade_layouts()
         self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
         self._thread.start()
         self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
@@ -190,6 +192,18 @@ class Background:
                                    coalesce=True)
             self.scheduler.add_job(self.recover_intake, "interval", seconds=INTAKE_RECOVERY_S, id="intake",
                                    max_instances=1, coalesce=True)
+
+    def upgrade_layouts(self) -> None:
+        """Session folders of the old flat layout split into host/ and agent/ (no sandbox runs now)."""
+        moved = 0
+        for ref in everything(self.settings):
+            try:
+                moved += store.upgrade_layout(ref.path)
+            except OSError as exc:
+                log.error("could not split the session folder %s into host/ and agent/: %s", ref.path, exc)
+        if moved:
+            log.info("split %d session folder(s) into host/ and agent/ (the agent can no longer write beside "
+                     "inbound.db)", moved)
 
     def sweep(self, full: bool = False) -> sweep.PassResult:
         started = time.monotonic()

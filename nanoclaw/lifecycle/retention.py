@@ -79,20 +79,17 @@ def _mtime(path: Path) -> float | None:
 
 def read_run(path: Path, *, running: bool, still_due: bool, last_active: float | None) -> RunView:
     """The session's files, read-only. Raises sqlite3.Error when they cannot be read (kept then)."""
-    stamps = [t for t in (_mtime(path / n) for n in (schema.INBOUND, schema.OUTBOUND, schema.OUTBOUND + "-wal",
-                                                     schema.HEARTBEAT)) if t is not None]
+    outbound = store.outbound_db(path)
+    stamps = [t for t in (_mtime(p) for p in (store.inbound_db(path), outbound,
+                                              outbound.with_name(schema.OUTBOUND + "-wal"), store.heartbeat_file(path)))
+              if t is not None]
     last = max(stamps + ([last_active] if last_active is not None else []), default=None)
-    inbound = path / schema.INBOUND
+    inbound = store.inbound_db(path)
     if not inbound.exists():
         return RunView(running, still_due, last_work_at=last)
     conn = sqlite3.connect(f"file:{inbound}?mode=ro", uri=True, timeout=5)
     try:
-        outbound = path / schema.OUTBOUND
-        agent = False
-        if outbound.exists():
-            conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
-            agent = conn.execute("SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN "
-                                 "('messages_out', 'processing_ack')").fetchone()[0] == 2
+        agent = store.attach_outbound(conn, path)
         done = (" AND id NOT IN (SELECT message_id FROM ob.processing_ack WHERE status IN ('completed', 'failed'))"
                 if agent else "")
         pending = conn.execute(f"SELECT COUNT(*) FROM messages_in WHERE status = 'pending'{done}").fetchone()[0]

@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from ..config import PROJECT_ROOT
-from ..runtime.base import Mount, SandboxSpec
+from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import store
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
@@ -48,10 +48,12 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
                mcp_servers: dict | None = None) -> SandboxSpec:
     """image / mcp_servers: what the owner approved for this agent group (agent_capabilities)."""
     session_dir = store.session_path(settings.sessions_dir, folder, session_id)
+    store.upgrade_layout(session_dir)
     global_dir = settings.groups_dir / "global"
     env = {
         **SDK_ENV,
-        "NANOCLAW_SESSION_DIR": "/workspace/session",
+        "NANOCLAW_SESSION_DIR": SESSION_TARGET,
+        "NANOCLAW_INBOUND_DIR": INBOUND_TARGET,
         "NANOCLAW_GROUP_DIR": "/workspace/group",
         "NANOCLAW_PROXY_SOCKET": "/run/nanoclaw-proxy/proxy.sock",
         "NANOCLAW_MAX_MESSAGES_PER_PROMPT": str(settings.max_messages_per_prompt),
@@ -60,7 +62,8 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
     }
     kwargs = dict(
         name=sandbox_name(settings.install_id, folder, session_id),
-        session_dir=session_dir,
+        session_dir=store.agent_part(session_dir),
+        inbound_dir=store.host_part(session_dir),
         group_dir=settings.groups_dir / folder,
         global_dir=global_dir if global_dir.is_dir() else None,
         runner_dir=RUNNER_DIR,

@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..sessions.store import heartbeat_file
+
 NOTICE_AFTER = 3
 BASE_BACKOFF_S = 10.0
 MAX_BACKOFF_S = 300.0
@@ -75,7 +77,7 @@ def notice(reason: str) -> str:
 
 def heartbeat_of(session_dir: Path) -> float | None:
     try:
-        return os.stat(session_dir / "heartbeat").st_mtime
+        return os.stat(heartbeat_file(session_dir)).st_mtime
     except OSError:
         return None
 

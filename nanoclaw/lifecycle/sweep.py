@@ -26,7 +26,7 @@ from pathlib import Path
 from ..sessions import session_schema as schema
 from ..channels.base import get_adapter
 from ..outbound import delivery
-from ..sessions.store import routing_of
+from ..sessions.store import attach_outbound, heartbeat_file, inbound_db, outbound_db, routing_of
 
 log = logging.getLogger("nanoclaw.sweep")
 
@@ -157,27 +157,19 @@ class Reading:
 
 def _open(path: Path) -> tuple[sqlite3.Connection | None, bool]:
     """inbound.db read-only, with the agent's outbound.db attached when it has its tables."""
-    inbound = path / schema.INBOUND
+    inbound = inbound_db(path)
     if not inbound.exists():
         return None, False
     conn = sqlite3.connect(f"file:{inbound}?mode=ro", uri=True, timeout=5, isolation_level=None)
     conn.execute("PRAGMA busy_timeout=5000")
-    outbound = path / schema.OUTBOUND
-    if not outbound.exists():
-        return conn, False
-    try:
-        conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
-        ready = conn.execute("SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN "
-                             "('messages_out', 'processing_ack', 'container_state')").fetchone()[0] == 3
-    except sqlite3.Error:
-        ready = False
-    return conn, ready
+    return conn, attach_outbound(conn, path, ("messages_out", "processing_ack", "container_state"))
 
 
 def read_view(path: Path, running: bool, now: float) -> Reading:
     """Everything decide() needs about one session, from its files (read-only)."""
-    heartbeat = _mtime(path / schema.HEARTBEAT)
-    work = [t for t in (_mtime(path / n) for n in (schema.INBOUND, schema.OUTBOUND, schema.OUTBOUND + "-wal"))
+    heartbeat = _mtime(heartbeat_file(path))
+    outbound = outbound_db(path)
+    work = [t for t in (_mtime(p) for p in (inbound_db(path), outbound, outbound.with_name(schema.OUTBOUND + "-wal")))
             if t is not None]
     conn, agent_tables = _open(path)
     if conn is None:
@@ -234,7 +226,7 @@ def apply_resets(path: Path, decision: Decision) -> list[dict]:
     content of each message that failed for good (to tell the user about it)."""
     if not decision.resets and not decision.failed:
         return []
-    conn = schema.connect(path / schema.INBOUND)
+    conn = schema.connect(inbound_db(path))
     failed_contents = []
     try:
         conn.execute("BEGIN IMMEDIATE")

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import sqlite3
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,7 +23,7 @@ from . import typing_indicator
 from ..channels.base import Card, DeliveryError, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
-from ..sessions.store import Target, allowed_targets
+from ..sessions.store import Target, allowed_targets, attach_outbound, inbound_db, outbound_db, outbox_dir
 
 log = logging.getLogger("nanoclaw.delivery")
 
@@ -76,14 +82,11 @@ class Outgoing:
 
 def open_session(path: Path) -> sqlite3.Connection | None:
     """inbound.db (ours, writable) with the agent's outbound.db attached read-only."""
-    outbound = path / schema.OUTBOUND
-    if not outbound.exists():
+    if not outbound_db(path).exists() or not inbound_db(path).exists():
         return None
-    conn = schema.connect(path / schema.INBOUND)
-    conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
-    if conn.execute("SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN ('messages_out', 'processing_ack')"
-                    ).fetchone()[0] < 2:
-        conn.close()  # the agent has created the file but not its tables yet
+    conn = schema.connect(inbound_db(path))
+    if not attach_outbound(conn, path):
+        conn.close()  # the agent has created the file but not its tables yet (or it is not a plain file)
         return None
     return conn
 
@@ -141,16 +144,37 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
             adapter.react(row.target, pid, op["emoji"])
         return pid
     if kind == "file":
-        try:
-            path = contained(session_path / "outbox", op["path"].removeprefix("outbox/"))
-        except (UnsafePath, KeyError) as exc:
-            raise DeliveryError(f"file refused: {exc}", permanent=True) from None
-        return adapter.send_file(row.target, path, op.get("text"))
+        with outbox_copy(session_path, op.get("path")) as path:
+            return adapter.send_file(row.target, path, op.get("text"))
     if kind == "card":
         card = Card(op.get("title", ""), op.get("body", ""),
                     tuple((b["label"], b["action"]) for b in op.get("buttons", [])))
         return adapter.send_card(row.target, card)
     raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
+
+
+@contextmanager
+def outbox_copy(session_path: Path, name) -> Iterator[Path]:
+    """A host-owned copy of a file in the agent's outbox/, for the adapter to send. The file is
+    opened without following a link and its real path is checked again on the open descriptor, so a
+    link the agent swaps in after the check cannot make the host send another file."""
+    outbox = outbox_dir(session_path)
+    try:
+        real = contained(outbox, str(name).removeprefix("outbox/"))
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    except (UnsafePath, OSError, TypeError) as exc:
+        raise DeliveryError(f"file refused: {exc}", permanent=True) from None
+    try:
+        opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if outbox.resolve() not in opened.parents or not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DeliveryError(f"file refused: {name!r} is not a file in the outbox", permanent=True)
+        with tempfile.TemporaryDirectory(prefix="nanoclaw-send-") as staging:
+            copy = Path(staging) / real.name
+            with os.fdopen(os.dup(fd), "rb") as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            yield copy
+    finally:
+        os.close(fd)
 
 
 def deliver_session(session_path: Path, settings, now: datetime | None = None) -> int:

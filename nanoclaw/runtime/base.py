@@ -2,7 +2,8 @@
 
 Both runtimes give the agent the same view (docs/architecture.md, "Inside the sandbox"):
 
-    /workspace/session          session folder            rw
+    /workspace/session          the session's agent/ part rw   (outbound.db, heartbeat, outbox/, home/)
+    /workspace/inbound          the session's host/ part  ro   (inbound.db, inbox/), as a whole folder
     /workspace/group            groups/<folder>/ (cwd)    rw
     /workspace/global           groups/global/            ro
     /workspace/extra/<name>     validated extra mounts    as declared
@@ -21,6 +22,7 @@ from typing import Iterable, Mapping, Protocol, Sequence
 
 INSTALL_LABEL = "nanoclaw.install"
 SESSION_TARGET = "/workspace/session"
+INBOUND_TARGET = "/workspace/inbound"
 GROUP_TARGET = "/workspace/group"
 GLOBAL_TARGET = "/workspace/global"
 EXTRA_ROOT = "/workspace/extra"
@@ -54,7 +56,8 @@ class Mount:
 @dataclass(frozen=True)
 class SandboxSpec:
     name: str
-    session_dir: Path
+    session_dir: Path    # the agent's part of the session folder (read-write)
+    inbound_dir: Path    # the host's part (read-only, as a folder: nothing can be created in it)
     group_dir: Path
     global_dir: Path | None
     runner_dir: Path
@@ -140,7 +143,7 @@ def check_spec(spec: SandboxSpec, secrets: Iterable[str | None]) -> None:
     targets = [extra_target(m) for m in spec.extra_mounts]
     if len(set(targets)) != len(targets):
         raise ValueError(f"sandbox {spec.name}: two extra mounts share a target")
-    for path in (spec.session_dir, spec.group_dir, spec.runner_dir, spec.proxy_dir):
+    for path in (spec.session_dir, spec.inbound_dir, spec.group_dir, spec.runner_dir, spec.proxy_dir):
         if not Path(path).is_absolute():
             raise ValueError(f"sandbox {spec.name}: {path} is not an absolute path")
 
@@ -153,6 +156,7 @@ def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
 def prepare_session(spec: SandboxSpec) -> None:
     """Folders the sandbox expects to find (HOME lives in the session folder, so transcripts persist)."""
     (spec.session_dir / "home").mkdir(parents=True, exist_ok=True)
+    spec.inbound_dir.mkdir(parents=True, exist_ok=True)
     spec.group_dir.mkdir(parents=True, exist_ok=True)
     spec.proxy_dir.mkdir(parents=True, exist_ok=True)
 

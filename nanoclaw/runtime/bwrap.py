@@ -35,8 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import limits as limits_mod
-from .access import stable_host_entries
-from .base import (GLOBAL_TARGET, GROUP_TARGET, HOME, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, HOME, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target, prepare_session,
                    sandbox_env)
 
@@ -134,10 +133,8 @@ def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "b
     # after the tmpfs mounts: a venv or interpreter that lives under /tmp must not be hidden by them
     for root in python_roots(python):
         argv += ["--ro-bind", str(root), str(root)]
-    argv += ["--bind", str(spec.session_dir), SESSION_TARGET]
-    # The host's files in the session folder, read-only over the read-write folder (access.py).
-    for entry in stable_host_entries(spec.session_dir):
-        argv += ["--ro-bind", str(entry), f"{SESSION_TARGET}/{entry.name}"]
+    argv += ["--bind", str(spec.session_dir), SESSION_TARGET,
+             "--ro-bind", str(spec.inbound_dir), INBOUND_TARGET]
     argv += ["--bind", str(spec.group_dir), GROUP_TARGET,
              "--ro-bind", str(spec.runner_dir), RUNNER_TARGET,
              "--ro-bind", str(spec.proxy_dir), PROXY_TARGET]

@@ -15,7 +15,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount as DockerMount
 
 from .access import grant_to_sandbox_user
-from .base import (GLOBAL_TARGET, GROUP_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
                    prepare_session, sandbox_env)
 
@@ -51,6 +51,7 @@ def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
 
     mounts = [
         bind(spec.session_dir, SESSION_TARGET, False),
+        bind(spec.inbound_dir, INBOUND_TARGET, True),
         bind(spec.group_dir, GROUP_TARGET, False),
         bind(spec.runner_dir, RUNNER_TARGET, True),
         bind(spec.proxy_dir, PROXY_TARGET, True),
@@ -94,7 +95,7 @@ class DockerRuntime:
                 raise RuntimeError(f"no image {image} on this Docker engine (agent images are built here, "
                                    "never pulled)") from None
             prepare_session(spec)
-            grant_to_sandbox_user(spec.session_dir, spec.group_dir, spec.uid, spec.gid)
+            grant_to_sandbox_user(spec.session_dir, spec.inbound_dir, spec.group_dir, spec.uid, spec.gid)
             try:
                 self.client.containers.run(
                     image,

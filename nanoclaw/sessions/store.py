@@ -1,11 +1,17 @@
 """Host-side reads and writes of a session folder.
 
-The host writes inbound.db only; it reads outbound.db (the agent's file) read-only.
+The folder has two parts (session_schema): host/ (inbound.db, inbox/: the host writes, the sandbox
+sees it read-only as a whole) and agent/ (outbound.db, heartbeat, outbox/, home/: the agent
+writes). The host writes inbound.db only; it reads outbound.db read-only, and never follows a link
+the agent put in its part.
 """
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
+import stat
 import threading
 import uuid
 from contextlib import contextmanager
@@ -13,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import session_schema as schema
+
+log = logging.getLogger("nanoclaw.sessions")
 
 
 @dataclass(frozen=True)
@@ -42,10 +50,96 @@ def new_session_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+# --- the layout -------------------------------------------------------------------------------
+
+def host_part(path: Path) -> Path:
+    return path / schema.HOST_PART
+
+
+def agent_part(path: Path) -> Path:
+    return path / schema.AGENT_PART
+
+
+def inbound_db(path: Path) -> Path:
+    return path / schema.HOST_PART / schema.INBOUND
+
+
+def inbox_dir(path: Path) -> Path:
+    return path / schema.HOST_PART / "inbox"
+
+
+def outbound_db(path: Path) -> Path:
+    return path / schema.AGENT_PART / schema.OUTBOUND
+
+
+def heartbeat_file(path: Path) -> Path:
+    return path / schema.AGENT_PART / schema.HEARTBEAT
+
+
+def outbox_dir(path: Path) -> Path:
+    return path / schema.AGENT_PART / "outbox"
+
+
+def agent_file(path: Path) -> Path | None:
+    """`path` (in the agent's part) if it is a plain file there: never a link the agent planted to
+    make the host read, or write through, something else."""
+    try:
+        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+HOST_ENTRIES = (schema.INBOUND, "inbox")  # of the old flat layout, what moves to host/ (not the journal)
+
+
+def upgrade_layout(path: Path) -> bool:
+    """A session folder of the old flat layout (inbound.db beside the agent's files) split into
+    host/ and agent/. Only inbound.db and inbox/, as plain entries, go to host/; everything else,
+    the journal and anything the agent may have planted beside inbound.db included, goes to agent/
+    where it can do no harm. True if it moved something."""
+    if host_part(path).exists() or not (path / schema.INBOUND).exists():
+        return False
+    host, agent = host_part(path), agent_part(path)
+    host.mkdir(mode=0o755)
+    agent.mkdir(exist_ok=True)
+    for entry in list(path.iterdir()):
+        if entry.name in (schema.HOST_PART, schema.AGENT_PART):
+            continue
+        plain = not entry.is_symlink() and (entry.is_dir() if entry.name == "inbox" else entry.is_file())
+        entry.rename((host if entry.name in HOST_ENTRIES and plain else agent) / entry.name)
+    log.info("session folder %s split into host/ and agent/", path)
+    return True
+
+
+def attach_outbound(conn: sqlite3.Connection, path: Path,
+                    tables: tuple[str, ...] = ("messages_out", "processing_ack")) -> bool:
+    """Attach the agent's outbound.db to `conn` read-only as `ob`. False (nothing attached) while it
+    is missing, has not got these tables yet, or is not a plain file (a link is never followed)."""
+    outbound = agent_file(outbound_db(path))
+    if outbound is None:
+        return False
+    try:
+        conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
+    except sqlite3.Error:
+        return False
+    marks = ", ".join("?" * len(tables))
+    try:
+        ready = conn.execute(f"SELECT COUNT(*) FROM ob.sqlite_master WHERE name IN ({marks})",
+                             tables).fetchone()[0] == len(tables)
+    except sqlite3.Error:  # not a database the agent made (or half written): nothing to read from it
+        ready = False
+    if not ready:
+        conn.execute("DETACH DATABASE ob")
+    return ready
+
+
 def prepare(path: Path, routing: Target) -> None:
     """Create the folder layout and inbound.db; (re)write the routing row."""
-    for sub in ("inbox", "outbox", "home"):
-        (path / sub).mkdir(parents=True, exist_ok=True)
+    upgrade_layout(path)
+    host_part(path).mkdir(mode=0o755, parents=True, exist_ok=True)
+    inbox_dir(path).mkdir(mode=0o755, exist_ok=True)
+    for sub in ("outbox", "home"):
+        (agent_part(path) / sub).mkdir(parents=True, exist_ok=True)
     with _inbound(path) as conn:
         conn.execute("INSERT INTO routing (id, channel_type, platform_id, thread_id) VALUES (1, ?, ?, ?) "
                      "ON CONFLICT (id) DO UPDATE SET channel_type = excluded.channel_type, "
@@ -120,7 +214,7 @@ class _inbound:
     def _begin(self) -> None:
         self.lock.acquire()
         try:
-            self.conn = schema.connect(self.path / schema.INBOUND)
+            self.conn = schema.connect(inbound_db(self.path))
             self.conn.execute("BEGIN IMMEDIATE")
         except BaseException:
             self.lock.release()
@@ -168,7 +262,7 @@ def set_destination(path: Path, name: str, target: Target, display_name: str | N
 
 def routing_of(path: Path) -> Target | None:
     """Where the session's chat is: the routing row of its inbound.db (the host's own file)."""
-    db = path / schema.INBOUND
+    db = inbound_db(path)
     if not db.exists():
         return None
     conn = schema.connect(db, readonly=True)
@@ -181,7 +275,7 @@ def routing_of(path: Path) -> Target | None:
 
 def allowed_targets(path: Path) -> set[Target]:
     """The session's routing plus its named destinations: the only places its rows may go."""
-    conn = schema.connect(path / schema.INBOUND)
+    conn = schema.connect(inbound_db(path))
     try:
         rows = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing "
                             "UNION SELECT channel_type, platform_id, thread_id FROM destinations").fetchall()
@@ -192,7 +286,7 @@ def allowed_targets(path: Path) -> set[Target]:
 
 def has_due_trigger(path: Path, now_iso: str | None = None) -> bool:
     """Is there a triggering pending message that is due? (decides whether to wake)."""
-    db = path / schema.INBOUND
+    db = inbound_db(path)
     if not db.exists():
         return False
     conn = schema.connect(db, readonly=True)

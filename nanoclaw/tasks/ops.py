@@ -99,7 +99,7 @@ def handle_op(session_path: Path, row, settings) -> None:
 
 
 def _answered(session_path: Path, message_id: str) -> bool:
-    conn = schema.connect(session_path / schema.INBOUND, readonly=True)
+    conn = schema.connect(store.inbound_db(session_path), readonly=True)
     try:
         return conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone() is not None
     finally:

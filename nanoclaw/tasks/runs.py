@@ -54,7 +54,7 @@ def prepare_run(settings, task_id: str, due: datetime):
 
 def _prepare(settings, task: ScheduledTask, due: datetime):
     ref, origin_path = run_session(settings, task, due)
-    if not (ref.path / schema.INBOUND).exists():
+    if not store.inbound_db(ref.path).exists():
         routing = store.routing_of(origin_path)
         if routing is None:
             raise TaskError("the chat this task was scheduled from has no routing")

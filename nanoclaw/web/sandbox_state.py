@@ -56,8 +56,8 @@ def _epoch(iso: str | None) -> float | None:
         return None
 
 
-def _query(path: Path, sql: str, args=()) -> list[sqlite3.Row]:
-    if not path.exists():
+def _query(path: Path | None, sql: str, args=()) -> list[sqlite3.Row]:
+    if path is None or not path.exists():
         return []
     try:
         conn = schema.connect(path, readonly=True, timeout=1.0)
@@ -72,9 +72,9 @@ def _query(path: Path, sql: str, args=()) -> list[sqlite3.Row]:
 
 
 def observe(session_path: Path, running: bool | None) -> Observed:
-    inbound, outbound = session_path / schema.INBOUND, session_path / schema.OUTBOUND
+    inbound, outbound = store.inbound_db(session_path), store.agent_file(store.outbound_db(session_path))
     try:
-        heartbeat = (session_path / schema.HEARTBEAT).stat().st_mtime
+        heartbeat = store.heartbeat_file(session_path).stat().st_mtime
     except OSError:
         heartbeat = None
     acks = _query(outbound, "SELECT message_id, status_changed FROM processing_ack WHERE status = 'processing'")

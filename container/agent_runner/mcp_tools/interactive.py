@@ -80,7 +80,7 @@ def ask_user_question(ctx: ToolContext, title: str, question: str, options, time
     question_id = uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
     expires = datetime.now(timezone.utc) + timedelta(seconds=wait_s)
-    own = SessionStore(ctx.store.dir)  # this runs on a worker thread: connections of its own
+    own = ctx.store.sibling()  # this runs on a worker thread: connections of its own
     try:
         own.write_out({"op": "question", "question_id": question_id, "title": (title or "").strip()[:200],
                        "question": question, "options": labels, "expires_at": _iso(expires)},

@@ -53,7 +53,7 @@ def ask_operator(ctx: ToolContext, text: str, wait_seconds=HELP_WAIT_S) -> str:
     except (TypeError, ValueError):
         raise ToolError(f"wait_seconds must be a number of seconds, not {wait_seconds!r}") from None
     ref = _ref()
-    own = SessionStore(ctx.store.dir)  # runs on a worker thread: connections of its own
+    own = ctx.store.sibling()  # runs on a worker thread: connections of its own
     try:
         _write(ctx, {"op": "help_request", "ref": ref, "text": text}, own)
         answer = _wait(own, ref, time.monotonic() + wait_s)
