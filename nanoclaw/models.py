@@ -3,6 +3,7 @@ are how the code reads and writes it."""
 from __future__ import annotations
 
 import json
+import secrets
 from datetime import datetime, timezone
 
 import peewee as pw
@@ -12,6 +13,11 @@ from .db import database
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def new_token() -> str:
+    """128 random bits, URL-safe: the public part of a card's action ids (never a sequential id)."""
+    return secrets.token_urlsafe(16)
 
 
 class JSONField(pw.TextField):
@@ -172,6 +178,7 @@ def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
 
 class PendingSenderApproval(Base):
     """An unknown sender waiting for the approver's nsa- card (one per chat and sender)."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     messaging_group = pw.ForeignKeyField(MessagingGroup, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     sender_id = pw.CharField()
@@ -190,6 +197,7 @@ class PendingSenderApproval(Base):
 
 class PendingChannelApproval(Base):
     """An unwired chat waiting for the approver's nca- card (one per chat). state: card | naming."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     messaging_group = pw.ForeignKeyField(MessagingGroup, unique=True, on_delete="CASCADE")
     sender_id = pw.CharField(null=True)
     sender_name = pw.CharField(null=True)
@@ -208,6 +216,7 @@ class PendingChannelApproval(Base):
 
 class PendingQuestion(Base):
     """An agent's ask_user_question card (ncq-), answered at most once, until expires_at."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     question_id = pw.CharField()
     title = pw.CharField(default="")
@@ -223,6 +232,7 @@ class PendingQuestion(Base):
     answer_index = pw.IntegerField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
     expired_at = pw.DateTimeField(null=True)  # migration 0007: the card was marked expired
+    asked_user_id = pw.CharField(null=True)   # migration 0008: who the agent asked (they or an admin answer)
 
     class Meta:
         table_name = "pending_questions"
@@ -320,6 +330,7 @@ ALL_MODELS += [ScheduledTask]
 
 class HelpRequest(Base):
     """An agent's ask_operator: open until the owner replies (card reply or the page)."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     ref = pw.CharField()
@@ -341,6 +352,7 @@ class HelpRequest(Base):
 
 class PendingProposal(Base):
     """A change an agent proposed (egress, credential route, packages, MCP server, new agent)."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     ref = pw.CharField()
@@ -363,3 +375,28 @@ class PendingProposal(Base):
 
 
 ALL_MODELS += [HelpRequest, PendingProposal]
+
+
+# --- the trust boundary (migration 0008_trust) ----------------------------------------------------
+
+class AgentCard(Base):
+    """A card an agent sent with buttons. The buttons carry `nac-<token>:<n>`; what the agent gave
+    each button (label, value) stays here, so nothing the agent writes ever becomes an action id."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)
+    session = pw.ForeignKeyField(Session, on_delete="CASCADE")
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    message_out_id = pw.CharField()
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    thread_id = pw.CharField(null=True)
+    title = pw.TextField()
+    buttons = JSONField()                     # [[label, value], ...]
+    card_message_id = pw.CharField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_cards"
+        indexes = ((("session", "message_out_id"), True),)
+
+
+ALL_MODELS += [AgentCard]

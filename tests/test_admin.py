@@ -580,17 +580,17 @@ def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site
                               sender_name="Bo", text="Hi, lunch?", timestamp="2026-01-01T10:00:00.000Z"), settings)
     row = PendingSenderApproval.get()
     chat = owner.get("/chat/andy").get_data(as_text=True)
-    assert f'value="nsa-{row.id}:allow"' in chat  # the card reached the owner's DM (here: the web chat)
+    assert f'value="nsa-{row.token}:allow"' in chat  # the card reached the owner's DM (here: the web chat)
     page = owner.get("/admin").get_data(as_text=True)
     assert "Bo (telegram:777) wants to talk to Andy" in page and "Hi, lunch?" in page
-    assert f'value="nsa-{row.id}:allow"' in page  # the same action id as the card
+    assert f'value="nsa-{row.token}:allow"' in page  # the same action id as the card
 
-    decided = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"nsa-{row.id}:allow"},
+    decided = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"nsa-{row.token}:allow"},
                          follow_redirects=True).get_data(as_text=True)
     assert "Allowed: Bo can talk to Andy now." in decided and "wants to talk to Andy" not in decided
     chat = owner.get("/chat/andy").get_data(as_text=True)
-    assert "Allowed by Olga" in chat and f'value="nsa-{row.id}:deny"' not in chat  # the card shows who decided
-    late = owner.post("/chat/andy/action", data={"csrf_token": csrf_of(chat), "action_id": f"nsa-{row.id}:deny"},
+    assert "Allowed by Olga" in chat and f'value="nsa-{row.token}:deny"' not in chat  # the card shows who decided
+    late = owner.post("/chat/andy/action", data={"csrf_token": csrf_of(chat), "action_id": f"nsa-{row.token}:deny"},
                       headers={"Accept": "application/json"})
     assert late.json["text"] == "Already decided: allowed by Olga."  # first answer won
     session = Session.get(Session.messaging_group == MessagingGroup.get(MessagingGroup.platform_id == "777"))
@@ -615,8 +615,8 @@ def test_an_open_agent_question_is_answered_on_the_page(owner, site):
     PendingQuestion.create(session=session, question_id="q0", question="Expired?", options=["yes"],
                            channel_type="telegram", platform_id="42", expires_at=utcnow() - timedelta(seconds=1))
     page = owner.get("/admin").get_data(as_text=True)
-    assert "Which day?" in page and f'value="ncq-{pq.id}:1"' in page and "Expired?" not in page
-    answered = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"ncq-{pq.id}:1"},
+    assert "Which day?" in page and f'value="ncq-{pq.token}:1"' in page and "Expired?" not in page
+    answered = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"ncq-{pq.token}:1"},
                           follow_redirects=True).get_data(as_text=True)
     assert "You chose: Saturday" in answered and "Which day?" not in answered
     conn = store.schema.connect(path / "host" / "inbound.db", readonly=True)

@@ -309,12 +309,12 @@ def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
     post(app, message(-100888, ADA, "hello", title="Lab", mention=True))  # unknown chat
     sender_card, chat_card = cards(tg)
     settings = app.config["NANOCLAW"]
-    assert actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:444"), settings) == \
+    assert actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:444", origin="page"), settings) == \
         "Only Olivia or an admin can decide this."
-    answer = actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:111"), settings)
+    answer = actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:111", origin="page"), settings)
     assert answer.startswith("Allowed") and edits(tg)[-1]["text"].startswith("✅ Allowed by Olivia")
     create = buttons(chat_card)["➕ Create new"]
-    assert actions.dispatch(Action("web", create, "telegram:111"), settings) == "Reply with the new agent's name."
+    assert actions.dispatch(Action("web", create, "telegram:111", origin="page"), settings) == "Reply with the new agent's name."
     assert texts(tg, 111)[-1].startswith("What should the new agent")  # asked in the owner's DM too
     ident = create.split("-")[1].split(":")[0]
     assert pending.reply("nca", ident, "Lab Helper", "telegram:444", settings) == \

@@ -72,16 +72,16 @@ def status(path):
         conn.close()
 
 
-def test_text_edit_reaction_file_card_delivered_once(session):
+def test_text_edit_reaction_file_delivered_once(session):
+    """(An agent's card is a system op with a record of its own: tests/test_agent_cards.py.)"""
     (session / "agent" / "outbox" / "report.txt").write_text("numbers")
     agent_writes(session, {"op": "text", "text": "hi"}, {"op": "edit", "target_seq": 1, "text": "hi!"},
-                 {"op": "reaction", "target_seq": 1, "emoji": "👍"}, {"op": "file", "path": "outbox/report.txt"},
-                 {"op": "card", "title": "Q", "body": "b", "buttons": [{"label": "Yes", "action": "ncq-1:0"}]})
-    assert deliver_session(session, settings=None) == 5
+                 {"op": "reaction", "target_seq": 1, "emoji": "👍"}, {"op": "file", "path": "outbox/report.txt"})
+    assert deliver_session(session, settings=None) == 4
     assert Recorder.sent == [("text", "chat-1", "hi"), ("edit", "p1", "hi!"), ("react", "p1", "👍"),
-                             ("file", "report.txt", "numbers"), ("card", "Q", (("Yes", "ncq-1:0"),))]
+                             ("file", "report.txt", "numbers")]
     assert deliver_session(session, settings=None) == 0
-    assert len(Recorder.sent) == 5
+    assert len(Recorder.sent) == 4
 
 
 def test_retry_with_backoff_then_success(session):

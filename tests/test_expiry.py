@@ -105,10 +105,10 @@ def test_a_sender_approval_nobody_decides_expires_and_the_next_message_asks_agai
     post(app, message(GROUP, BOB, "can you book a table?", title="Team", mention=True))
     [card] = cards(tg)
     [row] = PendingSenderApproval.select()
-    assert page_keys(app) == [f"nsa-{row.id}"]
+    assert page_keys(app) == [f"nsa-{row.token}"]
 
     age(PendingSenderApproval, 71)
-    assert approvals.expire_approvals(settings) == 0 and page_keys(app) == [f"nsa-{row.id}"]  # not yet
+    assert approvals.expire_approvals(settings) == 0 and page_keys(app) == [f"nsa-{row.token}"]  # not yet
     age(PendingSenderApproval, 72.1)
     assert page_keys(app) == []  # the page stops showing it at once
     assert approvals.expire_approvals(settings) == 1
@@ -161,7 +161,7 @@ def test_a_new_chat_approval_expires_and_the_chat_asks_again(app, tg):
     post(app, message(GROUP, BOB, "anyone here?", title="Lab", mention=True))
     [card] = cards(tg)
     [row] = PendingChannelApproval.select()
-    assert page_keys(app) == [f"nca-{row.id}"]
+    assert page_keys(app) == [f"nca-{row.token}"]
     age(PendingChannelApproval, 73)
     assert page_keys(app) == []
     assert approvals.expire_approvals(settings) == 1
@@ -202,6 +202,6 @@ def test_the_page_form_of_an_expired_new_chat_does_nothing(app, tg):
     post(app, message(GROUP, BOB, "help with research", title="Lab", mention=True))
     [row] = PendingChannelApproval.select()
     age(PendingChannelApproval, 73)
-    answer = chats.create_from_page("telegram:111", str(row.id), {"name": "Lab Helper"}, app.config["NANOCLAW"])
+    answer = chats.create_from_page("telegram:111", row.token, {"name": "Lab Helper"}, app.config["NANOCLAW"])
     assert (answer.ok, answer.message) == (False, "This request expired.")
     assert not AgentGroup.select().where(AgentGroup.name == "Lab Helper").exists()

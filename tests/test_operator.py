@@ -161,7 +161,7 @@ def test_egress_card_decided_once_by_someone_allowed(app, tg):
     assert app.woken[-1] == "andy"
     entry = AuditLog.get(AuditLog.action == "proposal.approve")
     assert (entry.actor, entry.target, entry.detail["diff"], entry.detail["reason"]) == (
-        "telegram:111", f"npr-{PendingProposal.get().id}", ["+ api.github.com"], "clone a repo")
+        "telegram:111", f"npr-{PendingProposal.get().token}", ["+ api.github.com"], "clone a repo")
 
 
 def test_a_reply_to_the_card_rejects_with_a_reason(app, tg):
@@ -267,8 +267,8 @@ def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
     assert len(items) == 2 and all(i.reply_prefix == "nhr" for i in items.values())
     assert [i for i in pending_items(settings, "telegram:666").items if i.key.startswith("nhr-")] == []
     h1 = HelpRequest.get(HelpRequest.ref == "h1")
-    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:666", settings).startswith("Only Olivia")
-    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:666", settings).startswith("Only Olivia")
+    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
     [answer] = inbound(path, "answer")
     assert answer["content"]["help_ref"] == "h1" and answer["trigger"] == 1
     assert answer["content"]["text"].endswith("It is in the wiki")
@@ -289,7 +289,7 @@ def test_page_lists_proposals_with_the_cards_buttons_and_forms(app, tg):
     assert item.kind == "Network access" and [b[0] for b in item.buttons] == ["✅ Approve", "❌ Reject"]
     assert [f.name for f in item.forms] == ["npr.modify", "npr.reject"] and item.reply_prefix is None
     approve = dict(item.buttons)["✅ Approve"]  # the page's button posts the card's own action id
-    assert actions.dispatch(Action("web", approve, "telegram:111"), settings) == "Approved: allow HTTPS to pypi.org."
+    assert actions.dispatch(Action("web", approve, "telegram:111", origin="page"), settings) == "Approved: allow HTTPS to pypi.org."
     assert edits(tg)[-1]["text"].startswith("✅ Approved by Olivia")
 
 
@@ -325,11 +325,11 @@ def test_the_page_can_modify_a_proposal_before_approving_it(app, tg):
     path = session_path(app)
     propose(app, path, "egress", {"host": "*.github.com"})
     p = PendingProposal.get()
-    ok, text = proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:666", settings)
+    ok, text = proposals.modify(p.token, {"host": "api.github.com"}, "telegram:666", settings)
     assert not ok and text.startswith("Only")
-    ok, text = proposals.modify(str(p.id), {"host": "https://x"}, "telegram:111", settings)
+    ok, text = proposals.modify(p.token, {"host": "https://x"}, "telegram:111", settings)
     assert not ok and text.startswith("Not changed") and PendingProposal.get().payload == {"host": "*.github.com"}
-    assert proposals.modify(str(p.id), {"host": "api.github.com"}, "telegram:111", settings, why="only the API") == (
+    assert proposals.modify(p.token, {"host": "api.github.com"}, "telegram:111", settings, why="only the API") == (
         True, "Changed (host: *.github.com → api.github.com). It now reads: allow HTTPS to api.github.com. "
               "Approve or reject it now.")
     old_card, new_card = cards(tg)  # the chat card is replaced by one showing the new version
@@ -345,7 +345,7 @@ def test_the_page_can_modify_a_proposal_before_approving_it(app, tg):
     entry = AuditLog.get(AuditLog.action == "proposal.modify")
     assert (entry.actor, entry.detail["before"], entry.detail["why"], entry.detail["diff"]) == (
         "telegram:111", "allow HTTPS to *.github.com", "only the API", ["+ api.github.com"])
-    ok, text = proposals.modify(str(p.id), {"host": "pypi.org"}, "telegram:111", settings)
+    ok, text = proposals.modify(p.token, {"host": "pypi.org"}, "telegram:111", settings)
     assert not ok and text == "Already approved by Olivia. It can no longer be changed."
 
 
@@ -368,7 +368,7 @@ def test_a_page_answer_to_a_help_request_edits_the_chat_card(app, tg):
     ask_help(path)
     deliver_session(path, settings)
     h1 = HelpRequest.get(HelpRequest.ref == "h1")
-    assert page_reply("nhr", str(h1.id), "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
     edited = edits(tg)[-1]
     assert str(edited["message_id"]) == h1.card_message_id and "Olivia" in edited["text"]
     assert "It is in the wiki" in edited["text"]

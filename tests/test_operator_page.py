@@ -89,7 +89,7 @@ def system_texts(path) -> list[str]:
 
 
 def modify(client, p, **fields):
-    data = {"csrf_token": csrf_of(page_of(client)), "form": "npr.modify", "ident": str(p.id), **fields}
+    data = {"csrf_token": csrf_of(page_of(client)), "form": "npr.modify", "ident": p.token, **fields}
     return client.post("/admin/form", data=data)
 
 
@@ -123,18 +123,18 @@ def test_each_kind_gets_a_form_prefilled_with_its_values_and_no_secret_value(app
                                             "env": ["TZ", "LANG"]}, ref="r4")
     page = page_of(owner)
     assert "rpt-secret-value" not in page
-    f = form_of(page, "npr.modify", egress.id)
+    f = form_of(page, "npr.modify", egress.token)
     assert "Modify before deciding" in f and input_value(f, "host") == "api.example.com"
-    f = form_of(page, "npr.modify", route.id)
+    f = form_of(page, "npr.modify", route.token)
     assert (input_value(f, "match"), input_value(f, "upstream"), input_value(f, "secret")) == (
         "/reports/", "https://reports.example.com/v2", "REPORT_TOKEN")
-    f = form_of(page, "npr.modify", pkgs.id)
+    f = form_of(page, "npr.modify", pkgs.token)
     assert (input_value(f, "apt"), input_value(f, "npm"), input_value(f, "reason")) == (
         "jq ripgrep", "@scope/tool", "to search logs")
-    f = form_of(page, "npr.modify", mcp.id)
+    f = form_of(page, "npr.modify", mcp.token)
     assert (input_value(f, "name"), input_value(f, "command"), input_value(f, "args"), input_value(f, "env")) == (
         "fetch", "python3", "-m\nfetcher\na b", "LANG TZ")
-    assert all(f"<textarea id=\"f-npr-modify-{p.id}-why\"" in page for p in (egress, route, pkgs, mcp))
+    assert all(f"<textarea id=\"f-npr-modify-{p.token}-why\"" in page for p in (egress, route, pkgs, mcp))
 
 
 def test_a_valid_change_is_saved_audited_and_applied_and_the_agent_learns_it(app, owner, tg):
@@ -146,14 +146,14 @@ def test_a_valid_change_is_saved_audited_and_applied_and_the_agent_learns_it(app
     assert "Changed (host: data.example.org → api.example.org). It now reads: allow HTTPS to api.example.org." in page
     assert "+ api.example.org" in page and "+ data.example.org" not in page  # the diff is recomputed
     assert "Changed on the page: host: data.example.org → api.example.org (why: only the API host is needed)" in page
-    assert input_value(form_of(page, "npr.modify", p.id), "host") == "api.example.org"
+    assert input_value(form_of(page, "npr.modify", p.token), "host") == "api.example.org"
     entry = AuditLog.get(AuditLog.action == "proposal.modify")
-    assert entry.actor == "telegram:111" and entry.target == f"npr-{p.id}" and entry.at is not None
+    assert entry.actor == "telegram:111" and entry.target == f"npr-{p.token}" and entry.at is not None
     assert entry.detail["why"] == "only the API host is needed"
     assert entry.detail["changes"] == ["host: data.example.org → api.example.org"]
     assert entry.detail["diff"] == ["+ api.example.org"]
 
-    decided = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"npr-{p.id}:approve"},
+    decided = owner.post("/admin/decide", data={"csrf_token": csrf_of(page), "action_id": f"npr-{p.token}:approve"},
                          follow_redirects=True)
     assert "Approved: allow HTTPS to api.example.org." in decided.get_data(as_text=True)
     allow = json.loads((app.config["NANOCLAW"].data_dir / "policy" / "andy" / "egress.json").read_text())["allow"]
@@ -174,7 +174,7 @@ def test_an_invalid_change_is_shown_next_to_the_form_and_changes_nothing(app, ow
     response = modify(owner, p, host="https://evil.example/x")
     assert response.status_code == 422
     page = response.get_data(as_text=True)
-    form = form_of(page, "npr.modify", p.id)
+    form = form_of(page, "npr.modify", p.token)
     assert form.startswith("<details class=\"item-form\" open>")
     assert "Not changed: &#39;https://evil.example/x&#39;: give a host name like api.example.com" in form
     assert input_value(form, "host") == "https://evil.example/x"  # what was typed, to correct it
@@ -190,7 +190,7 @@ def test_a_decided_proposal_cannot_be_modified(app, owner, tg):
     token = csrf_of(page_of(owner))
     [card] = cards(tg)
     post(app, click(buttons(card)["❌ Reject"], OWNER, card))  # the chat card answers first
-    response = owner.post("/admin/form", data={"csrf_token": token, "form": "npr.modify", "ident": str(p.id),
+    response = owner.post("/admin/form", data={"csrf_token": token, "form": "npr.modify", "ident": p.token,
                                                "host": "api.example.org"})
     assert response.status_code == 422
     assert "Already rejected by Olivia. It can no longer be changed." in response.get_data(as_text=True)
@@ -203,14 +203,14 @@ def test_reject_with_a_reason_on_the_page_tells_the_agent_and_the_card(app, owne
     path = session_path(app)
     p = propose(app, path, "egress", {"host": "pastebin.example.com"}, reason="share the log")
     page = page_of(owner)
-    form = form_of(page, "npr.reject", p.id)
+    form = form_of(page, "npr.reject", p.token)
     assert "Reason (the agent is told)" in form and "required" in form
     assert 'action="/admin/reply"' not in page  # no free reply box where "ok" would approve
-    empty = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+    empty = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": p.token,
                                             "reason": "   "})
     assert empty.status_code == 422 and "Say why it is rejected" in empty.get_data(as_text=True)
     assert PendingProposal.get_by_id(p.id).state == "pending"
-    done = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+    done = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": p.token,
                                            "reason": "ok, but use the internal paste service"}, follow_redirects=True)
     assert "Rejected: allow HTTPS to pastebin.example.com." in done.get_data(as_text=True)
     assert PendingProposal.get_by_id(p.id).state == "rejected"  # "ok" in a reason does not approve
@@ -219,23 +219,23 @@ def test_reject_with_a_reason_on_the_page_tells_the_agent_and_the_card(app, owne
     assert edits(tg)[-1]["text"].startswith("❌ Rejected by Olivia")
     assert "Reason: ok, but use the internal paste service" in edits(tg)[-1]["text"]
     assert AuditLog.get(AuditLog.action == "proposal.reject").detail["note"] == "ok, but use the internal paste service"
-    again = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": str(p.id),
+    again = owner.post("/admin/form", data={"csrf_token": csrf_of(page), "form": "npr.reject", "ident": p.token,
                                             "reason": "twice"})
     assert again.status_code == 422 and "Already rejected by Olivia" in again.get_data(as_text=True)
 
 
 def test_modify_without_a_csrf_token_is_refused(app, owner):
     p = propose(app, session_path(app), "egress", {"host": "data.example.org"})
-    response = owner.post("/admin/form", data={"form": "npr.modify", "ident": str(p.id), "host": "api.example.org"})
+    response = owner.post("/admin/form", data={"form": "npr.modify", "ident": p.token, "host": "api.example.org"})
     assert response.status_code == 400 and "security token" in response.get_data(as_text=True)
     assert PendingProposal.get_by_id(p.id).payload == {"host": "data.example.org"}
-    assert app.test_client().post("/admin/form", data={"form": "npr.modify", "ident": str(p.id)}).status_code == 400
+    assert app.test_client().post("/admin/form", data={"form": "npr.modify", "ident": p.token}).status_code == 400
 
 
 def test_someone_not_allowed_to_decide_cannot_modify(app, tg):
     from nanoclaw.operator import proposals
     p = propose(app, session_path(app), "egress", {"host": "data.example.org"})
-    ok, text = proposals.modify(str(p.id), {"host": "x.example.org"}, "telegram:666", app.config["NANOCLAW"])
+    ok, text = proposals.modify(p.token, {"host": "x.example.org"}, "telegram:666", app.config["NANOCLAW"])
     assert not ok and text == "Only Olivia or an admin can change this."
 
 
@@ -276,7 +276,7 @@ def unknown_chat(app, tg, chat=-100888, text="help with research"):
 
 
 def create(client, row, **fields):
-    data = {"csrf_token": csrf_of(page_of(client)), "form": "nca.create", "ident": str(row.id), **fields}
+    data = {"csrf_token": csrf_of(page_of(client)), "form": "nca.create", "ident": row.token, **fields}
     return client.post("/admin/form", data=data)
 
 
@@ -296,10 +296,10 @@ def test_create_a_new_agent_for_an_unknown_chat_on_the_page(app, owner, tg):
     app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Bea"])  # two agents: the card asks
     row = unknown_chat(app, tg)
     page = page_of(owner)
-    form = form_of(page, "nca.create", row.id)
+    form = form_of(page, "nca.create", row.token)
     assert "Create a new agent for this chat" in form and 'data-folder-preview="/admin/folder-preview.json"' in form
-    assert f"nca-{row.id}:create" not in page  # the page names it here instead of a DM round trip
-    assert f"nca-{row.id}:ignore" in page and f"nca-{row.id}:bea" in page
+    assert f"nca-{row.token}:create" not in page  # the page names it here instead of a DM round trip
+    assert f"nca-{row.token}:ignore" in page and f"nca-{row.token}:bea" in page
 
     preview = owner.get("/admin/folder-preview.json?name=Andy", headers={"Accept": "application/json"})
     assert preview.json == {"folder": "andy-2"}  # the rule that creates it: taken folders get a suffix
@@ -308,7 +308,7 @@ def test_create_a_new_agent_for_an_unknown_chat_on_the_page(app, owner, tg):
     refused = create(owner, row, name="!!!", folder="")
     assert refused.status_code == 422
     assert "has no letters or digits to make a folder from" in form_of(refused.get_data(as_text=True),
-                                                                       "nca.create", row.id)
+                                                                       "nca.create", row.token)
     assert PendingChannelApproval.select().count() == 1
 
     response = create(owner, row, name="Lab  Helper", folder="My Lab!")
@@ -350,9 +350,9 @@ def test_only_someone_allowed_to_decide_may_create(app, tg):
     from nanoclaw.approvals.chats import create_from_page
     app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Bea"])
     row = unknown_chat(app, tg)
-    answer = create_from_page("telegram:666", str(row.id), {"name": "Mine"}, app.config["NANOCLAW"])
+    answer = create_from_page("telegram:666", row.token, {"name": "Mine"}, app.config["NANOCLAW"])
     assert not answer.ok and answer.message == "Only Olivia or an admin can decide this."
-    assert create_from_page("telegram:111", str(row.id), {"name": "  "}, app.config["NANOCLAW"]).message == \
+    assert create_from_page("telegram:111", row.token, {"name": "  "}, app.config["NANOCLAW"]).message == \
         "Give the new agent a name."
     assert PendingChannelApproval.select().count() == 1
 

@@ -90,7 +90,7 @@ def test_question_card_answered_once_by_someone_the_agent_knows(app, tg):
     assert list(choice) == ["Pizza", "Sushi"]
 
     post(app, click(choice["Sushi"], ADA, card))  # a stranger to the agent
-    assert toasts(tg)[-1] == "Only people this agent knows can answer."
+    assert toasts(tg)[-1] == "Only Olivia (who was asked) or an admin of this agent can answer this."
     post(app, click(choice["Sushi"], OWNER, card))
     assert toasts(tg)[-1] == "You chose: Sushi"
     assert edits(tg)[-1]["text"] == "Lunch\nPizza or sushi?\n\n✅ Olivia chose: Sushi"

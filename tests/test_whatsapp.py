@@ -180,7 +180,8 @@ def test_parsing_replies_media_and_taps():
     assert tap.events == [] and tap.actions == [Action(
         channel="whatsapp", action_id="nsa-17:allow", user_id=f"whatsapp:{WA_ID}", chat_id=WA_ID,
         message_id="wamid.HBgLMTY1MDM4Nzk0MzkVAgARGBJDQjZCMzlEQUE4OTJBMTE4RTUA",
-        event_id="wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQTg1MjVCRjRGRkJEOTBFNjE0MQA=", raw={"title": "Allow"})]
+        event_id="wamid.HBgLMTY1MDM4Nzk0MzkVAgASGBQzQTg1MjVCRjRGRkJEOTBFNjE0MQA=", raw={"title": "Allow"},
+        user_name="Sheena Nelson")]
     row = parse_payload(fixture("list_reply")).actions[0]
     assert row.action_id == "ncq-4:2" and row.user_id == f"whatsapp:{WA_ID}"
     assert parse_payload(fixture("status_delivered")).events == []

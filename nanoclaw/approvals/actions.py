@@ -1,7 +1,10 @@
-"""Card actions: `<prefix>-<id>:<value>` routed to the capability that owns the prefix.
+"""Card actions: `<prefix>-<token>:<value>` routed to the capability that owns the prefix.
 
-Capabilities register a handler for their prefix (nsa, nca, ncq, …); core code
-never imports a capability by name.
+Capabilities register a handler for their prefix (nsa, nca, ncq, …); core code never imports a
+capability by name. The token is the card's row's 128 random bits (models.new_token), never a
+sequential id, and a click counts only on the card it was made on (`on_card`): the chat the card was
+sent to, or the operator's page, which is behind a login. Buttons an agent puts on its own cards never
+carry its own text as an action id (approvals/agent_cards.py gives them `nac-…`).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from ..channels.base import Action
 
 log = logging.getLogger("nanoclaw.actions")
 
-ACTION_RE = re.compile(r"^([a-z]{2,8})-([A-Za-z0-9_]{1,32}):(.{0,40})$", re.S)
+ACTION_RE = re.compile(r"^([a-z]{2,8})-([A-Za-z0-9_-]{1,32}):(.{0,40})$", re.S)
 _HANDLERS: dict[str, Callable] = {}
 
 
@@ -28,6 +31,17 @@ def parse_action_id(action_id: str) -> tuple[str, str, str] | None:
     """('nsa', '12', 'allow') for 'nsa-12:allow'; None when it is not ours."""
     m = ACTION_RE.match(action_id or "")
     return (m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def on_card(action: Action, channel: str | None, chat_id: str | None) -> bool:
+    """Was this click made where the card is: in the chat it was sent to (the platform says where a
+    click came from), or on the operator's page? A valid id pasted into another chat is not."""
+    if action.origin == "page":
+        return True
+    return bool(channel) and action.channel == channel and str(action.chat_id) == str(chat_id)
+
+
+NOT_HERE = "This button does not belong to this chat."
 
 
 def dispatch(action: Action, settings) -> str | None:

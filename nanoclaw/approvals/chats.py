@@ -1,6 +1,7 @@
 """Unknown chats: someone addresses the bot in a chat no agent answers → a card
 `nca-<id>:<agent folder>|create|ignore` to the approver; "create" asks for a name (a DM reply or the
-page's form), makes the agent, wires the chat and replays the message."""
+page's form), makes the agent, wires the chat and replays the message. The card's value names an
+agent by folder when it fits Telegram's 64-byte callback data, else as `#<id>`."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,7 @@ from ..inbound import lookups, router
 from ..models import AgentGroup, MessagingGroup, PendingChannelApproval, audit, utcnow
 from ..security import slugify
 from ..sessions.store import Target
-from .actions import register_action
+from .actions import NOT_HERE, on_card, register_action
 from .common import (CANCEL_WORDS, EXPIRED_ANSWER, add_member, agent_value, connect, create_agent, display, dms_of,
                      earlier_decision, edit_card, excerpt, expire, expired, free_folder, may_decide, person,
                      pick_approver, say, send_card, where)
@@ -59,7 +60,8 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
         with database.atomic():
             row = PendingChannelApproval.create(messaging_group=mg, sender_id=event.user_id,
                                                 sender_name=event.sender_name, original_message=stored,
-                                                approver_user_id=approver)
+                                                approver_user_id=approver, card_channel=dm.channel_type,
+                                                card_chat_id=dm.platform_id)
     except peewee.IntegrityError:
         return router.drop(event, "no_agent_wired", keep_content=False)
     try:
@@ -69,9 +71,8 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
                   mg.platform_id, approver, exc)
         row.delete_instance()
         return None
-    PendingChannelApproval.update(card_channel=dm.channel_type, card_chat_id=dm.platform_id,
-                                  card_message_id=message_id).where(PendingChannelApproval.id == row.id).execute()
-    audit("router", "approval.channel.request", f"nca-{row.id}", sender=event.user_id,
+    PendingChannelApproval.update(card_message_id=message_id).where(PendingChannelApproval.id == row.id).execute()
+    audit("router", "approval.channel.request", f"nca-{row.token}", sender=event.user_id,
           chat=f"{mg.channel_type}:{mg.platform_id}", approver=approver)
     return router.drop(event, "no_agent_wired", keep_content=False)
 
@@ -79,8 +80,8 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
 def channel_card(row: PendingChannelApproval, agents: list[AgentGroup]) -> Card:
     mg = row.messaging_group
     who, place = person(row.sender_name, row.sender_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
-    buttons = tuple((a.name, f"nca-{row.id}:{agent_value(a)}") for a in agents)
-    buttons += (("➕ Create new", f"nca-{row.id}:create"), ("Ignore", f"nca-{row.id}:ignore"))
+    buttons = tuple((a.name, f"nca-{row.token}:{agent_value(a)}") for a in agents)
+    buttons += (("➕ Create new", f"nca-{row.token}:create"), ("Ignore", f"nca-{row.token}:ignore"))
     question = "Connect it to which agent?" if agents else "Create an agent for it?"
     return Card("New chat — connect it?",
                 f"{who} is writing to the bot {place}, and no agent answers there yet. {question}\n\n"
@@ -95,11 +96,13 @@ def _agent_for(value: str) -> AgentGroup | None:
 
 @register_action("nca")
 def decide_channel(action, ident: str, value: str, settings) -> str:
-    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
     if row is None:
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if expired(row, settings):
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
+    if not on_card(action, row.card_channel, row.card_chat_id):
+        return NOT_HERE
     if not may_decide(action.user_id, row.approver_user_id, None):
         return f"Only {display(row.approver_user_id)} or an admin can decide this."
     if row.state == "naming":
@@ -172,7 +175,7 @@ def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, 
     replay its message. Returns what to tell the approver; None if the row was decided meanwhile."""
     mg = row.messaging_group
     place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
-    key = f"nca-{row.id}"
+    key = f"nca-{row.token}"
     name = " ".join((text or "").split())[:64]
     if name.lower() in CANCEL_WORDS:
         if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
@@ -192,7 +195,7 @@ def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settin
     approver; None if the row was decided meanwhile. ValueError when no folder can be made."""
     mg = row.messaging_group
     place = where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
-    key = f"nca-{row.id}"
+    key = f"nca-{row.token}"
     free_folder(folder or name)  # refuse before the row is spent
     if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id).execute() != 1:
         return None
@@ -208,7 +211,7 @@ def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settin
 
 @register_reply("nca")
 def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
-    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
     if row is None or row.state != "naming":
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if expired(row, settings):
@@ -226,7 +229,7 @@ NAME_LIMIT = 64
 def create_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
     """The page's "Create a new agent" form of an unknown chat: name (and optionally folder) right
     there instead of a DM round trip; from the card or the naming state alike, first answer wins."""
-    row = PendingChannelApproval.get_or_none(PendingChannelApproval.id == ident) if ident.isdigit() else None
+    row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
     if row is None:
         return FormAnswer(False, earlier_decision(f"nca-{ident}", CHANNEL_VERBS))
     if expired(row, settings):  # a page opened before it expired
@@ -250,7 +253,7 @@ def create_from_page(user_id: str, ident: str, values: dict[str, str], settings)
 
 def create_form(row) -> ItemForm:
     """Name the new agent right here (the chat card asks for it in a DM instead)."""
-    return ItemForm("nca.create", str(row.id), "➕ Create a new agent for this chat", "Create and connect",
+    return ItemForm("nca.create", row.token, "➕ Create a new agent for this chat", "Create and connect",
                     (FormField("name", "Name", hint="what the agent is called, e.g. Lab Helper", required=True),
                      FormField("folder", "Folder (optional)",
                                hint="leave empty to use the name; letters, digits, '-' and '_' are kept")),
@@ -273,11 +276,11 @@ def channel_approvals(settings, user_id: str):
         else:
             if agents is None:
                 agents = list(AgentGroup.select().order_by(AgentGroup.id))
-            buttons = tuple((a.name, f"nca-{row.id}:{agent_value(a)}") for a in agents)
-            buttons += (("Ignore", f"nca-{row.id}:ignore"),)
+            buttons = tuple((a.name, f"nca-{row.token}:{agent_value(a)}") for a in agents)
+            buttons += (("Ignore", f"nca-{row.token}:ignore"),)
             body = f"Their message: “{excerpt(text)}”" if text else ""
         yield PendingItem(
-            key=f"nca-{row.id}", kind="New chat", created_at=row.updated_at or row.created_at,
+            key=f"nca-{row.token}", kind="New chat", created_at=row.updated_at or row.created_at,
             title=f"{person(row.sender_name, row.sender_id)} is writing {place}; no agent answers there",
             body=body, details=(("Asked", display(row.approver_user_id)),), buttons=buttons,
             forms=(create_form(row),))

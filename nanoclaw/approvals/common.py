@@ -84,9 +84,10 @@ def choose_approver(tiers: list[list[Candidate]], channel: str) -> tuple[str, Ta
 
 
 def agent_value(agent: AgentGroup) -> str:
-    """The card value naming an agent: its folder, or '#<id>' when the folder is long or would
-    read as one of the other choices."""
-    if len(agent.folder) <= 40 and agent.folder not in ("create", "ignore") and not agent.folder.startswith("#"):
+    """The card value naming an agent: its folder, or '#<id>' when the folder is long (the whole
+    `nca-<22-char token>:<value>` must fit Telegram's 64-byte callback data) or would read as one of
+    the other choices."""
+    if len(agent.folder) <= 36 and agent.folder not in ("create", "ignore") and not agent.folder.startswith("#"):
         return agent.folder
     return f"#{agent.id}"
 
@@ -254,7 +255,7 @@ def expire(row, settings) -> bool:
     if isinstance(row, PendingSenderApproval):
         if PendingSenderApproval.delete().where(PendingSenderApproval.id == row.id).execute() != 1:
             return False
-        audit("system", "approval.sender.expire", f"nsa-{row.id}", sender=row.sender_id, agent=row.agent_group.folder,
+        audit("system", "approval.sender.expire", f"nsa-{row.token}", sender=row.sender_id, agent=row.agent_group.folder,
               chat=f"{mg.channel_type}:{mg.platform_id}", hours=hours)
         edit_card(settings, row, f"⏱ Expired: nobody decided within {hours} h, so "
                                  f"{person(row.sender_name, row.sender_id)} was not let in to talk to "
@@ -263,7 +264,7 @@ def expire(row, settings) -> bool:
         if PendingChannelApproval.delete().where(PendingChannelApproval.id == row.id,
                                                  PendingChannelApproval.state == row.state).execute() != 1:
             return False
-        audit("system", "approval.channel.expire", f"nca-{row.id}", chat=f"{mg.channel_type}:{mg.platform_id}",
+        audit("system", "approval.channel.expire", f"nca-{row.token}", chat=f"{mg.channel_type}:{mg.platform_id}",
               hours=hours)
         edit_card(settings, row, f"⏱ Expired: nobody decided within {hours} h, so no agent answers {place}. "
                                  "If someone writes there again, you will be asked again.")

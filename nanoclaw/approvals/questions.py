@@ -5,13 +5,16 @@ tool (blocked, polling) reads.
 - The outbound row `{"op": "question", question_id, title, question, options, expires_at}` is a
   system op (delivery.register_op): the card goes to the row's own target, which must be the
   session's chat or one of its destinations. Re-applying the row never sends a second card.
-- Anyone the agent knows (owner, admin, member), or anyone in a public chat, may answer; the
-  first answer wins; the card is edited to show the choice.
+- Only the person asked (the sender of the message the agent was answering, from the host's own
+  inbound.db) or an owner/admin of the agent may answer; anyone else is told so and nothing is
+  written. A click counts only on the card itself (its chat, or the page). The first answer wins;
+  the card is edited to show the choice.
 - At expires_at (the tool returns then) a housekeeping job edits the card to say it expired,
   once; a later click is told the question expired and nothing reaches the agent.
 """
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,9 +28,10 @@ from ..inbound import router
 from ..lifecycle.housekeeping import register_job
 from ..models import PendingQuestion, Session, User, audit, utcnow
 from ..outbound.delivery import register_op
+from ..sessions import session_schema as schema
 from ..sessions import store
 from ..sessions.store import Target
-from .actions import register_action
+from .actions import NOT_HERE, on_card, register_action
 from .pending import PendingItem, register_pending
 
 log = logging.getLogger("nanoclaw.questions")
@@ -47,7 +51,7 @@ def parse_expiry(value: str | None, fallback_s: float = 300.0) -> datetime:
 
 
 def card_for(pq: PendingQuestion) -> Card:
-    buttons = tuple((str(label)[:80], f"ncq-{pq.id}:{i}") for i, label in enumerate(pq.options[:MAX_OPTIONS]))
+    buttons = tuple((str(label)[:80], f"ncq-{pq.token}:{i}") for i, label in enumerate(pq.options[:MAX_OPTIONS]))
     return Card(pq.title or "Question", pq.question, buttons)
 
 
@@ -85,7 +89,8 @@ def deliver_question(session_path: Path, row, settings) -> str | None:
                     defaults=dict(title=str(op.get("title") or "")[:255], question=str(op["question"]),
                                   options=[str(o) for o in options[:MAX_OPTIONS]],
                                   channel_type=row.target.channel_type, platform_id=row.target.platform_id,
-                                  thread_id=row.target.thread_id, expires_at=parse_expiry(op.get("expires_at"))))
+                                  thread_id=row.target.thread_id, expires_at=parse_expiry(op.get("expires_at")),
+                                  asked_user_id=asked_person(session_path, row.in_reply_to)))
         except peewee.IntegrityError:
             raise DeliveryError(f"no session {session_path.name} for this question", permanent=True) from None
         if pq.card_message_id:
@@ -125,7 +130,7 @@ def mark_expired(settings, pq: PendingQuestion, now) -> bool:
     if claimed != 1:
         return False
     _edit(settings, pq, outcome_text(pq, EXPIRED_LINE))
-    audit("system", "question.expire", f"ncq-{pq.id}", session=pq.session_id)
+    audit("system", "question.expire", f"ncq-{pq.token}", session=pq.session_id)
     return True
 
 
@@ -142,16 +147,34 @@ def expire_questions(settings, _manager=None, now=None) -> int:
     return marked
 
 
-def may_answer(user_id: str, session: Session) -> bool:
-    if router.is_known(user_id, session.agent_group_id):
-        return True
-    mg = session.messaging_group
-    return mg is not None and mg.unknown_sender_policy == "public"
+def asked_person(session_path: Path, in_reply_to: str | None) -> str | None:
+    """Who the agent is asking: the sender of the message its turn answers, else of the session's
+    latest chat message (a task's turn), read from the host's inbound.db; None when nobody wrote."""
+    conn = schema.connect(store.inbound_db(session_path), readonly=True)
+    try:
+        row = conn.execute("SELECT content FROM messages_in WHERE id = ? AND kind = 'chat'",
+                           (in_reply_to or "",)).fetchone() or \
+            conn.execute("SELECT content FROM messages_in WHERE kind = 'chat' ORDER BY seq DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    try:
+        return (json.loads(row[0]).get("sender_id") or None) if row else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def may_answer(user_id: str, asked_user_id: str | None, is_admin: bool) -> bool:
+    """The person asked, or an owner/admin of the agent; nobody else, whoever else is in the chat."""
+    return is_admin or (asked_user_id is not None and user_id == asked_user_id)
+
+
+def may_answer_question(user_id: str, pq: PendingQuestion) -> bool:
+    return may_answer(user_id, pq.asked_user_id, router.is_owner_or_admin(user_id, pq.session.agent_group_id))
 
 
 @register_action("ncq")
 def answer_question(action, ident: str, value: str, settings) -> str:
-    pq = PendingQuestion.get_or_none(PendingQuestion.id == ident) if ident.isdigit() else None
+    pq = PendingQuestion.get_or_none(PendingQuestion.token == ident)
     if pq is None:
         return "This question is no longer open."
     now = utcnow()
@@ -160,11 +183,14 @@ def answer_question(action, ident: str, value: str, settings) -> str:
     if state(pq, now) == "expired":
         mark_expired(settings, pq, now)  # the job may not have come round yet
         return "This question expired; the agent has moved on."
+    if not on_card(action, pq.channel_type, pq.platform_id):
+        return NOT_HERE
     if not value.isdigit() or int(value) >= len(pq.options):
         return "Unknown choice."
     session = pq.session
-    if not may_answer(action.user_id, session):
-        return "Only people this agent knows can answer."
+    if not may_answer_question(action.user_id, pq):
+        asked = f"{display(pq.asked_user_id)} (who was asked)" if pq.asked_user_id else "the agent's admins"
+        return f"Only {asked} or an admin of this agent can answer this."
     index = int(value)
     claimed = (PendingQuestion.update(answered_at=now, answered_by=action.user_id, answer_index=index)
                .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null(),
@@ -182,7 +208,7 @@ def answer_question(action, ident: str, value: str, settings) -> str:
                         content={"text": f"(answer to “{pq.title or pq.question}”) {choice}", "sender": name,
                                  "sender_id": action.user_id, "question_id": pq.question_id,
                                  "option_index": index, "answer": choice})
-    audit(action.user_id, "question.answer", f"ncq-{pq.id}", session=session.id, option=index)
+    audit(action.user_id, "question.answer", f"ncq-{pq.token}", session=session.id, option=index)
     _edit(settings, pq, outcome_text(pq, f"✅ {name} chose: {choice}"))
     wake = router.current_waker()
     if wake is not None:
@@ -202,11 +228,11 @@ def open_questions(settings, user_id: str):
     rows = (PendingQuestion.select(PendingQuestion, Session).join(Session)
             .where(PendingQuestion.answered_at.is_null(), PendingQuestion.expires_at > utcnow()))
     for pq in rows:
-        if not may_answer(user_id, pq.session):
+        if not may_answer_question(user_id, pq):
             continue
         card = card_for(pq)
         folder = pq.session.agent_group.folder
-        yield PendingItem(key=f"ncq-{pq.id}", kind="Question", agent_folder=folder, created_at=pq.created_at,
+        yield PendingItem(key=f"ncq-{pq.token}", kind="Question", agent_folder=folder, created_at=pq.created_at,
                           title=card.title, body=card.body, buttons=card.buttons,
                           details=(("Asked in", f"{pq.channel_type}:{pq.platform_id}"),
                                    ("Open until", local(settings, pq.expires_at))))

@@ -1,5 +1,5 @@
 """Unknown senders: a stranger writes in a wired chat under `request_approval` → a card
-`nsa-<id>:allow|deny` to the approver; allow makes them a member and replays their message."""
+`nsa-<token>:allow|deny` to the approver; allow makes them a member and replays their message."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,7 @@ import peewee
 from ..db import database
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, PendingSenderApproval, Wiring, audit
-from .actions import register_action
+from .actions import NOT_HERE, on_card, register_action
 from .common import (EXPIRED_ANSWER, add_member, display, earlier_decision, edit_card, excerpt, expire, expired,
                      may_decide, person, pick_approver, send_card, where)
 from .pending import PendingItem, register_pending
@@ -23,7 +23,7 @@ def sender_card(row: PendingSenderApproval) -> Card:
     who, place = person(row.sender_name, row.sender_id), where(mg.kind, mg.channel_type, mg.name, mg.platform_id)
     return Card("New sender", f"{who} wants to talk to {agent.name} {place} — allow?\n\n"
                               f"Their message: “{excerpt(row.original_message.get('text'))}”",
-                (("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
+                (("✅ Allow", f"nsa-{row.token}:allow"), ("🚫 Deny", f"nsa-{row.token}:deny")))
 
 
 SENDER_VERBS = {"approval.sender.allow": "allowed", "approval.sender.deny": "denied",
@@ -53,7 +53,8 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
             row = PendingSenderApproval.create(messaging_group=mg, agent_group=agent, sender_id=event.user_id,
                                                sender_name=event.sender_name,
                                                original_message=router.event_to_json(event),
-                                               approver_user_id=approver)
+                                               approver_user_id=approver, card_channel=dm.channel_type,
+                                               card_chat_id=dm.platform_id)
     except peewee.IntegrityError:  # a concurrent message from the same stranger asked already
         return
     try:
@@ -63,19 +64,20 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
                   approver, exc)
         row.delete_instance()
         return
-    PendingSenderApproval.update(card_channel=dm.channel_type, card_chat_id=dm.platform_id,
-                                 card_message_id=message_id).where(PendingSenderApproval.id == row.id).execute()
-    audit("router", "approval.sender.request", f"nsa-{row.id}", sender=event.user_id, agent=agent.folder,
+    PendingSenderApproval.update(card_message_id=message_id).where(PendingSenderApproval.id == row.id).execute()
+    audit("router", "approval.sender.request", f"nsa-{row.token}", sender=event.user_id, agent=agent.folder,
           chat=f"{mg.channel_type}:{mg.platform_id}", approver=approver)
 
 
 @register_action("nsa")
 def decide_sender(action, ident: str, value: str, settings) -> str:
-    row = PendingSenderApproval.get_or_none(PendingSenderApproval.id == ident) if ident.isdigit() else None
+    row = PendingSenderApproval.get_or_none(PendingSenderApproval.token == ident)
     if row is None:
         return earlier_decision(f"nsa-{ident}", SENDER_VERBS)
     if expired(row, settings):
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nsa-{ident}", SENDER_VERBS)
+    if not on_card(action, row.card_channel, row.card_chat_id):
+        return NOT_HERE
     if value not in ("allow", "deny"):
         return "Unknown choice."
     if not may_decide(action.user_id, row.approver_user_id, row.agent_group_id):
@@ -111,9 +113,9 @@ def sender_approvals(settings, user_id: str):
         mg, agent = row.messaging_group, row.agent_group
         text = (row.original_message or {}).get("text")
         yield PendingItem(
-            key=f"nsa-{row.id}", kind="New sender", agent_folder=agent.folder, created_at=row.created_at,
+            key=f"nsa-{row.token}", kind="New sender", agent_folder=agent.folder, created_at=row.created_at,
             title=f"{person(row.sender_name, row.sender_id)} wants to talk to {agent.name}",
             body=f"Their message: “{excerpt(text)}”" if text else "",
             details=(("Where", where(mg.kind, mg.channel_type, mg.name, mg.platform_id)),
                      ("Asked", display(row.approver_user_id))),
-            buttons=(("✅ Allow", f"nsa-{row.id}:allow"), ("🚫 Deny", f"nsa-{row.id}:deny")))
+            buttons=(("✅ Allow", f"nsa-{row.token}:allow"), ("🚫 Deny", f"nsa-{row.token}:deny")))

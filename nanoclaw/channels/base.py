@@ -81,6 +81,8 @@ class Action:
     message_id: str | None = None     # the card's platform message id (to edit it in place)
     event_id: str | None = None       # for dedup
     raw: dict | None = None           # what the platform needs to acknowledge it (e.g. callback id)
+    origin: str = "chat"              # chat: a card's button; page: the logged-in operator's page
+    user_name: str | None = None      # the clicker's display name, when the platform sends it
 
     @property
     def prefix(self) -> str:

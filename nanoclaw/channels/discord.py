@@ -105,7 +105,7 @@ def parse_interaction(payload) -> Parsed:
     message = payload.get("message") or {}
     action = Action(channel=CHANNEL, action_id=str(data["custom_id"]), user_id=f"{CHANNEL}:{user['id']}",
                     chat_id=payload.get("channel_id") or (payload.get("channel") or {}).get("id"),
-                    message_id=message.get("id"), event_id=str(payload["id"]),
+                    message_id=message.get("id"), event_id=str(payload["id"]), user_name=_display_name(user, member),
                     raw={"content": message.get("content") or "", "clicker": _display_name(user, member)})
     # until the click is handled, the answer is a plain acknowledgement that changes nothing
     return Parsed(actions=[action], response=({"type": DEFERRED_UPDATE_MESSAGE}, 200))

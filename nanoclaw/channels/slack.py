@@ -253,6 +253,7 @@ class SlackAdapter:
                 actions.append(Action(
                     channel="slack", action_id=act.get("value") or act["action_id"],
                     user_id=f"slack:{payload['user']['id']}", chat_id=channel,
+                    user_name=payload["user"].get("name") or payload["user"].get("username"),
                     message_id=container.get("message_ts"),
                     event_id=f"{trigger}:{i}" if trigger else None,
                     raw={"response_url": payload.get("response_url"), "channel": channel,

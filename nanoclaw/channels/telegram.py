@@ -239,7 +239,7 @@ class TelegramAdapter:
     def _action(self, event_id: str, query: dict) -> Action:
         message = query.get("message") or {}
         return Action(channel="telegram", action_id=query.get("data") or "",
-                      user_id=f"telegram:{query['from']['id']}",
+                      user_id=f"telegram:{query['from']['id']}", user_name=display_name(query.get("from")),
                       chat_id=str(message["chat"]["id"]) if message.get("chat") else None,
                       message_id=str(message["message_id"]) if "message_id" in message else None,
                       event_id=event_id, raw={"callback_query_id": query["id"]})

@@ -117,6 +117,7 @@ def parse_message(message: dict, names: dict[str, str]) -> InboundEvent | Action
         if not choice or not choice.get("id"):
             return None
         return Action(channel=CHANNEL, action_id=str(choice["id"]), user_id=f"{CHANNEL}:{sender}", chat_id=sender,
+                      user_name=names.get(sender),
                       message_id=context.get("id"), event_id=wamid, raw={"title": choice.get("title")})
     content = _message_text(message)
     if content is None:

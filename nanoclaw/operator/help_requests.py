@@ -15,7 +15,7 @@ from pathlib import Path
 import peewee
 
 from ..inbound import router
-from ..approvals.actions import register_action
+from ..approvals.actions import NOT_HERE, on_card, register_action
 from ..approvals.common import display, excerpt, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
@@ -34,7 +34,7 @@ def card_for(h: HelpRequest) -> Card:
     agent = h.agent_group
     return Card(f"{agent.name} needs help", f"{h.text}\n\n(Reply to this message to answer {agent.name}; "
                                             f"help request {h.ref})",
-                (("Dismiss", f"{PREFIX}-{h.id}:dismiss"),))
+                (("Dismiss", f"{PREFIX}-{h.token}:dismiss"),))
 
 
 def deliver_help_request(session_path: Path, row, settings) -> str | None:
@@ -58,15 +58,17 @@ def deliver_help_request(session_path: Path, row, settings) -> str | None:
                                                                approver_user_id=approver))
         except peewee.IntegrityError:
             h = HelpRequest.get(HelpRequest.session == session.id, HelpRequest.ref == ref)
-        audit(f"agent:{session.agent_group.folder}", "help.request", f"{PREFIX}-{h.id}", text=excerpt(text, 500),
+        audit(f"agent:{session.agent_group.folder}", "help.request", f"{PREFIX}-{h.token}", text=excerpt(text, 500),
               approver=approver)
         if target is None:
             log.warning("help request %s of %s: nobody to show it to; it waits on the page", h.id,
                         session.agent_group.folder)
             return None
+        # where the card goes is recorded first: a click made before the send returns still counts
+        HelpRequest.update(card_channel=target.channel_type, card_chat_id=target.platform_id).where(
+            HelpRequest.id == h.id).execute()
         message_id = send_card(settings, target, card_for(h))
-        HelpRequest.update(card_channel=target.channel_type, card_chat_id=target.platform_id,
-                           card_message_id=message_id).where(HelpRequest.id == h.id).execute()
+        HelpRequest.update(card_message_id=message_id).where(HelpRequest.id == h.id).execute()
     return message_id
 
 
@@ -75,7 +77,7 @@ register_op("help_request", deliver_help_request)
 
 def answer(ident: str, text: str | None, user_id: str, settings) -> str:
     """Answer help request `ident` (None text = dismiss). Returns what to tell the person."""
-    h = HelpRequest.get_or_none(HelpRequest.id == ident) if str(ident).isdigit() else None
+    h = HelpRequest.get_or_none(HelpRequest.token == ident)
     if h is None:
         return "This help request no longer exists."
     if h.state != "open":
@@ -96,7 +98,7 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
                                     f"“{excerpt(h.text, 120)}”) {shown}",
                message_id=f"help:{h.ref}", kind="answer", sender=who,
                extra={"sender_id": user_id, "help_ref": h.ref, "answer": shown})
-    audit(user_id, "help.answer" if text is not None else "help.dismiss", f"{PREFIX}-{h.id}",
+    audit(user_id, "help.answer" if text is not None else "help.dismiss", f"{PREFIX}-{h.token}",
           agent=agent.folder, session=h.session_id)
     edit_card(settings, h, f"{agent.name} asked: {excerpt(h.text, 300)}\n\n"
                            + (f"↩ {who} answered: {text}" if text is not None else f"Dismissed by {who}."))
@@ -105,6 +107,9 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
 
 @register_action(PREFIX)
 def on_click(action, ident: str, value: str, settings) -> str:
+    h = HelpRequest.get_or_none(HelpRequest.token == ident)
+    if h is not None and not on_card(action, h.card_channel, h.card_chat_id):
+        return NOT_HERE
     if value != "dismiss":
         return "Reply to the card with your answer."
     return answer(ident, None, action.user_id, settings)
@@ -121,5 +126,5 @@ def reply_to_card(event, settings, wake):
     h = replied_card(HelpRequest, event)
     if h is None:
         return None
-    router.tell(event, settings, answer(str(h.id), event.text, event.user_id, settings))
+    router.tell(event, settings, answer(h.token, event.text, event.user_id, settings))
     return router.RouteResult(handled="help_reply")

@@ -22,7 +22,7 @@ from pathlib import Path
 import peewee
 
 from ..inbound import router
-from ..approvals.actions import register_action
+from ..approvals.actions import NOT_HERE, on_card, register_action
 from ..approvals.common import display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
@@ -78,7 +78,7 @@ def card_text(p: PendingProposal, diff: list[str], changed: str = "") -> tuple[s
 def card_for(settings, p: PendingProposal) -> Card:
     state = current_state(settings, p.agent_group, p.kind, p.payload)
     title, body = card_text(p, checks.diff(p.kind, p.payload, state), owner_changes(p))
-    return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.id}:approve"), ("❌ Reject", f"{PREFIX}-{p.id}:reject")))
+    return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.token}:approve"), ("❌ Reject", f"{PREFIX}-{p.token}:reject")))
 
 
 # --- the system op -----------------------------------------------------------------------------
@@ -117,15 +117,17 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
         except peewee.IntegrityError:
             p = PendingProposal.get(PendingProposal.session == session.id, PendingProposal.ref == ref)
         card = card_for(settings, p)
-        audit(f"agent:{session.agent_group.folder}", "proposal.request", f"{PREFIX}-{p.id}", kind=kind,
+        audit(f"agent:{session.agent_group.folder}", "proposal.request", f"{PREFIX}-{p.token}", kind=kind,
               summary=checks.summary(kind, payload), diff=card.body.splitlines()[1:-1], approver=approver)
         if target is None:
             log.warning("proposal %s of %s: nobody to show it to (no owner DM, no chat); it waits on the page",
                         p.id, session.agent_group.folder)
             return None
+        # where the card goes is recorded first: a click made before the send returns still counts
+        PendingProposal.update(card_channel=target.channel_type, card_chat_id=target.platform_id).where(
+            PendingProposal.id == p.id).execute()
         message_id = send_card(settings, target, card)
-        PendingProposal.update(card_channel=target.channel_type, card_chat_id=target.platform_id,
-                               card_message_id=message_id).where(PendingProposal.id == p.id).execute()
+        PendingProposal.update(card_message_id=message_id).where(PendingProposal.id == p.id).execute()
     return message_id
 
 
@@ -142,12 +144,15 @@ def earlier(p: PendingProposal) -> str:
 
 @register_action(PREFIX)
 def on_click(action, ident: str, value: str, settings) -> str:
+    p = PendingProposal.get_or_none(PendingProposal.token == ident)
+    if p is not None and not on_card(action, p.card_channel, p.card_chat_id):
+        return NOT_HERE
     return decide(ident, value, action.user_id, settings)
 
 
 def decide(ident: str, decision: str, user_id: str, settings, note: str | None = None) -> str:
     """Approve or reject proposal `ident` as `user_id`; returns what to tell them."""
-    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None:
         return "This proposal no longer exists."
     if p.state != "pending":
@@ -163,7 +168,7 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
     if claimed != 1:
         return earlier(PendingProposal.get_by_id(p.id))
     p = PendingProposal.get_by_id(p.id)
-    key, who, summary = f"{PREFIX}-{p.id}", display(user_id), checks.summary(p.kind, p.payload)
+    key, who, summary = f"{PREFIX}-{p.token}", display(user_id), checks.summary(p.kind, p.payload)
     if decision == "reject":
         audit(user_id, "proposal.reject", key, kind=p.kind, summary=summary, reason=p.reason, note=note)
         edit_card(settings, p, f"❌ Rejected by {who}: {summary}" + (f"\nReason: {note}" if note else ""))
@@ -188,7 +193,7 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
     agent's own. (changed, what to tell the owner). Audited with the field changes, why, and the
     recomputed diff; the chat card is replaced by one that shows the new version; the agent hears of
     the change with the decision. reason=None keeps the agent's reason."""
-    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None:
         return False, "This proposal no longer exists."
     if p.state != "pending":
@@ -212,7 +217,7 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
         return False, f"{earlier(PendingProposal.get_by_id(p.id))} It can no longer be changed."
     p = PendingProposal.get_by_id(p.id)
     state = current_state(settings, p.agent_group, p.kind, new)
-    audit(user_id, "proposal.modify", f"{PREFIX}-{p.id}", kind=p.kind, why=why, changes=changes,
+    audit(user_id, "proposal.modify", f"{PREFIX}-{p.token}", kind=p.kind, why=why, changes=changes,
           before=checks.summary(p.kind, before), after=checks.summary(p.kind, new), values_before=before,
           values_after=after, diff=checks.diff(p.kind, new, state))
     _replace_card(settings, p, user_id)
@@ -221,7 +226,7 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
 
 
 def modifications(p: PendingProposal) -> list[AuditLog]:
-    return list(AuditLog.select().where(AuditLog.action == "proposal.modify", AuditLog.target == f"{PREFIX}-{p.id}")
+    return list(AuditLog.select().where(AuditLog.action == "proposal.modify", AuditLog.target == f"{PREFIX}-{p.token}")
                 .order_by(AuditLog.id))
 
 
@@ -257,7 +262,7 @@ def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> No
 
 def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
     """Apply an approved proposal, record the outcome, restart if needed, tell the agent."""
-    key, who, summary = f"{PREFIX}-{p.id}", display(user_id), checks.summary(p.kind, p.payload)
+    key, who, summary = f"{PREFIX}-{p.token}", display(user_id), checks.summary(p.kind, p.payload)
     agent = AgentGroup.get_by_id(p.agent_group_id)
     changes = owner_changes(p)
     after_changes = f" after changing it: {changes}" if changes else ""
@@ -311,6 +316,6 @@ def reply_to_card(event, settings, wake):
         return None
     text = " ".join((event.text or "").split())
     decision = "approve" if text.lower().rstrip(".!") in APPROVE_WORDS else "reject"
-    answer = decide(str(p.id), decision, event.user_id, settings, note=None if decision == "approve" else text)
+    answer = decide(p.token, decision, event.user_id, settings, note=None if decision == "approve" else text)
     router.tell(event, settings, answer)
     return router.RouteResult(handled="proposal_reply")

@@ -24,7 +24,7 @@ def open_help_requests(settings, user_id: str):
         if not may_decide(user_id, h.approver_user_id or "", h.agent_group_id):
             continue
         card = help_requests.card_for(h)
-        yield PendingItem(key=f"{help_requests.PREFIX}-{h.id}", kind="Help request", title=card.title,
+        yield PendingItem(key=f"{help_requests.PREFIX}-{h.token}", kind="Help request", title=card.title,
                           body=h.text, created_at=h.created_at, buttons=card.buttons,
                           agent_folder=h.agent_group.folder, reply_prefix=help_requests.PREFIX,
                           details=(("Asked", display(h.approver_user_id) if h.approver_user_id else "owners"),
@@ -38,18 +38,18 @@ def pending_proposals(settings, user_id: str):
             continue
         card = proposals.card_for(settings, p)
         fields = edit_form.fields(p.kind, p.payload, p.reason)
-        forms = (ItemForm(MODIFY, str(p.id), "✏️ Modify before deciding", "Save changes", fields),) * bool(fields)
-        forms += (ItemForm(REJECT, str(p.id), "✖ Reject with a reason", "Reject", (
+        forms = (ItemForm(MODIFY, p.token, "✏️ Modify before deciding", "Save changes", fields),) * bool(fields)
+        forms += (ItemForm(REJECT, p.token, "✖ Reject with a reason", "Reject", (
             FormField("reason", "Reason (the agent is told)", multiline=True, required=True,
                       hint="e.g. use the company mirror instead"),)),)
-        yield PendingItem(key=f"{proposals.PREFIX}-{p.id}", kind=checks.KINDS.get(p.kind, "Proposal"),
+        yield PendingItem(key=f"{proposals.PREFIX}-{p.token}", kind=checks.KINDS.get(p.kind, "Proposal"),
                           title=card.title, body=card.body, created_at=p.created_at, buttons=card.buttons,
                           agent_folder=p.agent_group.folder, forms=forms, details=(("Proposal", p.ref),))
 
 
 @register_form(MODIFY)
 def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
-    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None or p.kind not in edit_form.EDITABLE:
         return FormAnswer(False, "This proposal no longer exists." if p is None else "This kind cannot be modified.")
     payload, reason = edit_form.parse(p.kind, values)
@@ -62,7 +62,7 @@ def reject_from_page(user_id: str, ident: str, values: dict[str, str], settings)
     reason = " ".join((values.get("reason") or "").split())
     if not reason:
         return FormAnswer(False, "Say why it is rejected: the agent is told the reason.")
-    p = PendingProposal.get_or_none(PendingProposal.id == ident) if str(ident).isdigit() else None
+    p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None:
         return FormAnswer(False, "This proposal no longer exists.")
     was_pending = p.state == "pending"

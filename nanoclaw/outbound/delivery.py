@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from . import typing_indicator
-from ..channels.base import Card, DeliveryError, get_adapter
+from ..channels.base import DeliveryError, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
 from ..sessions.store import Target, allowed_targets, attach_outbound, inbound_db, outbound_db, outbox_dir
@@ -146,10 +146,6 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
     if kind == "file":
         with outbox_copy(session_path, op.get("path")) as path:
             return adapter.send_file(row.target, path, op.get("text"))
-    if kind == "card":
-        card = Card(op.get("title", ""), op.get("body", ""),
-                    tuple((b["label"], b["action"]) for b in op.get("buttons", [])))
-        return adapter.send_card(row.target, card)
     raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
 
 

@@ -140,7 +140,8 @@ def decide():
     action_id = request.form.get("action_id", "")
     if actions.parse_action_id(action_id) is None:
         abort(400)
-    action = Action(channel="web", action_id=action_id, user_id=g.user_id, event_id=uuid.uuid4().hex)
+    action = Action(channel="web", action_id=action_id, user_id=g.user_id, event_id=uuid.uuid4().hex, origin="page",
+                    user_name=g.user.name)
     try:
         answer = actions.dispatch(action, settings())
     except Exception:
