@@ -316,9 +316,9 @@ def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
     create = buttons(chat_card)["➕ Create new"]
     assert actions.dispatch(Action("web", create, "telegram:111", origin="page"), settings) == "Reply with the new agent's name."
     assert texts(tg, 111)[-1].startswith("What should the new agent")  # asked in the owner's DM too
-    ident = create.split("-")[1].split(":")[0]
-    assert pending.reply("nca", ident, "Lab Helper", "telegram:444", settings) == \
-        "Only Olivia or an admin can decide this."
+    ident = create.split("-", 1)[1].split(":")[0]
+    with pytest.raises(actions.NotAllowed, match="^Only Olivia or an admin can decide this.$"):
+        pending.reply("nca", ident, "Lab Helper", "telegram:444", settings)
     assert pending.reply("nca", ident, "Lab Helper", "telegram:111", settings) == \
         "Created the agent Lab Helper (folder lab-helper); it now answers in the Telegram group 'Lab'."
     assert [r["content"]["text"] for r in inbound(app, "lab-helper")] == ["@andy_test_bot hello"]

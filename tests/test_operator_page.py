@@ -235,8 +235,9 @@ def test_modify_without_a_csrf_token_is_refused(app, owner):
 def test_someone_not_allowed_to_decide_cannot_modify(app, tg):
     from nanoclaw.operator import proposals
     p = propose(app, session_path(app), "egress", {"host": "data.example.org"})
-    ok, text = proposals.modify(p.token, {"host": "x.example.org"}, "telegram:666", app.config["NANOCLAW"])
-    assert not ok and text == "Only Olivia or an admin can change this."
+    from nanoclaw.approvals.actions import NotAllowed
+    with pytest.raises(NotAllowed, match="^Only Olivia or an admin can change this.$"):
+        proposals.modify(p.token, {"host": "x.example.org"}, "telegram:666", app.config["NANOCLAW"])
 
 
 def test_packages_mcp_and_route_changes_keep_the_tools_rules(app, owner, monkeypatch):
@@ -350,8 +351,9 @@ def test_only_someone_allowed_to_decide_may_create(app, tg):
     from nanoclaw.approvals.chats import create_from_page
     app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Bea"])
     row = unknown_chat(app, tg)
-    answer = create_from_page("telegram:666", row.token, {"name": "Mine"}, app.config["NANOCLAW"])
-    assert not answer.ok and answer.message == "Only Olivia or an admin can decide this."
+    from nanoclaw.approvals.actions import NotAllowed
+    with pytest.raises(NotAllowed, match="^Only Olivia or an admin can decide this.$"):
+        create_from_page("telegram:666", row.token, {"name": "Mine"}, app.config["NANOCLAW"])
     assert create_from_page("telegram:111", row.token, {"name": "  "}, app.config["NANOCLAW"]).message == \
         "Give the new agent a name."
     assert PendingChannelApproval.select().count() == 1

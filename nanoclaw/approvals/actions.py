@@ -44,11 +44,23 @@ def on_card(action: Action, channel: str | None, chat_id: str | None) -> bool:
 NOT_HERE = "This button does not belong to this chat."
 
 
-def dispatch(action: Action, settings) -> str | None:
-    """Run the prefix's handler; returns the text to show the clicker, if any."""
+class NotAllowed(Exception):
+    """This person may not do this (their role, or a card's button outside its chat); nothing was
+    changed. str() is the short refusal: a toast in chat, a 403 on the page."""
+
+
+def dispatch(action: Action, settings, *, refusals: bool = False) -> str | None:
+    """Run the prefix's handler; returns the text to show the clicker, if any. A refusal is that
+    text too, unless `refusals` (the page), where NotAllowed is raised for a 403."""
     parts = parse_action_id(action.action_id)
     if parts is None or parts[0] not in _HANDLERS:
         log.warning("ignored unknown action %r from %s", action.action_id, action.user_id)
         return "This button is no longer handled."
     prefix, ident, value = parts
-    return _HANDLERS[prefix](action, ident, value, settings)
+    try:
+        return _HANDLERS[prefix](action, ident, value, settings)
+    except NotAllowed as exc:
+        log.info("refused %s to %s: %s", action.action_id, action.user_id, exc)
+        if refusals:
+            raise
+        return str(exc)

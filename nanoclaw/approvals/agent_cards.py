@@ -23,7 +23,7 @@ from ..models import AgentCard, MessagingGroup, Session, User
 from ..outbound.delivery import register_op
 from ..sessions import store
 from ..sessions.store import Target
-from .actions import NOT_HERE, on_card, register_action
+from .actions import NOT_HERE, NotAllowed, on_card, register_action
 
 log = logging.getLogger("nanoclaw.agent_cards")
 
@@ -114,7 +114,7 @@ def clicked(action, ident: str, value: str, settings) -> str | None:
     if card is None:
         return "This card's buttons are no longer active."
     if not on_card(action, card.channel_type, card.platform_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     if not value.isdigit() or int(value) >= len(card.buttons):
         return "Unknown choice."
     label, meaning = card.buttons[int(value)]
@@ -126,7 +126,7 @@ def clicked(action, ident: str, value: str, settings) -> str | None:
     why_not = refusal(router.is_known(action.user_id, card.agent_group_id), mg.unknown_sender_policy,
                       wiring.sender_scope)
     if why_not:
-        return why_not
+        raise NotAllowed(why_not)
     session = card.session
     path = router.session_dir(settings, session)
     user = User.get_or_none(User.id == action.user_id)

@@ -14,7 +14,7 @@ from ..inbound import lookups, router
 from ..models import AgentGroup, MessagingGroup, PendingChannelApproval, audit, utcnow
 from ..security import slugify
 from ..sessions.store import Target
-from .actions import NOT_HERE, on_card, register_action
+from .actions import NOT_HERE, NotAllowed, on_card, register_action
 from .common import (CANCEL_WORDS, EXPIRED_ANSWER, add_member, agent_value, connect, create_agent, display, dms_of,
                      earlier_decision, edit_card, excerpt, expire, expired, free_folder, may_decide, person,
                      pick_approver, say, send_card, where)
@@ -102,9 +102,9 @@ def decide_channel(action, ident: str, value: str, settings) -> str:
     if expired(row, settings):
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if not on_card(action, row.card_channel, row.card_chat_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     if not may_decide(action.user_id, row.approver_user_id, None):
-        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+        raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
     if row.state == "naming":
         return f"Waiting for {display(row.approver_user_id)} to reply with the new agent's name."
     mg = row.messaging_group
@@ -217,7 +217,7 @@ def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
     if expired(row, settings):
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if not may_decide(user_id, row.approver_user_id, None):
-        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+        raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
     return name_new_agent(row, user_id, text, settings, router.current_waker()) or \
         earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
 
@@ -236,7 +236,7 @@ def create_from_page(user_id: str, ident: str, values: dict[str, str], settings)
         return FormAnswer(False, EXPIRED_ANSWER if expire(row, settings) else
                           earlier_decision(f"nca-{ident}", CHANNEL_VERBS))
     if not may_decide(user_id, row.approver_user_id, None):
-        return FormAnswer(False, f"Only {display(row.approver_user_id)} or an admin can decide this.")
+        raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
     name = " ".join((values.get("name") or "").split())
     folder = (values.get("folder") or "").strip() or None
     if not name:

@@ -31,7 +31,7 @@ from ..outbound.delivery import register_op
 from ..sessions import session_schema as schema
 from ..sessions import store
 from ..sessions.store import Target
-from .actions import NOT_HERE, on_card, register_action
+from .actions import NOT_HERE, NotAllowed, on_card, register_action
 from .pending import PendingItem, register_pending
 
 log = logging.getLogger("nanoclaw.questions")
@@ -184,13 +184,13 @@ def answer_question(action, ident: str, value: str, settings) -> str:
         mark_expired(settings, pq, now)  # the job may not have come round yet
         return "This question expired; the agent has moved on."
     if not on_card(action, pq.channel_type, pq.platform_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     if not value.isdigit() or int(value) >= len(pq.options):
         return "Unknown choice."
     session = pq.session
     if not may_answer_question(action.user_id, pq):
         asked = f"{display(pq.asked_user_id)} (who was asked)" if pq.asked_user_id else "the agent's admins"
-        return f"Only {asked} or an admin of this agent can answer this."
+        raise NotAllowed(f"Only {asked} or an admin of this agent can answer this.")
     index = int(value)
     claimed = (PendingQuestion.update(answered_at=now, answered_by=action.user_id, answer_index=index)
                .where(PendingQuestion.id == pq.id, PendingQuestion.answered_at.is_null(),

@@ -9,7 +9,7 @@ import peewee
 from ..db import database
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, PendingSenderApproval, Wiring, audit
-from .actions import NOT_HERE, on_card, register_action
+from .actions import NOT_HERE, NotAllowed, on_card, register_action
 from .common import (EXPIRED_ANSWER, add_member, display, earlier_decision, edit_card, excerpt, expire, expired,
                      may_decide, person, pick_approver, send_card, where)
 from .pending import PendingItem, register_pending
@@ -77,11 +77,11 @@ def decide_sender(action, ident: str, value: str, settings) -> str:
     if expired(row, settings):
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nsa-{ident}", SENDER_VERBS)
     if not on_card(action, row.card_channel, row.card_chat_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     if value not in ("allow", "deny"):
         return "Unknown choice."
     if not may_decide(action.user_id, row.approver_user_id, row.agent_group_id):
-        return f"Only {display(row.approver_user_id)} or an admin can decide this."
+        raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
     if PendingSenderApproval.delete().where(PendingSenderApproval.id == row.id).execute() != 1:
         return earlier_decision(f"nsa-{ident}", SENDER_VERBS)  # another click won a moment ago
     mg, agent = row.messaging_group, row.agent_group

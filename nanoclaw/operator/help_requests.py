@@ -15,7 +15,7 @@ from pathlib import Path
 import peewee
 
 from ..inbound import router
-from ..approvals.actions import NOT_HERE, on_card, register_action
+from ..approvals.actions import NOT_HERE, NotAllowed, on_card, register_action
 from ..approvals.common import display, excerpt, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
@@ -83,7 +83,8 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
     if h.state != "open":
         return f"Already answered by {display(h.answered_by)}."
     if not may_decide(user_id, h.approver_user_id or "", h.agent_group_id):
-        return f"Only {display(h.approver_user_id) if h.approver_user_id else 'an owner'} or an admin can answer this."
+        raise NotAllowed(f"Only {display(h.approver_user_id) if h.approver_user_id else 'an owner'} or an admin "
+                         "can answer this.")
     text = " ".join((text or "").split()) if text is not None else None
     if text is not None and not text:
         return "The answer is empty."
@@ -109,7 +110,7 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
 def on_click(action, ident: str, value: str, settings) -> str:
     h = HelpRequest.get_or_none(HelpRequest.token == ident)
     if h is not None and not on_card(action, h.card_channel, h.card_chat_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     if value != "dismiss":
         return "Reply to the card with your answer."
     return answer(ident, None, action.user_id, settings)
@@ -126,5 +127,9 @@ def reply_to_card(event, settings, wake):
     h = replied_card(HelpRequest, event)
     if h is None:
         return None
-    router.tell(event, settings, answer(h.token, event.text, event.user_id, settings))
+    try:
+        told = answer(h.token, event.text, event.user_id, settings)
+    except NotAllowed as exc:
+        told = str(exc)
+    router.tell(event, settings, told)
     return router.RouteResult(handled="help_reply")

@@ -22,7 +22,7 @@ from pathlib import Path
 import peewee
 
 from ..inbound import router
-from ..approvals.actions import NOT_HERE, on_card, register_action
+from ..approvals.actions import NOT_HERE, NotAllowed, on_card, register_action
 from ..approvals.common import display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
@@ -146,7 +146,7 @@ def earlier(p: PendingProposal) -> str:
 def on_click(action, ident: str, value: str, settings) -> str:
     p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is not None and not on_card(action, p.card_channel, p.card_chat_id):
-        return NOT_HERE
+        raise NotAllowed(NOT_HERE)
     return decide(ident, value, action.user_id, settings)
 
 
@@ -160,7 +160,8 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
     if decision not in ("approve", "reject"):
         return "Unknown choice."
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
-        return f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin can decide this."
+        raise NotAllowed(f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
+                         "can decide this.")
     note = (note or "").strip()[:500] or None
     state = "applying" if decision == "approve" else "rejected"
     claimed = (PendingProposal.update(state=state, decided_by=user_id, decided_at=utcnow(), note=note)
@@ -199,8 +200,8 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
     if p.state != "pending":
         return False, f"{earlier(p)} It can no longer be changed."
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
-        return False, (f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
-                       "can change this.")
+        raise NotAllowed(f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
+                         "can change this.")
     try:
         new = checks.check_payload(p.kind, payload)
         new_reason = p.reason if reason is None else checks.check_reason(reason)
@@ -316,6 +317,9 @@ def reply_to_card(event, settings, wake):
         return None
     text = " ".join((event.text or "").split())
     decision = "approve" if text.lower().rstrip(".!") in APPROVE_WORDS else "reject"
-    answer = decide(p.token, decision, event.user_id, settings, note=None if decision == "approve" else text)
+    try:
+        answer = decide(p.token, decision, event.user_id, settings, note=None if decision == "approve" else text)
+    except NotAllowed as exc:
+        answer = str(exc)
     router.tell(event, settings, answer)
     return router.RouteResult(handled="proposal_reply")

@@ -16,7 +16,8 @@ import uuid
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
-from flask import Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template, request, url_for
+from flask import (Blueprint, abort, current_app, flash, g, jsonify, make_response, redirect, render_template,
+                   request, url_for)
 
 from ..approvals import actions, common as approvals, pending
 from ..channels.base import Action
@@ -25,8 +26,8 @@ from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from ..mounts import AllowlistError, current_allowlist
 from . import auth, sandbox_state
-from .changes import (ChangeRefused, WiringForm, add_mount, clean_why, field_diff, remove_mount, remove_wiring,
-                      save_wiring)
+from .changes import (ChangeRefused, Forbidden, WiringForm, add_mount, clean_why, field_diff, remove_mount,
+                      remove_wiring, save_wiring)
 from ..tasks.scheduling import TaskError, set_state
 
 bp = Blueprint("admin", __name__)
@@ -54,6 +55,26 @@ def agent_or_404(folder: str) -> AgentGroup:
 
 def visible_ids() -> list[int]:
     return [a.id for a in auth.visible_agents(g.user_id)]
+
+
+def forbidden(reason: str):
+    """A write outside this person's scope: 403 with the reason, and nothing changed."""
+    log.warning("refused %s %s for %s: %s", request.method, request.path, g.user_id, reason)
+    return render_template("error.html", title="Not allowed", message=f"Not allowed: {reason}."), 403
+
+
+def writable_agent(agent_id: int) -> None:
+    """Abort with 403 unless this person administers the agent (the object exists: else 404)."""
+    if not auth.scope_of(g.user_id).covers(agent_id):
+        abort(make_response(*forbidden("you administer other agents, not this one")))
+
+
+def agent_for_write(folder: str) -> AgentGroup:
+    agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+    if agent is None:
+        abort(404)
+    writable_agent(agent.id)
+    return agent
 
 
 @bp.app_template_filter("local")
@@ -112,6 +133,8 @@ def item_form():
     values = {k: v for k, v in request.form.items() if k not in FORM_META}
     try:
         answer = pending.submit_form(name, ident, values, g.user_id, settings())
+    except actions.NotAllowed as exc:
+        return forbidden(str(exc).rstrip("."))
     except Exception:
         log.exception("form %s for %s from the page failed", name, ident)
         answer = pending.FormAnswer(False, "Something went wrong handling that form; see the log.")
@@ -143,7 +166,9 @@ def decide():
     action = Action(channel="web", action_id=action_id, user_id=g.user_id, event_id=uuid.uuid4().hex, origin="page",
                     user_name=g.user.name)
     try:
-        answer = actions.dispatch(action, settings())
+        answer = actions.dispatch(action, settings(), refusals=True)
+    except actions.NotAllowed as exc:
+        return forbidden(str(exc).rstrip("."))
     except Exception:
         log.exception("action %s from the page failed", action_id)
         answer = None
@@ -162,6 +187,8 @@ def reply():
         return redirect(url_for("admin.waiting"))
     try:
         answer = pending.reply(prefix, ident, text.strip(), g.user_id, settings())
+    except actions.NotAllowed as exc:
+        return forbidden(str(exc).rstrip("."))
     except Exception:
         log.exception("reply to %s-%s from the page failed", prefix, ident)
         flash("Something went wrong sending that reply; see the log.", "error")
@@ -195,11 +222,14 @@ def agent(folder: str):
 
 @bp.post("/admin/agents/<folder>/mounts")
 def mount_add(folder: str):
-    a = agent_or_404(folder)
+    a = agent_for_write(folder)
     readwrite = request.form.get("mode") == "rw"
     try:
         approved = add_mount(g.user_id, settings(), a, request.form.get("host_path", ""),
-                             request.form.get("name", ""), readwrite, why=request.form.get("why"))
+                             request.form.get("name", ""), readwrite, why=request.form.get("why"),
+                             scope=auth.scope_of(g.user_id))
+    except Forbidden as exc:
+        return forbidden(str(exc))
     except ChangeRefused as exc:
         flash(f"Mount refused: {exc}", "error")
     else:
@@ -211,9 +241,9 @@ def mount_add(folder: str):
 
 @bp.post("/admin/agents/<folder>/mounts/<name>/remove")
 def mount_remove(folder: str, name: str):
-    a = agent_or_404(folder)
+    a = agent_for_write(folder)
     try:
-        remove_mount(g.user_id, a, name, why=request.form.get("why"))
+        remove_mount(g.user_id, a, name, why=request.form.get("why"), scope=auth.scope_of(g.user_id))
     except ChangeRefused as exc:
         flash(str(exc), "error")
     else:
@@ -232,6 +262,14 @@ def wiring_or_404(wiring_id: int) -> Wiring:
     w = Wiring.get_or_none(Wiring.id == wiring_id)
     if w is None or w.agent_group_id not in visible_ids():
         abort(404)
+    return w
+
+
+def wiring_for_write(wiring_id: int) -> Wiring:
+    w = Wiring.get_or_none(Wiring.id == wiring_id)
+    if w is None:
+        abort(404)
+    writable_agent(w.agent_group_id)
     return w
 
 
@@ -257,9 +295,11 @@ def wirings():
 
 @bp.post("/admin/wirings")
 def wiring_create():
-    a = agent_or_404(request.form.get("agent", ""))
+    a = agent_for_write(request.form.get("agent", ""))
     try:
-        w, created = save_wiring(g.user_id, a, wiring_form())
+        w, created = save_wiring(g.user_id, a, wiring_form(), scope=auth.scope_of(g.user_id))
+    except Forbidden as exc:
+        return forbidden(str(exc))
     except ChangeRefused as exc:
         flash(f"Not wired: {exc}", "error")
         return redirect(url_for("admin.wirings"))
@@ -276,12 +316,14 @@ def wiring_edit(wiring_id: int):
 
 @bp.post("/admin/wirings/<int:wiring_id>")
 def wiring_update(wiring_id: int):
-    w = wiring_or_404(wiring_id)
+    w = wiring_for_write(wiring_id)
     mg = w.messaging_group
     form = wiring_form()
     form = dataclasses.replace(form, channel=mg.channel_type, chat_id=mg.platform_id)
     try:
-        save_wiring(g.user_id, w.agent_group, form)
+        save_wiring(g.user_id, w.agent_group, form, scope=auth.scope_of(g.user_id))
+    except Forbidden as exc:
+        return forbidden(str(exc))
     except ChangeRefused as exc:
         flash(f"Not changed: {exc}", "error")
         return redirect(url_for("admin.wiring_edit", wiring_id=wiring_id))
@@ -291,9 +333,12 @@ def wiring_update(wiring_id: int):
 
 @bp.post("/admin/wirings/<int:wiring_id>/remove")
 def wiring_remove(wiring_id: int):
-    w = wiring_or_404(wiring_id)
+    w = wiring_for_write(wiring_id)
     label = f"{w.messaging_group.channel_type}:{w.messaging_group.platform_id} → {w.agent_group.folder}"
-    remove_wiring(g.user_id, w, why=request.form.get("why"))
+    try:
+        remove_wiring(g.user_id, w, why=request.form.get("why"), scope=auth.scope_of(g.user_id))
+    except Forbidden as exc:
+        return forbidden(str(exc))
     flash(f"Removed {label}.", "ok")
     return redirect(url_for("admin.wirings"))
 
@@ -316,8 +361,9 @@ def sessions():
 @bp.post("/admin/sessions/<session_id>/stop")
 def session_stop(session_id: str):
     s = Session.get_or_none(Session.id == session_id)
-    if s is None or s.agent_group_id not in visible_ids():
+    if s is None:
         abort(404)
+    writable_agent(s.agent_group_id)
     mgr = manager()
     if mgr is None:
         flash("This process does not run the sandboxes; stop it where the service runs.", "error")
@@ -343,8 +389,9 @@ def tasks():
 @bp.post("/admin/tasks/<task_id>/<any(pause, resume, cancel):action>")
 def task_action(task_id: str, action: str):
     task = ScheduledTask.get_or_none(ScheduledTask.id == task_id)
-    if task is None or task.agent_group_id not in visible_ids():
+    if task is None:
         abort(404)
+    writable_agent(task.agent_group_id)
     try:
         set_state(task.agent_group, task.id, action, tz=settings().timezone)
     except TaskError as exc:

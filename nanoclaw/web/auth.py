@@ -22,6 +22,7 @@ from flask import (Blueprint, current_app, flash, g, jsonify, redirect, render_t
 from werkzeug.security import check_password_hash, generate_password_hash
 
 from ..db import database
+from .scope import Scope
 from ..models import (AgentGroup, AuditLog, User, UserRole, WebLoginToken, WebPassword, WebSession, audit,
                       utcnow)
 
@@ -58,6 +59,12 @@ def admin_scope(user_id: str) -> set[int] | None:
     if any(r.role == "owner" or r.agent_group_id is None for r in roles):
         return None
     return {r.agent_group_id for r in roles}
+
+
+def scope_of(user_id: str) -> Scope:
+    """What this user may change from the page (web/scope.py)."""
+    agents = admin_scope(user_id)
+    return Scope(user_id, None if agents is None else frozenset(agents))
 
 
 def may_log_in(user_id: str) -> bool:

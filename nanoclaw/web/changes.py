@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..mounts import declared_mounts, save_mounts
 from ..db import database
-from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
-from ..mounts import MountRefused, MountRequest, current_allowlist, validate_mount
 from ..inbound.wiring import WiringError, resolve_engage
+from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
+from ..mounts import MountRefused, MountRequest, current_allowlist, declared_mounts, save_mounts, validate_mount
+from .scope import Scope, chat_facts, removal_refusal, wiring_refusal
 
 
 WHY_MAX = 300
@@ -17,6 +17,10 @@ WHY_MAX = 300
 
 class ChangeRefused(ValueError):
     """A one-line reason shown on the page."""
+
+
+class Forbidden(ChangeRefused):
+    """Outside what this person may change (403): nothing was changed."""
 
 
 def field_diff(before: dict, after: dict) -> list[str]:
@@ -69,8 +73,9 @@ class WiringForm:
     why: str | None = None
 
 
-def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring, bool]:
-    """Create or update the wiring of chat (channel, chat id) to `agent`. (wiring, created)."""
+def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | None = None) -> tuple[Wiring, bool]:
+    """Create or update the wiring of chat (channel, chat id) to `agent`. (wiring, created).
+    `scope`: what the actor may change (None: everything, as the CLI); Forbidden when outside it."""
     channel, chat_id = form.channel.strip(), form.chat_id.strip()
     if not channel.isidentifier():
         raise ChangeRefused(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
@@ -82,6 +87,10 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring
     kind = form.kind or (mg.kind if mg else "dm")
     if kind not in CHAT_KINDS:
         raise ChangeRefused(f"unknown chat kind {kind!r}; use one of: {', '.join(CHAT_KINDS)}")
+    if scope is not None:
+        refusal = wiring_refusal(scope, agent.id, chat_facts(channel, chat_id, kind))
+        if refusal:
+            raise Forbidden(refusal)
     try:
         engage = resolve_engage(kind, form.engage or None, form.pattern or None, form.sender_scope, form.ignored)
     except WiringError as exc:
@@ -112,8 +121,11 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm) -> tuple[Wiring
     return wiring, created
 
 
-def remove_wiring(actor: str, wiring: Wiring, why: str | None = None) -> None:
+def remove_wiring(actor: str, wiring: Wiring, why: str | None = None, scope: Scope | None = None) -> None:
     mg, agent = wiring.messaging_group, wiring.agent_group
+    refusal = scope and removal_refusal(scope, agent.id)
+    if refusal:
+        raise Forbidden(refusal)
     with database.atomic():
         before = wiring_state(None, wiring)
         wiring.delete_instance()
@@ -122,8 +134,10 @@ def remove_wiring(actor: str, wiring: Wiring, why: str | None = None) -> None:
 
 
 def add_mount(actor: str, settings, agent: AgentGroup, host_path: str, name: str, readwrite: bool,
-              why: str | None = None):
+              why: str | None = None, scope: Scope | None = None):
     """Validate against the allowlist as it is now (and again at every sandbox start) and declare it."""
+    if scope is not None and not scope.covers(agent.id):
+        raise Forbidden("you administer other agents, not this one")
     try:
         approved = validate_mount(MountRequest(host_path.strip(), name.strip(), readwrite),
                                   current_allowlist(settings.mount_allowlist))
@@ -142,7 +156,9 @@ def add_mount(actor: str, settings, agent: AgentGroup, host_path: str, name: str
     return approved
 
 
-def remove_mount(actor: str, agent: AgentGroup, name: str, why: str | None = None) -> None:
+def remove_mount(actor: str, agent: AgentGroup, name: str, why: str | None = None, scope: Scope | None = None) -> None:
+    if scope is not None and not scope.covers(agent.id):
+        raise Forbidden("you administer other agents, not this one")
     mounts = declared_mounts(agent)
     gone = [m for m in mounts if m["name"] == name]
     if not gone:

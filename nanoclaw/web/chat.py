@@ -82,6 +82,16 @@ def agent_or_404(folder: str) -> AgentGroup:
     return agent
 
 
+def agent_for_write(folder: str) -> AgentGroup:
+    """A POST to another agent's chat is refused (403), not merely hidden."""
+    agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+    if agent is None:
+        abort(404)
+    if not auth.scope_of(g.user_id).covers(agent.id):
+        abort(403)
+    return agent
+
+
 def wants_json() -> bool:
     return request.accept_mimetypes.best == "application/json"
 
@@ -110,7 +120,7 @@ def conversation(folder: str):
 
 @bp.post("/chat/<folder>")
 def send(folder: str):
-    agent = agent_or_404(folder)
+    agent = agent_for_write(folder)
     text = (request.form.get("text") or "").strip()
     if not text:
         if wants_json():
@@ -149,7 +159,7 @@ def messages(folder: str):
 @bp.post("/chat/<folder>/action")
 def action(folder: str):
     """A button on a card the agent (or a capability) sent to this chat."""
-    agent_or_404(folder)
+    agent_for_write(folder)
     action_id = request.form.get("action_id", "")
     if actions.parse_action_id(action_id) is None:
         abort(400)
