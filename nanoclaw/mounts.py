@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import PROJECT_ROOT
 from .models import AgentGroup
 
 DEFAULT_BLOCKED_PATTERNS = (
@@ -185,8 +186,29 @@ def _under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def validate_mount(request: MountRequest, allowlist: Allowlist) -> ApprovedMount:
-    """Approve one request against `allowlist` or raise MountRefused (why, and what to do)."""
+def protected_paths(settings) -> list[tuple[Path, str]]:
+    """NanoClaw's own files, never mounted into a sandbox whatever the allowlist says: (path, what)."""
+    return [(Path(PROJECT_ROOT), "NanoClaw's own folder (its code and .env)"),
+            (Path(settings.data_dir), "NanoClaw's data folder (every session, the proxy's sockets, the secret key)"),
+            (Path(settings.groups_dir), "the agents' folders (each agent sees only its own)")]
+
+
+def exposes(resolved: Path, protected: Iterable[tuple[Path, str]]) -> tuple[Path, str] | None:
+    """The protected path a mount of `resolved` would expose: it, inside it, or around it."""
+    for path, what in protected:
+        try:
+            real = Path(path).expanduser().resolve()
+        except (OSError, RuntimeError):
+            continue
+        if _under(resolved, real) or _under(real, resolved):
+            return real, what
+    return None
+
+
+def validate_mount(request: MountRequest, allowlist: Allowlist,
+                   protected: Iterable[tuple[Path, str]] = ()) -> ApprovedMount:
+    """Approve one request against `allowlist` or raise MountRefused (why, and what to do).
+    `protected`: NanoClaw's own paths (protected_paths), refused after symlinks are resolved."""
     raw = (request.host_path or "").strip()
     if not raw:
         raise MountRefused("the mount has no host path; give the absolute path of a directory under an allowed root")
@@ -214,6 +236,12 @@ def validate_mount(request: MountRequest, allowlist: Allowlist) -> ApprovedMount
                 f"host path {path} matches blocked pattern {hit[0]!r} (in {hit[1]!r}), which marks credentials "
                 "that are never mounted; mount a directory that does not contain them")
 
+    hit = exposes(resolved, protected)
+    if hit is not None:
+        via = f" (it resolves to {resolved})" if resolved != requested else ""
+        raise MountRefused(f"host path {requested}{via} would expose {hit[1]} at {hit[0]}: NanoClaw's own files "
+                           "are never mounted into a sandbox; mount a folder outside it")
+
     if allowlist.source is not None:
         source = allowlist.source.expanduser().absolute()
         if any(_under(guarded, resolved) for guarded in (source.parent.resolve(), source.resolve())):
@@ -238,7 +266,8 @@ def validate_mount(request: MountRequest, allowlist: Allowlist) -> ApprovedMount
     return ApprovedMount(host_path=resolved, name=name, readonly=not request.readwrite)
 
 
-def validate_mounts(requests: Iterable[MountRequest], allowlist_path: os.PathLike | str) -> list[ApprovedMount]:
+def validate_mounts(requests: Iterable[MountRequest], allowlist_path: os.PathLike | str,
+                    protected: Iterable[tuple[Path, str]] = ()) -> list[ApprovedMount]:
     """Approve every request against the allowlist file as it is now, or raise MountRefused
     for the first one that fails. No requests need no allowlist file."""
     requests = list(requests)
@@ -248,7 +277,7 @@ def validate_mounts(requests: Iterable[MountRequest], allowlist_path: os.PathLik
     approved: list[ApprovedMount] = []
     seen: set[str] = set()
     for request in requests:
-        mount = validate_mount(request, allowlist)
+        mount = validate_mount(request, allowlist, protected)
         if mount.name in seen:
             raise MountRefused(f"two mounts are named {mount.name!r}; give one of them another name")
         seen.add(mount.name)
@@ -259,7 +288,7 @@ def validate_mounts(requests: Iterable[MountRequest], allowlist_path: os.PathLik
 __all__ = [
     "DEFAULT_BLOCKED_PATTERNS", "MountRequest", "ApprovedMount", "MountRefused", "AllowlistError",
     "AllowedRoot", "Allowlist", "current_allowlist", "validate_mount", "validate_mounts",
-    "blocked_pattern", "name_problem",
+    "blocked_pattern", "name_problem", "protected_paths", "exposes", "declared_mounts", "save_mounts",
 ]
 
 

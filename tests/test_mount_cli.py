@@ -56,3 +56,43 @@ def test_missing_allowlist_says_how_to_create_it(cli, app):
     result = cli("mount", "add", "andy", "/tmp")
     assert result.exit_code == 2
     assert "allowedRoots" in result.output
+
+
+# --- NanoClaw's own files are never mounted, whatever the allowlist says (issue 15, hole 5) ----
+
+@pytest.fixture
+def everything_allowed(app, tmp_path):
+    """An allowlist that allows the whole machine: only the protection itself can refuse."""
+    app.config["NANOCLAW"].mount_allowlist.write_text(json.dumps(
+        {"allowedRoots": [{"path": "/", "allowReadWrite": True, "description": "all"}], "blockedPatterns": []}))
+    return app.config["NANOCLAW"]
+
+
+def test_nanoclaw_itself_cannot_be_mounted(cli, everything_allowed, tmp_path):
+    from nanoclaw.config import PROJECT_ROOT
+    settings = everything_allowed
+    cli("agent", "create", "Andy")
+    cli("agent", "create", "Bea")
+    (settings.data_dir / "sessions").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "innocent-link").symlink_to(settings.data_dir / "sessions")
+    cases = [(PROJECT_ROOT, "NanoClaw's own folder"), (PROJECT_ROOT / "nanoclaw", "NanoClaw's own folder"),
+             (settings.data_dir, "NanoClaw's data folder"), (tmp_path / "innocent-link", "NanoClaw's data folder"),
+             (tmp_path, "NanoClaw's data folder"),  # a parent of the data folder exposes it too
+             (settings.groups_dir / "bea", "the agents' folders")]
+    for path, rule in cases:
+        result = cli("mount", "add", "andy", str(path))
+        assert result.exit_code == 2, (path, result.output)
+        assert result.output.startswith("error: host path") and rule in result.output, (path, result.output)
+        assert len(result.output.strip().splitlines()) == 1
+    assert AgentGroup.get(AgentGroup.folder == "andy").container_config.get("mounts", []) == []
+
+
+def test_a_mount_declared_before_is_refused_at_sandbox_start(app, everything_allowed):
+    from nanoclaw.lifecycle.sandboxes import mounts_for
+    from nanoclaw.mounts import MountRefused
+    settings = everything_allowed
+    app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Andy"])
+    AgentGroup.update(container_config={"mounts": [{"host_path": str(settings.data_dir), "name": "data",
+                                                    "readwrite": False}]}).execute()
+    with pytest.raises(MountRefused, match="would expose NanoClaw's data folder"):
+        mounts_for(settings)("andy")

@@ -5,7 +5,8 @@ import click
 
 from ..db import database
 from ..models import AgentGroup, audit
-from ..mounts import MountRefused, MountRequest, current_allowlist, declared_mounts, save_mounts, validate_mount
+from ..mounts import (MountRefused, MountRequest, current_allowlist, declared_mounts, protected_paths, save_mounts,
+                      validate_mount)
 from .base import Mistake, get_agent, group, print_table, require_schema, settings
 
 
@@ -28,7 +29,8 @@ def mount_add(folder, host_path, name, rw):
     require_schema()
     agent = get_agent(folder)
     try:
-        approved = validate_mount(MountRequest(host_path, name, rw), current_allowlist(settings().mount_allowlist))
+        approved = validate_mount(MountRequest(host_path, name, rw), current_allowlist(settings().mount_allowlist),
+                                  protected_paths(settings()))
     except MountRefused as exc:
         raise Mistake(str(exc)) from None
     mounts = [m for m in declared_mounts(agent) if m["name"] != approved.name]

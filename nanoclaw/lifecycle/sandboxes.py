@@ -24,7 +24,7 @@ from ..sessions import store
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
 from ..models import AgentGroup
-from ..mounts import MountRequest, validate_mounts
+from ..mounts import MountRequest, protected_paths, validate_mounts
 
 log = logging.getLogger("nanoclaw.sandboxes")
 
@@ -286,6 +286,6 @@ def mounts_for(settings):
             agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
         declared = (agent.container_config or {}).get("mounts", []) if agent else []
         requests = [MountRequest(m["host_path"], m["name"], bool(m.get("readwrite"))) for m in declared]
-        approved = validate_mounts(requests, settings.mount_allowlist) if requests else []
+        approved = validate_mounts(requests, settings.mount_allowlist, protected_paths(settings)) if requests else []
         return tuple(Mount(host=a.host_path, target=a.name, readonly=a.readonly) for a in approved)
     return resolve

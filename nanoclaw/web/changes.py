@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from ..db import database
 from ..inbound.wiring import WiringError, resolve_engage
 from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
-from ..mounts import MountRefused, MountRequest, current_allowlist, declared_mounts, save_mounts, validate_mount
+from ..mounts import (MountRefused, MountRequest, current_allowlist, declared_mounts, protected_paths, save_mounts,
+                      validate_mount)
 from .scope import Scope, chat_facts, removal_refusal, wiring_refusal
 
 
@@ -140,7 +141,7 @@ def add_mount(actor: str, settings, agent: AgentGroup, host_path: str, name: str
         raise Forbidden("you administer other agents, not this one")
     try:
         approved = validate_mount(MountRequest(host_path.strip(), name.strip(), readwrite),
-                                  current_allowlist(settings.mount_allowlist))
+                                  current_allowlist(settings.mount_allowlist), protected_paths(settings))
     except MountRefused as exc:
         raise ChangeRefused(str(exc)) from None
     declared = declared_mounts(agent)
