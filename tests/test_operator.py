@@ -18,6 +18,7 @@ from nanoclaw.lifecycle.sandboxes import build_spec
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from nanoclaw.approvals import actions
+from nanoclaw.operator import proposals
 from tests.fakes.telegram_api import TOKEN
 from tests.tg_flow import SECRET, Telegram, buttons, cards, click, edits, message, person, post, shown, texts, toasts
 
@@ -396,3 +397,35 @@ def test_a_proposal_changed_after_it_was_queued_is_checked_again_when_applied(ap
     assert p.state == "failed"
     assert not (app.config["NANOCLAW"].data_dir / "policy" / "andy" / "egress.json").exists()
     assert "applying it failed" in system_texts(path)[-1]
+
+
+# --- host secrets: only the owner grants one an agent's admins were not given (issue 15, hole 6) -----
+
+def test_only_the_owner_grants_a_host_secret_the_agents_admins_were_not_given(app, tg):
+    settings = app.config["NANOCLAW"]
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:555", "--name", "Adam", "--role", "admin",
+                               "--agent", "andy"]).exit_code == 0
+    post(app, message(555, person(555, "Adam"), "hi"))  # the admin's DM is known: cards could reach him
+    path = session_path(app)
+    route = {"match": "/gh/", "upstream": "https://api.github.com", "secret": "GITHUB_TOKEN"}
+    propose(app, path, "credential_route", route, reason="read the issues", ref="c1")
+    p = PendingProposal.get(PendingProposal.ref == "c1")
+    assert p.approver_user_id == "telegram:111"  # the owner, not the agent's admin
+    card = cards(tg)[-1]
+    assert str(card["chat_id"]) == "111"
+    assert "Only the owner can approve this: $GITHUB_TOKEN is a host secret this agent's admins were not given" \
+        in shown(card)
+    with pytest.raises(actions.NotAllowed, match=r"^Only the owner can grant \$GITHUB_TOKEN"):
+        proposals.decide(p.token, "approve", "telegram:555", settings)
+    assert PendingProposal.get_by_id(p.id).state == "pending"
+    assert proposals.decide(p.token, "approve", "telegram:111", settings).startswith("Approved")
+
+    # given to the agent's admins by the owner, the next such route is theirs to decide
+    assert runner.invoke(args=["nanoclaw", "credentials", "delegate", "andy", "JIRA_TOKEN"]).exit_code == 0
+    propose(app, path, "credential_route", {**route, "match": "/jira/", "secret": "JIRA_TOKEN"}, ref="c2")
+    p2 = PendingProposal.get(PendingProposal.ref == "c2")
+    assert p2.approver_user_id == "telegram:555" and "Only the owner" not in shown(cards(tg)[-1])
+    assert proposals.decide(p2.token, "approve", "telegram:555", settings).startswith("Approved")
+    listing = runner.invoke(args=["nanoclaw", "credentials", "list", "andy"]).output
+    assert "/gh/ -> https://api.github.com" in listing and "$JIRA_TOKEN" in listing and "ghp_" not in listing

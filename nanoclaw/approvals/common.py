@@ -124,6 +124,10 @@ def approver_tiers(agent_group_id: int | None) -> list[list[Candidate]]:
     return tiers
 
 
+def owner_tier() -> list[list[Candidate]]:
+    return approver_tiers(None)[-1:]
+
+
 def pick_approver(agent_group_id: int | None, channel: str) -> tuple[str, Target] | None:
     return choose_approver(approver_tiers(agent_group_id), channel)
 

@@ -122,6 +122,12 @@ def is_owner_or_admin(user_id: str, agent_group_id: int | None = None) -> bool:
     return row is not None
 
 
+def is_owner(user_id: str) -> bool:
+    row = database.execute_sql(_q("SELECT 1 FROM user_roles WHERE user_id = ? AND role = 'owner' LIMIT 1"),
+                               (user_id,)).fetchone()
+    return row is not None
+
+
 def is_known(user_id: str, agent_group_id: int) -> bool:
     """Owner, admin (global or of this agent group), or member: one round trip."""
     return _kept(("known", user_id, agent_group_id), lambda: _is_known(user_id, agent_group_id), keep=bool)

@@ -66,6 +66,22 @@ def field_changes(old: dict, new: dict) -> list[str]:
             for k in keys if old.get(k) != new.get(k)]
 
 
+def granted_secret(kind: str, payload: dict) -> str | None:
+    """The host secret a proposal would let the agent use (a credential route's), if any."""
+    return payload.get("secret") if kind == "credential_route" else None
+
+
+def owner_only(kind: str, payload: dict, delegated) -> bool:
+    """Only the owner may grant a host secret that was not given to this agent's admins."""
+    secret = granted_secret(kind, payload)
+    return secret is not None and secret not in set(delegated)
+
+
+def owner_only_line(kind: str, payload: dict) -> str:
+    return (f"Only the owner can approve this: ${granted_secret(kind, payload)} is a host secret this agent's "
+            "admins were not given (flask --app app nanoclaw credentials delegate AGENT NAME gives one).")
+
+
 def summary(kind: str, payload: dict) -> str:
     """One line for a card title and the agent's messages."""
     if kind == "egress":

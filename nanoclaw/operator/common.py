@@ -6,7 +6,7 @@ import logging
 from contextlib import nullcontext
 from pathlib import Path
 
-from ..approvals.common import display, edit_card, pick_approver, send_card
+from ..approvals.common import choose_approver, display, edit_card, owner_tier, pick_approver, send_card
 from ..db import database
 from ..inbound import router
 from ..models import Session
@@ -33,11 +33,13 @@ def replied_card(model, event):
                                  model.card_message_id == event.reply_to.message_id).first())
 
 
-def card_place(session: Session, session_path: Path) -> tuple[str | None, Target | None]:
+def card_place(session: Session, session_path: Path, owner_only: bool = False) -> tuple[str | None, Target | None]:
     """(approver user id, where the card goes): the approver's DM (approvals' rule: group admins,
-    then admins, then owners), else the agent's own chat, where only an owner or admin may decide."""
+    then admins, then owners; only owners for what only an owner may decide), else the agent's own
+    chat, where only an owner or admin may decide."""
     home = routing_of(session_path)
-    chosen = pick_approver(session.agent_group_id, home.channel_type if home else "")
+    channel = home.channel_type if home else ""
+    chosen = choose_approver(owner_tier(), channel) if owner_only else pick_approver(session.agent_group_id, channel)
     if chosen is not None:
         return chosen
     return None, home

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import peewee
 
-from ..inbound import router
 from ..approvals.actions import NOT_HERE, NotAllowed, on_card, register_action
 from ..approvals.common import display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
-from ..outbound.delivery import register_op
+from ..inbound import lookups, router
 from ..models import AgentGroup, AuditLog, PendingProposal, Session, UserDm, UserRole, audit, utcnow
+from ..outbound.delivery import register_op
 from ..proposal_rules import RuleError
 from ..sessions.store import Target
 from . import checks
@@ -65,10 +65,20 @@ def is_admin_agent(session: Session) -> bool:
 
 # --- the card ----------------------------------------------------------------------------------
 
+def delegated_secrets(agent: AgentGroup) -> list[str]:
+    """Host secrets the owner gave this agent's admins to grant (container_config.admin_secrets)."""
+    return list((agent.container_config or {}).get("admin_secrets", []))
+
+
+def owner_only(p: PendingProposal) -> bool:
+    return checks.owner_only(p.kind, p.payload, delegated_secrets(p.agent_group))
+
+
 def card_text(p: PendingProposal, diff: list[str], changed: str = "") -> tuple[str, str]:
     agent = p.agent_group
     title = f"{agent.name} asks: {checks.summary(p.kind, p.payload)}"
     body = "\n".join([f"{checks.KINDS.get(p.kind, p.kind)} for agent {agent.name} ({agent.folder})", *diff]
+                     + ([checks.owner_only_line(p.kind, p.payload)] if owner_only(p) else [])
                      + ([f"Why: {p.reason}"] if p.reason else [])
                      + ([f"Changed on the page: {changed}"] if changed else [])
                      + [f"(proposal {p.ref}; reply to this card with a reason to reject it)"])
@@ -107,7 +117,8 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
             tell_agent(settings, session, f"Your proposal id={ref} was refused by the host before reaching the "
                                           f"owner: {exc}", message_id=f"proposal:{ref}:refused")
             return None
-        approver, target = card_place(session, session_path)
+        only_owner = checks.owner_only(kind, payload, delegated_secrets(session.agent_group))
+        approver, target = card_place(session, session_path, owner_only=only_owner)
         try:
             with database.atomic():
                 p, _ = PendingProposal.get_or_create(
@@ -162,6 +173,9 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
         raise NotAllowed(f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
                          "can decide this.")
+    if decision == "approve" and owner_only(p) and not lookups.is_owner(user_id):
+        raise NotAllowed(f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
+                         "secret this agent's admins were not given.")
     note = (note or "").strip()[:500] or None
     state = "applying" if decision == "approve" else "rejected"
     claimed = (PendingProposal.update(state=state, decided_by=user_id, decided_at=utcnow(), note=note)

@@ -1,0 +1,84 @@
+"""Host secrets an agent may use through credential routes, and who may grant them.
+
+A credential route lets an agent use a host secret (named in .env or the environment; the value never
+leaves the host). Only the owner may approve a route for a secret the agent's admins were not given;
+`delegate` gives them one (stored by name in the agent's container_config.admin_secrets)."""
+from __future__ import annotations
+
+import click
+
+from ..db import database
+from ..models import AgentGroup, audit
+from ..proposal_rules import RuleError, check_secret_name
+from ..proxy.policy_files import ROUTES_FILE, group_file, policy_root, read_policy_file
+from .base import Mistake, get_agent, group, print_table, require_schema, settings
+
+
+@group("credentials")
+def credentials_group():
+    """Credential routes and the host secrets an agent's admins may grant."""
+
+
+def _delegated(agent: AgentGroup) -> list[str]:
+    return list((agent.container_config or {}).get("admin_secrets", []))
+
+
+def _save(agent: AgentGroup, names: list[str]) -> None:
+    config = dict(agent.container_config or {})
+    config["admin_secrets"] = sorted(set(names))
+    AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
+
+
+def _secret(name: str) -> str:
+    try:
+        return check_secret_name(name)
+    except RuleError as exc:
+        raise Mistake(str(exc)) from None
+
+
+@credentials_group.command("delegate")
+@click.argument("folder")
+@click.argument("secret_name")
+def delegate(folder, secret_name):
+    """Let admins of agent FOLDER approve credential routes that use SECRET_NAME (a name, never a value)."""
+    require_schema()
+    agent, name = get_agent(folder), _secret(secret_name)
+    with database.atomic():
+        _save(agent, _delegated(agent) + [name])
+        audit("cli", "credentials.delegate", folder, secret=name)
+    click.echo(f"admins of {folder} may now grant ${name} to it; other secrets still need the owner")
+
+
+@credentials_group.command("undelegate")
+@click.argument("folder")
+@click.argument("secret_name")
+def undelegate(folder, secret_name):
+    """Take SECRET_NAME back: only the owner may grant it to agent FOLDER again."""
+    require_schema()
+    agent, name = get_agent(folder), _secret(secret_name)
+    if name not in _delegated(agent):
+        raise Mistake(f"admins of {folder} were not given ${name}")
+    with database.atomic():
+        _save(agent, [n for n in _delegated(agent) if n != name])
+        audit("cli", "credentials.undelegate", folder, secret=name)
+    click.echo(f"only the owner may grant ${name} to {folder} now")
+
+
+@credentials_group.command("list")
+@click.argument("folder", required=False)
+def credentials_list(folder):
+    """Each agent's credential routes (secret names only) and the secrets its admins may grant."""
+    require_schema()
+    agents = [get_agent(folder)] if folder else list(AgentGroup.select().order_by(AgentGroup.folder))
+    rows = []
+    for agent in agents:
+        try:
+            routes = read_policy_file(group_file(policy_root(settings()), agent.folder, ROUTES_FILE)).routes
+        except RuleError as exc:
+            raise Mistake(f"{agent.folder}: {exc}") from None
+        rows += [[agent.folder, "route", r.describe()] for r in routes]
+        rows += [[agent.folder, "admins may grant", f"${n}"] for n in _delegated(agent)]
+    if not rows:
+        click.echo("no credential routes and no delegated secrets")
+        return
+    print_table(["AGENT", "KIND", "WHAT"], rows)
