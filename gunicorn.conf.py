@@ -21,6 +21,8 @@ timeout = 60
 graceful_timeout = 20
 keepalive = 5
 accesslog = "-"
+# URLs in the access log lose their secrets (login links, verify tokens, query values): web/access_log.py
+logger_class = "nanoclaw.web.access_log.RedactingLogger"
 errorlog = "-"
 # gunicorn's control socket defaults to one path per user; keep ours with our data.
 control_socket = str(_settings.data_dir / "gunicorn.ctl")

@@ -101,6 +101,18 @@ def test_repeated_wrong_passwords_lock_the_user_id_for_a_while(site):
     assert login(client).status_code == 302
 
 
+def test_wrong_passwords_from_one_address_lock_it_whatever_the_user_id(site):
+    """Guessing across many user ids from one address is limited too (issue 15, hole 7)."""
+    client = site.test_client()
+    for i in range(20):
+        assert login(client, user_id=f"telegram:{1000 + i}", password="nope nope nope").status_code == 401
+    assert login(client).status_code == 429  # the owner's right password, from that address, for now
+    other = site.test_client()
+    assert login(other, password="wrong again please").status_code == 429  # same test address: still locked
+    AuditLog.update(at=utcnow() - timedelta(minutes=16)).where(AuditLog.action == "web.login_failed").execute()
+    assert login(client).status_code == 302
+
+
 def test_post_without_csrf_token_is_refused(owner):
     before = AuditLog.select().count()
     response = owner.post("/admin/decide", data={"action_id": "tst-1:allow"})

@@ -54,11 +54,19 @@ def test_allowlist_matching():
     assert str(matching_entry(p2, "db.example.com", 443)) == "db.example.com:443"
 
 
+def test_ipv6_forms_of_public_addresses_stay_public():
+    for addr in ("64:ff9b::8c52:7005", "2002:8c52:7005::1", "2606:4700:4700::1111"):
+        assert is_public(addr), addr
+
+
 def test_private_and_loopback_need_an_exact_host_and_port():
     public = ["140.82.112.5"]
     assert decide(policy("api.github.com"), "g", "api.github.com", 443, public).allowed
     for addr in ("127.0.0.1", "10.1.2.3", "192.168.1.1", "169.254.169.254", "::1", "fd00::1",
-                 "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1"):
+                 "::ffff:127.0.0.1", "0.0.0.0", "100.64.0.1",
+                 # the same private addresses in the IPv6 forms that carry them (issue 15, hole 7)
+                 "64:ff9b::7f00:1", "64:ff9b:1::a9fe:a9fe", "2002:a01:203::1", "2002:7f00:1::",
+                 "2001:0:4136:e378:8000:63bf:f5ff:fffe", "::127.0.0.1", "::a01:203"):
         assert not is_public(addr), addr
         verdict = decide(policy("svc.example.com", "*.internal.example.com"), "g", "svc.example.com", 443, [addr])
         assert not verdict.allowed and "non-public" in verdict.reason

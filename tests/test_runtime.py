@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import socket
 import threading
 import time
@@ -622,3 +623,36 @@ def test_a_sandbox_that_cannot_start_says_so(runtime, layout, tmp_path):
         runtime.start(spec)
     assert "does-not-exist" in str(exc.value)
     assert not runtime.is_running(spec.name)
+
+
+HARDENING_PROBE = r'''
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(fn):
+    rc = fn()
+    return "ok" if rc == 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+os.makedirs("/tmp/m", exist_ok=True)
+r = {"unshare_user": attempt(lambda: libc.unshare(0x10000000)),
+     "unshare_net": attempt(lambda: libc.unshare(0x40000000)),
+     "mount": attempt(lambda: libc.mount(b"none", b"/tmp/m", b"tmpfs", 0, None)),
+     "fork": "ok" if os.fork() or os._exit(0) is None else "ok"}
+os.wait()
+json.dump(r, open("/workspace/session/hardening.json", "w"))
+'''
+
+
+def test_bwrap_sandbox_refuses_namespaces_and_mounts(layout):
+    """Issue 15, hole 7: what Docker's default seccomp profile refuses, refused under bubblewrap too."""
+    require(bwrap_rt.probe() is None, "bubblewrap does not work here")
+    rt = bwrap_rt.BwrapRuntime(layout["data"] / "run" / "bwrap", secrets=[HOST_SECRET])
+    spec = make_spec(layout, HARDENING_PROBE)
+    rt.start(spec)
+    try:
+        report = wait_for(lambda: read_json(layout["session"] / "hardening.json"), timeout=60)
+        assert report, rt.logs(spec.name)
+    finally:
+        rt.stop(spec.name, timeout=1)
+    assert report["unshare_user"] == "EPERM" and report["unshare_net"] == "EPERM", report
+    assert report["mount"] == "EPERM" and report["fork"] == "ok", report
+    assert bwrap_rt.disables_userns() == ("--disable-userns" in subprocess.run(
+        ["bwrap", "--help"], capture_output=True, text=True).stdout)

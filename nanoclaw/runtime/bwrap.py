@@ -16,6 +16,8 @@ with `python3`/`python` is pointed at it, and its venv/bin leads PATH. Set `pyth
 by one long-lived spawner thread (a short-lived request thread would take its sandbox along).
 
 Limits: see limits.py (a cgroup per sandbox: memory, pids, cpu; else prlimit).
+Hardening: a seccomp filter refusing what Docker's default profile refuses (seccomp.py) and, where
+bwrap has it (0.8+), --disable-userns, so the agent can make no namespace of its own inside.
 Tracking: data_dir/run/bwrap/<name>.pid (JSON: pid, labels, cgroups), so a restarted host
 still finds, lists and stops sandboxes; a pid counts only while its cmdline is our bwrap's.
 """
@@ -35,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import limits as limits_mod
+from . import seccomp
 from .base import (GLOBAL_TARGET, GROUP_TARGET, HOME, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target, prepare_session,
                    sandbox_env)
@@ -48,6 +51,20 @@ ETC_ALLOW = ("ssl", "ca-certificates", "ca-certificates.conf", "alternatives", "
              "python3", "python3.11", "python3.12", "python3.13")
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 LOG_TAIL_BYTES = 64 * 1024
+
+
+def disables_userns(bwrap: str = "bwrap") -> bool:
+    """Does this bwrap have --disable-userns (0.8 and later): no new user namespace inside."""
+    if bwrap not in _USERNS:
+        try:
+            out = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+            _USERNS[bwrap] = "--disable-userns" in out.stdout + out.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _USERNS[bwrap] = False
+    return _USERNS[bwrap]
+
+
+_USERNS: dict[str, bool] = {}
 
 
 def probe(bwrap: str = "bwrap") -> str | None:
@@ -111,8 +128,10 @@ def identity_files(state_dir: Path, uid: int, gid: int) -> Path:
     return d
 
 
-def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "bwrap") -> list[str]:
-    """The whole bwrap command line for `spec` (pure apart from reading which /etc entries exist)."""
+def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "bwrap",
+               seccomp_fd: int | None = None, disable_userns: bool = False) -> list[str]:
+    """The whole bwrap command line for `spec` (pure apart from reading which /etc entries exist).
+    seccomp_fd: a descriptor holding the filter (seccomp.py); disable_userns: no user namespaces inside."""
     command = list(spec.command)
     if command and command[0] in ("python3", "python"):
         command[0] = python
@@ -121,6 +140,10 @@ def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "b
 
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid),
             "--hostname", "nanoclaw", "--die-with-parent", "--new-session", "--clearenv"]
+    if disable_userns:
+        argv += ["--disable-userns"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--ro-bind", "/usr", "/usr", *_root_links()]
@@ -248,17 +271,24 @@ class BwrapRuntime:
             self._forget(spec.name, self._record(spec.name))
             prepare_session(spec)
             placement = limits_mod.place(spec.name, limits_mod.Limits(spec.memory_mb, spec.cpus, spec.pids))
+            program = seccomp.cached_filter()
+            seccomp_fd = seccomp.filter_fd(program) if program else None
             argv = placement.wrap(bwrap_argv(spec, python=self.python, bwrap=self.bwrap,
-                                             etc_dir=identity_files(self.state_dir, spec.uid, spec.gid)))
+                                             etc_dir=identity_files(self.state_dir, spec.uid, spec.gid),
+                                             seccomp_fd=seccomp_fd, disable_userns=disables_userns(self.bwrap)))
             log_path = self.state_dir / f"{spec.name}.log"
             if log_path.exists():
                 log_path.replace(log_path.with_suffix(".prev.log"))  # keep the last run for inspection
             with open(log_path, "wb") as out:
                 # bwrap itself is the sandbox's pid 1, and /proc/1/environ is readable inside: it must
                 # not inherit the host's environment (which may hold ANTHROPIC_API_KEY).
-                proc = self._spawner.submit(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True,
-                                            env=LAUNCH_ENV).result()
+                try:
+                    proc = self._spawner.submit(subprocess.Popen, argv, stdin=subprocess.DEVNULL, stdout=out,
+                                                stderr=subprocess.STDOUT, start_new_session=True, env=LAUNCH_ENV,
+                                                pass_fds=(seccomp_fd,) if seccomp_fd is not None else ()).result()
+                finally:
+                    if seccomp_fd is not None:
+                        os.close(seccomp_fd)  # bwrap has its own copy (it reads it before the agent starts)
             self._procs[spec.name] = proc
             record = {"pid": proc.pid, "name": spec.name, "labels": dict(spec.labels),
                       "cgroups": placement.dirs, "limits": placement.describe(), "started": time.time()}

@@ -6,17 +6,20 @@
   link preview must not spend it).
 - Login sessions live on the server (web_sessions, token hashed): the cookie carries a random
   id only; they end after an idle time and after an absolute lifetime, and at logout.
-- Repeated wrong passwords for one user id are refused for a while (counted in the audit log).
+- Repeated wrong passwords for one user id, or from one address, are refused for a while (counted
+  in the audit log).
 Every form on the page carries a CSRF token (Flask-WTF's CSRFProtect, set up in create_app).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from datetime import timedelta
 from functools import wraps
 from urllib.parse import urlsplit
 
+import peewee
 from flask import (Blueprint, current_app, flash, g, jsonify, redirect, render_template, request, session,
                    url_for)
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -34,6 +37,7 @@ IDLE_MINUTES = 120           # app.config["NANOCLAW_WEB_IDLE_MINUTES"] overrides
 SESSION_HOURS = 12           # app.config["NANOCLAW_WEB_SESSION_HOURS"] overrides
 FAILED_LIMIT = 5             # wrong passwords per user id …
 FAILED_WINDOW_MINUTES = 15   # … within this window lock that user id out for the window
+FAILED_LIMIT_PER_ADDRESS = 20  # wrong passwords from one address, whatever user ids it tries
 TOUCH_EVERY_S = 60           # write last_seen_at at most this often
 _DUMMY_HASH = generate_password_hash("not-a-password-" + secrets.token_hex(8))
 
@@ -156,6 +160,16 @@ def recent_failures(user_id: str) -> int:
                                    AuditLog.at >= since).count()
 
 
+def recent_failures_from(address: str | None) -> int:
+    """Wrong passwords from this address in the window, for any user id (the audit entry's `ip`)."""
+    if not address:
+        return 0
+    since = utcnow() - timedelta(minutes=FAILED_WINDOW_MINUTES)
+    marker = json.dumps({"ip": address})[1:-1]  # '"ip": "<address>"', as the entry's sorted JSON holds it
+    holds = peewee.NodeList((AuditLog.detail, peewee.SQL("LIKE"), peewee.Value(f"%{marker}%", converter=False)))
+    return AuditLog.select().where(AuditLog.action == "web.login_failed", AuditLog.at >= since, holds).count()
+
+
 def check_password(user_id: str, password: str) -> bool:
     row = WebPassword.get_or_none(WebPassword.user == user_id)
     # compare against a dummy hash when there is none, so the answer takes as long either way
@@ -249,6 +263,10 @@ def login():
         return render_template("login.html", next=nxt, user_id="")
     user_id = (request.form.get("user_id") or "").strip()
     password = request.form.get("password") or ""
+    if recent_failures_from(request.remote_addr) >= FAILED_LIMIT_PER_ADDRESS:
+        flash(f"Too many wrong passwords from your address; try again in {FAILED_WINDOW_MINUTES} minutes "
+              "or use a login link (flask --app app nanoclaw admin login-link USER_ID).", "error")
+        return render_template("login.html", next=nxt, user_id=user_id), 429
     if recent_failures(user_id) >= FAILED_LIMIT:
         flash(f"Too many wrong passwords for {user_id}; try again in {FAILED_WINDOW_MINUTES} minutes "
               "or use a login link (flask --app app nanoclaw admin login-link USER_ID).", "error")
