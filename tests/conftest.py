@@ -117,3 +117,11 @@ def cli(app):
     def run(*args):
         return runner.invoke(args=["nanoclaw", *args])
     return run
+
+
+def malformed_total(channel: str) -> float:
+    """How many malformed payloads of `channel` the webhooks counted (every kind), in this process."""
+    from prometheus_client import REGISTRY
+    return sum(sample.value for metric in REGISTRY.collect() if metric.name == "nanoclaw_webhooks_malformed"
+               for sample in metric.samples
+               if sample.name.endswith("_total") and sample.labels.get("channel") == channel)

@@ -243,7 +243,7 @@ def test_a_timestamp_within_five_minutes_is_taken(web):
     assert texts(web) == [DM_TEXT] and len(web.wakes) == 1
 
 
-def test_a_signed_but_malformed_hand_off_is_400(web):
+def test_a_signed_but_malformed_hand_off_is_400_so_the_gateway_keeps_it(web):
     key = handoff.handoff_key(handoff.install_secret(web.settings))
     for body in (b"not json", json.dumps({"payload": {"id": "1"}, "bot_id": BOT_ID}).encode(),
                  json.dumps({"channel": None, "bot_id": BOT_ID}).encode()):

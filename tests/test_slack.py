@@ -12,6 +12,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from conftest import malformed_total
+
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
@@ -201,10 +203,12 @@ def test_no_signing_secret_refuses_everything(make_settings, db_url, fake, caplo
     ("events", b'{"type": "event_callback", "event": {"type": "message", "text": "no channel"}}'),
     ("actions", b"payload=not-json"), ("actions", b"nothing=here"), ("actions", b'payload={"type":"block_actions"}'),
 ])
-def test_malformed_is_400_and_nothing_stored(app, kind, body):
+def test_malformed_is_acknowledged_counted_and_nothing_stored(app, kind, body):
     wire_alice(app)
-    assert post(app, kind, body).status_code == 400
+    before = malformed_total("slack")
+    assert post(app, kind, body).status_code == 200
     assert nothing_stored()
+    assert malformed_total("slack") == before + 1
 
 
 def test_body_over_one_mib_is_413(app):

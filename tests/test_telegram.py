@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
+from conftest import malformed_total
 
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
@@ -138,10 +141,15 @@ def test_no_secret_configured_refuses_everything(make_settings, db_url, fake, ca
                                  b'{"update_id": 6, "message": {"chat": {"id": 1, "type": "private"}, '
                                  b'"text": "no date", "message_id": 1}}',
                                  b"\xff\xfe garbage"])
-def test_malformed_is_400_and_nothing_stored(app, raw):
+def test_malformed_is_acknowledged_logged_counted_and_nothing_stored(app, raw, caplog):
+    """Authentic but unreadable: 200 (Telegram would retry anything else, forever), one log line, counted."""
     wire_alice(app)
-    assert post(app, None, raw=raw).status_code == 400
+    before = malformed_total("telegram")
+    with caplog.at_level(logging.WARNING, logger="nanoclaw.webhooks"):
+        assert post(app, None, raw=raw).status_code == 200
     assert nothing_stored()
+    assert malformed_total("telegram") == before + 1
+    assert len([r for r in caplog.records if "malformed" in r.getMessage()]) == 1
 
 
 def test_body_over_one_mib_is_413(app):

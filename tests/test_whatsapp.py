@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import malformed_total
+
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Action, Card, DeliveryError
@@ -142,13 +144,15 @@ def test_without_an_app_secret_every_post_is_refused(make_settings, sqlite_url, 
         database.close()
 
 
-def test_malformed_but_signed_is_400(app, wired):
-    assert post(app, b"{not json").status_code == 400
-    assert post(app, {"object": "whatsapp_business_account", "entry": "nope"}).status_code == 400
+def test_malformed_but_signed_is_acknowledged_and_counted(app, wired):
+    before = malformed_total("whatsapp")
+    assert post(app, b"{not json").status_code == 200
+    assert post(app, {"object": "whatsapp_business_account", "entry": "nope"}).status_code == 200
     broken = fixture("text_message")
     del broken["entry"][0]["changes"][0]["value"]["messages"][0]["from"]
-    assert post(app, broken).status_code == 400
+    assert post(app, broken).status_code == 200
     assert nothing_stored()
+    assert malformed_total("whatsapp") == before + 3
 
 
 def test_body_over_one_mib_is_413(app, wired):

@@ -95,6 +95,7 @@ class Parsed:
     events: list[InboundEvent] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     response: tuple[object, int] | None = None   # a body the platform expects back (challenge, PONG)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (kind, why): parts that did not fit
 
 
 class WebhookRefused(Exception):
@@ -107,7 +108,22 @@ class WebhookRefused(Exception):
 
 
 class MalformedPayload(ValueError):
-    """The request was authentic but not understood: 400."""
+    """The request was authentic but its payload does not fit the platform's schema. The webhook
+    answers what the platform expects (200, nothing routed), logs it once and counts it by `kind`
+    (the event kind as far as it could be told)."""
+
+    def __init__(self, message: str, kind: str = "unknown"):
+        super().__init__(message)
+        self.kind = kind
+
+
+def first_error(exc) -> str:
+    """A pydantic ValidationError's first problem, short: 'message.chat: Input should be a valid dictionary'."""
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return str(exc).splitlines()[0]
+    where = ".".join(str(p) for p in errors[0].get("loc", ()))
+    return f"{where}: {errors[0].get('msg')}" if where else str(errors[0].get("msg"))
 
 
 class DeliveryError(Exception):

@@ -25,9 +25,11 @@ from urllib.parse import quote
 import requests
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
+from pydantic import ValidationError
 
 from . import discord_handoff as handoff
-from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, register
+from . import discord_schema as ds
+from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
 from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
@@ -83,30 +85,37 @@ def verify(public_key_hex: str | None, headers, body: bytes, now: float) -> None
         raise WebhookRefused(401, "stale X-Signature-Timestamp (possible replay)")
 
 
-def _display_name(user: dict, member: dict | None = None) -> str:
-    return (member or {}).get("nick") or user.get("global_name") or user.get("username") or str(user.get("id"))
+def _display_name(user: ds.User, member: ds.Member | None = None) -> str:
+    return (member.nick if member else None) or user.global_name or user.username or user.id
 
 
 def parse_interaction(payload) -> Parsed:
-    if not isinstance(payload, dict) or "type" not in payload:
-        raise MalformedPayload("expected an interaction object")
-    kind = payload["type"]
-    if kind == PING:
+    """An interaction (JSON data) → a PONG, a polite answer to a command, or a component click.
+    MalformedPayload when it does not fit the schema (discord_schema.py)."""
+    try:
+        interaction = ds.Interaction.model_validate(payload)
+    except ValidationError as exc:
+        raise MalformedPayload(f"not a Discord interaction we can read ({first_error(exc)})",
+                               kind=ds.interaction_kind(payload)) from None
+    if interaction.type == PING:
         return Parsed(response=({"type": PONG}, 200))
-    if kind == APPLICATION_COMMAND:
+    if interaction.type == APPLICATION_COMMAND:
         return Parsed(response=({"type": CHANNEL_MESSAGE, "data": {
             "content": "I have no commands: just write to me.", "flags": EPHEMERAL}}, 200))
-    if kind != MESSAGE_COMPONENT:
-        raise MalformedPayload(f"unsupported interaction type {kind!r}")
-    data, member = payload.get("data") or {}, payload.get("member") or {}
-    user = member.get("user") or payload.get("user") or {}
-    if not data.get("custom_id") or not user.get("id") or not payload.get("id"):
-        raise MalformedPayload("a component interaction without custom_id, user or id")
-    message = payload.get("message") or {}
-    action = Action(channel=CHANNEL, action_id=str(data["custom_id"]), user_id=f"{CHANNEL}:{user['id']}",
-                    chat_id=payload.get("channel_id") or (payload.get("channel") or {}).get("id"),
-                    message_id=message.get("id"), event_id=str(payload["id"]), user_name=_display_name(user, member),
-                    raw={"content": message.get("content") or "", "clicker": _display_name(user, member)})
+    if interaction.type != MESSAGE_COMPONENT:
+        raise MalformedPayload(f"unsupported interaction type {interaction.type!r}",
+                               kind=ds.interaction_kind(payload))
+    member = interaction.member
+    user = (member.user if member else None) or interaction.user
+    data = interaction.data
+    if data is None or not data.custom_id or user is None or not interaction.id:
+        raise MalformedPayload("a component interaction without custom_id, user or id", kind="interaction/3")
+    message = interaction.message or ds.MessageRef()
+    clicker = _display_name(user, member)
+    action = Action(channel=CHANNEL, action_id=data.custom_id, user_id=f"{CHANNEL}:{user.id}",
+                    chat_id=interaction.channel_id or (interaction.channel.id if interaction.channel else None),
+                    message_id=message.id, event_id=interaction.id, user_name=clicker,
+                    raw={"content": message.content or "", "clicker": clicker})
     # until the click is handled, the answer is a plain acknowledgement that changes nothing
     return Parsed(actions=[action], response=({"type": DEFERRED_UPDATE_MESSAGE}, 200))
 
@@ -201,7 +210,7 @@ class DiscordAdapter:
         try:
             payload = json.loads(body)
         except ValueError:
-            raise MalformedPayload("body is not JSON") from None
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
         return parse_interaction(payload)
 
     def _gateway_message(self, headers, body: bytes) -> Parsed:
@@ -209,8 +218,18 @@ class DiscordAdapter:
         if self._handoff_key is None:  # the page's SECRET_KEY is fixed for the web program's life
             self._handoff_key = handoff.key_for(self.settings)
         handoff.verify(self._handoff_key, headers, body, self.clock())
-        event = handoff.decode(body)
+        try:
+            event = handoff.decode(body)
+        except MalformedPayload as exc:
+            raise MalformedPayload(str(exc), kind=f"gateway/{exc.kind}") from None
         return Parsed(events=[event] if event is not None else [])
+
+    def malformed_answer(self, exc: MalformedPayload):
+        """Discord wants an interaction response even to what we cannot read: one that changes nothing.
+        Our own Gateway program is told 400 instead: it then keeps the message for the recovery pass."""
+        if exc.kind.startswith("gateway"):
+            return {"error": f"malformed hand-off: {exc}"}, 400
+        return {"type": DEFERRED_UPDATE_MESSAGE}, 200
 
     def acknowledge_action(self, action: Action, text: str | None):
         """The HTTP response to the click: the card updated in place with the decision."""

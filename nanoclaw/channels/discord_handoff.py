@@ -81,12 +81,12 @@ def decode(body: bytes) -> InboundEvent | None:
     try:
         data = json.loads(body)
     except ValueError:
-        raise MalformedPayload("body is not JSON") from None
+        raise MalformedPayload("body is not JSON", kind="not-json") from None
     if not isinstance(data, dict) or not isinstance(data.get("payload"), dict) or not data.get("bot_id"):
-        raise MalformedPayload("expected {payload, channel, bot_id, bot_name}")
+        raise MalformedPayload("expected {payload, channel, bot_id, bot_name}", kind="gateway")
     channel, bot_name = data.get("channel"), data.get("bot_name")
     if channel is not None and not isinstance(channel, dict):
-        raise MalformedPayload("channel must be an object or null")
+        raise MalformedPayload("channel must be an object or null", kind="gateway")
     return message_to_event(data["payload"], bot_id=str(data["bot_id"]), channel=channel,
                             bot_name=bot_name if isinstance(bot_name, str) else None)
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from .base import InboundEvent, MalformedPayload, ReplyTo
+from pydantic import ValidationError
+
+from . import discord_schema as ds
+from .base import InboundEvent, MalformedPayload, ReplyTo, first_error
 
 CHANNEL = "discord"
 ROUTED_TYPES = {0, 19}                 # DEFAULT and REPLY; joins, pins, boosts… are not conversation
@@ -30,13 +33,15 @@ def _utc_iso(value: str | None) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
-def _name(user: dict, member: dict | None = None) -> str:
-    return (member or {}).get("nick") or user.get("global_name") or user.get("username") or str(user.get("id", "?"))
+def _name(user: ds.User | None, member: ds.Member | None = None) -> str:
+    if user is None:
+        return "?"
+    return (member.nick if member else None) or user.global_name or user.username or user.id
 
 
-def readable_text(content: str, mentions: list[dict], bot_id: str, bot_name: str | None) -> str:
+def readable_text(content: str, mentions: list[ds.Mention], bot_id: str, bot_name: str | None) -> str:
     """`<@123>` tokens → `@name`, so the agent reads who was addressed (and a pattern can match us)."""
-    names = {str(u.get("id")): _name(u, u.get("member")) for u in mentions if isinstance(u, dict)}
+    names = {u.id: _name(u, u.member) for u in mentions}
     if bot_name:
         names[bot_id] = bot_name
 
@@ -48,55 +53,52 @@ def readable_text(content: str, mentions: list[dict], bot_id: str, bot_name: str
 def message_to_event(payload: dict, *, bot_id: str, channel: dict | None = None,
                      bot_name: str | None = None) -> InboundEvent | None:
     """A MESSAGE_CREATE payload → InboundEvent. `channel` (id, type, parent_id), when known, tells
-    whether the message is in a thread: then the chat is the parent channel and the thread its own."""
-    if not isinstance(payload, dict):
-        raise MalformedPayload("expected a message object")
-    if "op" in payload and "d" in payload:  # the whole Gateway dispatch
+    whether the message is in a thread: then the chat is the parent channel and the thread its own.
+    MalformedPayload when it does not fit the schema (discord_schema.py)."""
+    if isinstance(payload, dict) and "op" in payload and "d" in payload:  # the whole Gateway dispatch
         if payload.get("t") != "MESSAGE_CREATE":
             return None
         payload = payload["d"]
     try:
-        message_id, channel_id, author = str(payload["id"]), str(payload["channel_id"]), payload["author"]
-        author_id = str(author["id"])
-    except (KeyError, TypeError):
-        raise MalformedPayload("a message without id, channel_id or author") from None
-    if payload.get("type", 0) not in ROUTED_TYPES:
+        msg = ds.Message.model_validate(payload)
+        where = ds.Channel.model_validate(channel) if channel is not None else None
+    except ValidationError as exc:
+        raise MalformedPayload(f"not a Discord message we can read ({first_error(exc)})",
+                               kind="message_create") from None
+    if msg.type not in ROUTED_TYPES:
         return None
     bot_id = str(bot_id)
-    mentions = [u for u in payload.get("mentions") or [] if isinstance(u, dict)]
-    text = readable_text(payload.get("content") or "", mentions, bot_id, bot_name)
-    stickers = [s.get("name", "sticker") for s in payload.get("sticker_items") or [] if isinstance(s, dict)]
+    text = readable_text(msg.content or "", msg.mentions, bot_id, bot_name)
+    stickers = [s.name or "sticker" for s in msg.sticker_items]
     if stickers and not text:
         text = " ".join(f"[sticker {s}]" for s in stickers)
-    attachments = tuple(
-        {k: a[k] for k in ("id", "filename", "content_type", "size", "url") if a.get(k) is not None}
-        for a in payload.get("attachments") or [] if isinstance(a, dict))
+    attachments = tuple({k: v for k, v in a.model_dump().items() if v is not None} for a in msg.attachments)
     if not text and not attachments:
         return None  # nothing to read (or the message-content intent is off)
 
     reply_to, replied_to_us = None, False
-    reference = payload.get("message_reference") or {}
-    if reference.get("message_id") and reference.get("type", 0) != FORWARD:
-        quoted = payload.get("referenced_message") or {}
-        quoted_author = quoted.get("author") or {}
-        reply_to = ReplyTo(str(reference["message_id"]), _name(quoted_author) if quoted_author else None,
-                           quoted.get("content"))
-        replied_to_us = str(quoted_author.get("id")) == bot_id
+    reference = msg.message_reference
+    if reference is not None and reference.message_id and reference.type != FORWARD:
+        quoted = msg.referenced_message
+        quoted_author = quoted.author if quoted else None
+        reply_to = ReplyTo(reference.message_id, _name(quoted_author) if quoted_author else None,
+                           quoted.content if quoted else None)
+        replied_to_us = quoted_author is not None and quoted_author.id == bot_id
 
-    if not payload.get("guild_id"):
-        kind, chat_id, thread_id = "dm", channel_id, None
-    elif channel and channel.get("type") in THREAD_TYPES and channel.get("parent_id"):
-        kind, chat_id, thread_id = "thread", str(channel["parent_id"]), channel_id
+    if not msg.guild_id:
+        kind, chat_id, thread_id = "dm", msg.channel_id, None
+    elif where is not None and where.type in THREAD_TYPES and where.parent_id:
+        kind, chat_id, thread_id = "thread", where.parent_id, msg.channel_id
     else:
-        kind, chat_id, thread_id = "group", channel_id, None
+        kind, chat_id, thread_id = "group", msg.channel_id, None
 
     return InboundEvent(
-        channel=CHANNEL, event_id=message_id, chat_id=chat_id, kind=kind, sender_id=author_id,
-        sender_name=_name(author, payload.get("member")), text=text, timestamp=_utc_iso(payload.get("timestamp")),
-        thread_id=thread_id, message_id=message_id,
-        mentioned=kind == "dm" or replied_to_us or any(str(u.get("id")) == bot_id for u in mentions),
-        sender_is_bot=bool(author.get("bot")) or bool(payload.get("webhook_id")),
-        from_self=author_id == bot_id, reply_to=reply_to, attachments=attachments)
+        channel=CHANNEL, event_id=msg.id, chat_id=chat_id, kind=kind, sender_id=msg.author.id,
+        sender_name=_name(msg.author, msg.member), text=text, timestamp=_utc_iso(msg.timestamp),
+        thread_id=thread_id, message_id=msg.id,
+        mentioned=kind == "dm" or replied_to_us or any(u.id == bot_id for u in msg.mentions),
+        sender_is_bot=msg.author.bot or bool(msg.webhook_id),
+        from_self=msg.author.id == bot_id, reply_to=reply_to, attachments=attachments)
 
 
 # --- discord.py's Message back to the payload ---------------------------------------------------

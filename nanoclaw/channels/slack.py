@@ -4,8 +4,11 @@ Inbound: POST /webhooks/slack/events and POST /webhooks/slack/actions. Every req
 with slack_sdk's SignatureVerifier (v0 HMAC over `v0:{timestamp}:{body}`, 300 s window) on the
 raw body before it is parsed; with no SLACK_SIGNING_SECRET every request is refused (403).
   - url_verification is answered with its challenge.
+  - every payload is validated into typed objects first (slack_schema.py); one that does not fit is
+    acknowledged, logged once and counted, never half-read.
   - `message` (plain, file_share, thread_broadcast, me_message) and `app_mention` become events;
     other subtypes (bot_message, message_changed, message_deleted, joins…) are ignored.
+  - `block_suggestion` (a select menu asking for options) is answered with no options.
   - dedup key: `<channel>:<ts>`, the message itself, rather than the envelope's event_id: Slack
     sends one message twice (as `message` and as `app_mention`, with different event_ids) when
     the app subscribes to both; X-Slack-Retry-Num redeliveries carry the same ts and are
@@ -41,10 +44,12 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import requests
+from pydantic import ValidationError
 from slack_sdk.signature import SignatureVerifier
 
-from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, iso_utc,
-                   register)
+from . import slack_schema as sl
+from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, first_error,
+                   iso_utc, register)
 from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
@@ -174,56 +179,61 @@ class SlackAdapter:
         try:
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON") from None
-        if not isinstance(payload, dict):
-            raise MalformedPayload("not a Slack event envelope")
-        kind = payload.get("type")
-        if kind == "url_verification":
-            if not isinstance(payload.get("challenge"), str):
-                raise MalformedPayload("url_verification without a challenge")
-            return Parsed(response=({"challenge": payload["challenge"]}, 200))
-        if kind != "event_callback":
-            return Parsed()  # app_rate_limited and friends: nothing to route
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
         try:
-            event = self._event(payload["event"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise MalformedPayload(f"unexpected event shape ({type(exc).__name__}: {exc})") from None
+            envelope = sl.Envelope.model_validate(payload)
+        except ValidationError as exc:
+            raise MalformedPayload(f"not a Slack event envelope we can read ({first_error(exc)})",
+                                   kind=sl.kind_of(payload)) from None
+        if envelope.type == "url_verification":
+            if not envelope.challenge:
+                raise MalformedPayload("url_verification without a challenge", kind="url_verification")
+            return Parsed(response=({"challenge": envelope.challenge}, 200))
+        if envelope.type != "event_callback":
+            return Parsed()  # app_rate_limited and friends: nothing to route
+        if envelope.event is None:
+            raise MalformedPayload("an event_callback without its event", kind="event_callback")
+        event = self._event(envelope.event)
         return Parsed(events=[event] if event else [])
 
-    def _event(self, ev: dict) -> InboundEvent | None:
-        if ev["type"] not in ("message", "app_mention"):
+    def _event(self, ev: sl.Event) -> InboundEvent | None:
+        if ev.type not in ("message", "app_mention"):
             return None
-        if ev.get("subtype") not in ROUTED_SUBTYPES or ev.get("hidden"):
-            return None
-        channel, ts, raw = ev["channel"], ev["ts"], ev.get("text") or ""
-        user, bot = ev.get("user"), ev.get("bot_id")
+        if ev.subtype not in ROUTED_SUBTYPES or ev.hidden:
+            return None  # edits (message_changed, the new text nested), deletions, joins, bot_message…
+        if not ev.channel or not ev.ts:
+            raise MalformedPayload("a message without channel or ts", kind=f"event_callback/{ev.type}")
+        try:
+            timestamp = iso_utc(float(ev.ts))
+        except (ValueError, OverflowError, OSError):
+            raise MalformedPayload(f"ts {ev.ts!r} is not a time", kind=f"event_callback/{ev.type}") from None
+        channel, ts, raw = ev.channel, ev.ts, ev.text or ""
         our_user, our_bot = self.identity()
         if our_user is None and our_bot is None:
-            from_self = bool(bot)  # who we are is unknown: never risk answering ourselves
+            from_self = bool(ev.bot_id)  # who we are is unknown: never risk answering ourselves
         else:
-            from_self = (our_user is not None and user == our_user) or (our_bot is not None and bot == our_bot)
-        kind = chat_kind(ev.get("channel_type"), channel)
-        mentioned = (kind == "dm" or ev["type"] == "app_mention"
+            from_self = (our_user is not None and ev.user == our_user) or (our_bot is not None and ev.bot_id == our_bot)
+        kind = chat_kind(ev.channel_type, channel)
+        mentioned = (kind == "dm" or ev.type == "app_mention"
                      or (our_user is not None and f"<@{our_user}>" in raw))
-        files = tuple({"kind": "file", "file_id": f.get("id"), "name": f.get("name"), "mime": f.get("mimetype"),
-                       "size": f.get("size"), "url": f.get("url_private_download") or f.get("url_private")}
-                      for f in ev.get("files") or [] if isinstance(f, dict))
-        sender = user or bot or "unknown"
+        files = tuple({"kind": "file", "file_id": f.id, "name": f.name, "mime": f.mimetype, "size": f.size,
+                       "url": f.url_private_download or f.url_private} for f in ev.files)
+        sender = ev.user or ev.bot_id or "unknown"
         return InboundEvent(
             channel="slack", event_id=f"{channel}:{ts}", chat_id=channel, kind=kind,
             sender_id=sender, sender_name=self._sender_name(ev, sender, from_self),
-            text=plain_text(raw), timestamp=iso_utc(float(ts)), thread_id=ev.get("thread_ts"),
-            message_id=ts, mentioned=mentioned, sender_is_bot=bool(bot), from_self=from_self,
+            text=plain_text(raw), timestamp=timestamp, thread_id=ev.thread_ts,
+            message_id=ts, mentioned=mentioned, sender_is_bot=bool(ev.bot_id), from_self=from_self,
             attachments=files,
         )
 
-    def _sender_name(self, ev: dict, sender: str, from_self: bool) -> str:
+    def _sender_name(self, ev: sl.Event, sender: str, from_self: bool) -> str:
         """The name the event carries, or one looked up before; never a call to Slack here: the
         acknowledgement has 3 s. An unknown user's name is looked up by enrich(), off the request."""
-        profile = ev.get("user_profile") or {}
-        name = profile.get("display_name") or profile.get("real_name") or profile.get("name")
-        if name or from_self or not ev.get("user"):
-            return name or ev.get("username") or sender
+        profile = ev.user_profile
+        name = profile and (profile.display_name or profile.real_name or profile.name)
+        if name or from_self or not ev.user:
+            return name or ev.username or sender
         return self._names.get(sender, sender)
 
     def enrich(self, event: InboundEvent) -> InboundEvent:
@@ -239,27 +249,32 @@ class SlackAdapter:
             form = parse_qs(body.decode("utf-8"), strict_parsing=True)
             payload = json.loads(form["payload"][0])
         except (ValueError, UnicodeDecodeError, KeyError, IndexError):
-            raise MalformedPayload("expected a form field `payload` holding JSON") from None
-        if not isinstance(payload, dict):
-            raise MalformedPayload("payload is not an object")
-        if payload.get("type") != "block_actions":
-            return Parsed()  # shortcuts, modals: not used
+            raise MalformedPayload("expected a form field `payload` holding JSON", kind="not-json") from None
         try:
-            container = payload.get("container") or {}
-            channel = (payload.get("channel") or {}).get("id") or container.get("channel_id")
-            actions = []
-            for i, act in enumerate(payload["actions"]):
-                trigger = payload.get("trigger_id")
-                actions.append(Action(
-                    channel="slack", action_id=act.get("value") or act["action_id"],
-                    user_id=f"slack:{payload['user']['id']}", chat_id=channel,
-                    user_name=payload["user"].get("name") or payload["user"].get("username"),
-                    message_id=container.get("message_ts"),
-                    event_id=f"{trigger}:{i}" if trigger else None,
-                    raw={"response_url": payload.get("response_url"), "channel": channel,
-                         "message_ts": container.get("message_ts")}))
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise MalformedPayload(f"unexpected block_actions shape ({type(exc).__name__}: {exc})") from None
+            interaction = sl.Interaction.model_validate(payload)
+        except ValidationError as exc:
+            raise MalformedPayload(f"not a Slack interaction we can read ({first_error(exc)})",
+                                   kind=sl.kind_of(payload)) from None
+        if interaction.type == "block_suggestion":
+            return Parsed(response=({"options": []}, 200))  # a select menu asks for options: we have none
+        if interaction.type != "block_actions":
+            return Parsed()  # shortcuts, modals: not used
+        if interaction.user is None:
+            raise MalformedPayload("block_actions without a user", kind="block_actions")
+        container = interaction.container or sl.Container()
+        channel = (interaction.channel.id if interaction.channel else None) or container.channel_id
+        actions = []
+        for i, act in enumerate(interaction.actions):
+            action_id = act.value or act.action_id
+            if not action_id:
+                continue
+            trigger = interaction.trigger_id
+            actions.append(Action(
+                channel="slack", action_id=action_id, user_id=f"slack:{interaction.user.id}", chat_id=channel,
+                user_name=interaction.user.name or interaction.user.username, message_id=container.message_ts,
+                event_id=f"{trigger}:{i}" if trigger else None,
+                raw={"response_url": interaction.response_url, "channel": channel,
+                     "message_ts": container.message_ts}))
         return Parsed(actions=actions)
 
     def acknowledge_action(self, action: Action, text: str | None) -> None:

@@ -31,9 +31,11 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 import requests
+from pydantic import ValidationError
 
+from . import telegram_schema as tg
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
-                   iso_utc, register)
+                   first_error, iso_utc, register)
 from .download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from .parts import PartialSends
 from .text import split_text
@@ -99,52 +101,68 @@ def reaction_emoji(emoji: str) -> str:
     return bare if bare in REACTIONS else "👍"
 
 
-def chat_kind(chat_type: str, is_topic: bool) -> str:
-    if chat_type == "private":
+ANONYMOUS_ADMIN = 1087968824  # GroupAnonymousBot: `from` of a message an admin sent as the group
+
+
+def chat_kind(chat: tg.Chat, is_topic: bool) -> str:
+    """private → dm; a forum topic → thread; any other chat → group. A chat without a type (an odd
+    shape) is judged by its id: Telegram gives groups and channels negative ids."""
+    private = chat.type == "private" if chat.type else chat.id > 0
+    if private:
         return "dm"
     return "thread" if is_topic else "group"
 
 
-def display_name(user: dict | None) -> str:
-    if not user:
+def display_name(user: tg.User | tg.Chat | None) -> str:
+    if user is None:
         return "unknown"
-    name = " ".join(p for p in (user.get("first_name"), user.get("last_name")) if p)
-    return name or user.get("username") or str(user.get("id", "unknown"))
+    name = " ".join(p for p in (user.first_name, user.last_name) if p) or getattr(user, "title", None)
+    return name or user.username or str(user.id)
 
 
-def attachments_of(msg: dict) -> tuple[dict, ...]:
+def sender_of(msg: tg.Message) -> tuple[str, str, bool]:
+    """(sender id, display name, is a bot). An anonymous group admin or a channel writes as a chat
+    (sender_chat); a channel post has no sender at all, so the chat itself speaks."""
+    if msg.sender_chat is not None and (msg.sender is None or msg.sender.id == ANONYMOUS_ADMIN):
+        return str(msg.sender_chat.id), display_name(msg.sender_chat), False
+    if msg.sender is None:
+        return str(msg.chat.id), display_name(msg.chat), False
+    return str(msg.sender.id), display_name(msg.sender), msg.sender.is_bot
+
+
+def attachments_of(msg: tg.Message) -> tuple[dict, ...]:
     found = []
-    if msg.get("photo"):
-        best = max(msg["photo"], key=lambda p: p.get("file_size") or p.get("width", 0) * p.get("height", 0))
-        found.append({"kind": "photo", "file_id": best.get("file_id"), "name": None, "mime": "image/jpeg",
-                      "size": best.get("file_size")})
+    if msg.photo:
+        best = max(msg.photo, key=lambda p: p.file_size or p.width * p.height)
+        found.append({"kind": "photo", "file_id": best.file_id, "name": None, "mime": "image/jpeg",
+                      "size": best.file_size})
     for kind in ATTACHMENT_KINDS:
-        item = msg.get(kind)
-        if isinstance(item, dict):
-            found.append({"kind": kind, "file_id": item.get("file_id"), "name": item.get("file_name"),
-                          "mime": item.get("mime_type"), "size": item.get("file_size")})
+        item = getattr(msg, kind)
+        if item is not None:
+            found.append({"kind": kind, "file_id": item.file_id, "name": item.file_name, "mime": item.mime_type,
+                          "size": item.file_size})
     return tuple(found)
 
 
-def mentions_bot(msg: dict, bot_id: str | None, username: str | None) -> bool:
+def mentions_bot(msg: tg.Message, bot_id: str | None, username: str | None) -> bool:
     """Entities addressed to this bot, or a reply to one of its messages."""
-    text = msg.get("text") or msg.get("caption") or ""
-    for ent in msg.get("entities") or msg.get("caption_entities") or []:
-        kind = ent.get("type")
-        if kind == "text_mention" and str((ent.get("user") or {}).get("id")) == bot_id:
+    text = msg.text or msg.caption or ""
+    for ent in msg.entities or msg.caption_entities:
+        if ent.type == "text_mention" and ent.user is not None and str(ent.user.id) == bot_id:
             return True
-        if kind in ("mention", "bot_command") and username:
-            word = utf16_slice(text, int(ent.get("offset", 0)), int(ent.get("length", 0)))
-            if kind == "mention" and word.lower() == f"@{username.lower()}":
+        if ent.type in ("mention", "bot_command") and username:
+            word = utf16_slice(text, ent.offset, ent.length)
+            if ent.type == "mention" and word.lower() == f"@{username.lower()}":
                 return True
-            if kind == "bot_command" and word.lower().endswith(f"@{username.lower()}"):
+            if ent.type == "bot_command" and word.lower().endswith(f"@{username.lower()}"):
                 return True
-    replied = msg.get("reply_to_message") or {}
-    return bot_id is not None and str((replied.get("from") or {}).get("id")) == bot_id
+    replied = msg.reply_to_message
+    return bot_id is not None and replied is not None and replied.sender is not None and \
+        str(replied.sender.id) == bot_id
 
 
-def needs_username(msg: dict) -> bool:
-    return any(e.get("type") in ("mention", "bot_command") for e in msg.get("entities") or msg.get("caption_entities") or [])
+def needs_username(msg: tg.Message) -> bool:
+    return any(e.type in ("mention", "bot_command") for e in msg.entities or msg.caption_entities)
 
 
 def keyboard(buttons) -> list[list[dict]]:
@@ -189,60 +207,61 @@ class TelegramAdapter:
         try:
             update = json.loads(body)
         except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON") from None
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
         return self.parse_update(update)
 
     def parse_update(self, update) -> Parsed:
-        if not isinstance(update, dict) or not isinstance(update.get("update_id"), int):
-            raise MalformedPayload("not a Telegram update (no update_id)")
-        event_id = str(update["update_id"])
+        """A Bot API update (JSON data) → events or a click. MalformedPayload when it does not fit the
+        schema (telegram_schema.py), with its kind for the log and the counter."""
         try:
-            if "callback_query" in update:
-                return Parsed(actions=[self._action(event_id, update["callback_query"])])
-            for key, edited in (("message", False), ("edited_message", True)):
-                if key in update:
-                    event = self._event(event_id, update[key], edited)
-                    return Parsed(events=[event] if event else [])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise MalformedPayload(f"unexpected update shape ({type(exc).__name__}: {exc})") from None
-        return Parsed()  # other update types are not subscribed to; acknowledge and ignore
+            parsed = tg.Update.model_validate(update)
+        except ValidationError as exc:
+            raise MalformedPayload(f"not a Telegram update we can read ({exc.error_count()} problem(s), first: "
+                                   f"{first_error(exc)})", kind=tg.kind_of(update)) from None
+        event_id = str(parsed.update_id)
+        if parsed.callback_query is not None:
+            return Parsed(actions=[self._action(event_id, parsed.callback_query)])
+        for msg, edited in ((parsed.message, False), (parsed.edited_message, True)):
+            if msg is not None:
+                event = self._event(event_id, msg, edited)
+                return Parsed(events=[event] if event else [])
+        return Parsed()  # channel posts and other update types are not subscribed to: acknowledged, ignored
 
-    def _event(self, event_id: str, msg: dict, edited: bool) -> InboundEvent | None:
-        chat, sender = msg["chat"], msg.get("from") or {}
-        text = msg.get("text") or msg.get("caption") or ""
+    def _event(self, event_id: str, msg: tg.Message, edited: bool) -> InboundEvent | None:
+        text = msg.text or msg.caption or ""
         attachments = attachments_of(msg)
         if not text and not attachments:
             return None  # service messages (joins, pins, topic changes) carry nothing to answer
-        is_topic = bool(msg.get("is_topic_message")) and msg.get("message_thread_id") is not None
-        kind = chat_kind(chat["type"], is_topic)
-        replied = msg.get("reply_to_message")
-        if is_topic and replied and replied.get("message_id") == msg.get("message_thread_id"):
+        is_topic = msg.is_topic_message and msg.message_thread_id is not None
+        kind = chat_kind(msg.chat, is_topic)
+        replied = msg.reply_to_message
+        if is_topic and replied is not None and replied.message_id == msg.message_thread_id:
             replied = None  # in a topic every message "replies" to the topic's first message
-        sender_id = str(sender.get("id", chat["id"]))
+        sender_id, sender_name, is_bot = sender_of(msg)
         username = self.username() if needs_username(msg) else None
         return InboundEvent(
-            channel="telegram", event_id=event_id, chat_id=str(chat["id"]), kind=kind,
-            sender_id=sender_id, sender_name=display_name(sender),
+            channel="telegram", event_id=event_id, chat_id=str(msg.chat.id), kind=kind,
+            sender_id=sender_id, sender_name=sender_name,
             text=(EDITED_PREFIX + text) if edited else text,
-            timestamp=iso_utc(msg.get("edit_date") if edited and msg.get("edit_date") else msg["date"]),
-            thread_id=str(msg["message_thread_id"]) if is_topic else None,
-            message_id=str(msg["message_id"]),
+            timestamp=iso_utc(msg.edit_date if edited and msg.edit_date else msg.date),
+            thread_id=str(msg.message_thread_id) if is_topic else None,
+            message_id=str(msg.message_id),
             mentioned=kind == "dm" or mentions_bot(msg, self.bot_id, username),
-            sender_is_bot=bool(sender.get("is_bot")),
+            sender_is_bot=is_bot,
             from_self=self.bot_id is not None and sender_id == self.bot_id,
-            reply_to=ReplyTo(str(replied["message_id"]), display_name(replied.get("from")),
-                             replied.get("text") or replied.get("caption")) if replied else None,
+            reply_to=ReplyTo(str(replied.message_id), display_name(replied.sender or replied.sender_chat),
+                             replied.text or replied.caption) if replied else None,
             attachments=attachments,
-            chat_name=chat.get("title"),
+            chat_name=msg.chat.title,
         )
 
-    def _action(self, event_id: str, query: dict) -> Action:
-        message = query.get("message") or {}
-        return Action(channel="telegram", action_id=query.get("data") or "",
-                      user_id=f"telegram:{query['from']['id']}", user_name=display_name(query.get("from")),
-                      chat_id=str(message["chat"]["id"]) if message.get("chat") else None,
-                      message_id=str(message["message_id"]) if "message_id" in message else None,
-                      event_id=event_id, raw={"callback_query_id": query["id"]})
+    def _action(self, event_id: str, query: tg.CallbackQuery) -> Action:
+        message = query.message
+        return Action(channel="telegram", action_id=query.data or "",
+                      user_id=f"telegram:{query.sender.id}", user_name=display_name(query.sender),
+                      chat_id=str(message.chat.id) if message is not None else None,
+                      message_id=str(message.message_id) if message is not None else None,
+                      event_id=event_id, raw={"callback_query_id": query.id})
 
     def acknowledge_action(self, action: Action, text: str | None) -> None:
         """Always answer the callback query, or the user's client spins for a while."""

@@ -23,9 +23,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import requests
+from pydantic import ValidationError
 
+from . import whatsapp_schema as wa
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
-                   register)
+                   first_error, register)
 from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
@@ -70,7 +72,7 @@ def subscription_challenge(query, verify_token: str | None) -> str:
         raise WebhookRefused(403, "subscription verification failed")
     challenge = query.get("hub.challenge")
     if not challenge:
-        raise MalformedPayload("hub.challenge missing")
+        raise MalformedPayload("hub.challenge missing", kind="subscribe")
     return challenge
 
 
@@ -84,76 +86,73 @@ def _iso(unix_seconds) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def _message_text(message: dict) -> tuple[str, tuple[dict, ...]] | None:
+def _message_text(message: wa.Message) -> tuple[str, tuple[dict, ...]] | None:
     """(text, attachments) for the message types a person writes; None for the rest."""
-    kind = message.get("type")
+    kind = message.type
     if kind == "text":
-        return (message.get("text") or {}).get("body", ""), ()
+        return (message.text.body if message.text else ""), ()
     if kind == "button":  # a quick-reply button of a template message
-        return (message.get("button") or {}).get("text", ""), ()
+        return (message.button.text if message.button else ""), ()
     if kind in MEDIA_TYPES:
-        media = message.get(kind) or {}
-        attachment = {"type": kind, "media_id": media.get("id"), "mime_type": media.get("mime_type"),
-                      "filename": media.get("filename")}
-        return media.get("caption") or f"[{kind}]", ({k: v for k, v in attachment.items() if v},)
-    if kind == "location":
-        loc = message.get("location") or {}
-        where = ", ".join(str(loc[k]) for k in ("name", "address") if loc.get(k))
-        return f"[location {loc.get('latitude')},{loc.get('longitude')}{' ' + where if where else ''}]", ()
+        media = getattr(message, kind) or wa.Media()
+        attachment = {"type": kind, "media_id": media.id, "mime_type": media.mime_type, "filename": media.filename}
+        return media.caption or f"[{kind}]", ({k: v for k, v in attachment.items() if v},)
+    if kind == "location" and message.location is not None:
+        loc = message.location
+        where = ", ".join(str(v) for v in (loc.name, loc.address) if v)
+        return f"[location {loc.latitude},{loc.longitude}{' ' + where if where else ''}]", ()
     return None
 
 
-def parse_message(message: dict, names: dict[str, str]) -> InboundEvent | Action | None:
+def parse_message(message: wa.Message, names: dict[str, str]) -> InboundEvent | Action | None:
     """One entry of `value.messages` → an event, a button/list Action, or None (ignored type)."""
-    try:
-        wamid, sender = str(message["id"]), str(message["from"])
-    except (KeyError, TypeError):
-        raise MalformedPayload("a message without id or from") from None
-    context = message.get("context") or {}
-    if message.get("type") == "interactive":
-        interactive = message.get("interactive") or {}
-        choice = interactive.get(interactive.get("type")) if interactive.get("type") in (
+    wamid, sender = message.id, message.sender
+    context = message.context.id if message.context else None
+    if message.type == "interactive":
+        interactive = message.interactive or wa.Interactive()
+        choice = getattr(interactive, interactive.type or "", None) if interactive.type in (
             "button_reply", "list_reply") else None
-        if not choice or not choice.get("id"):
+        if not choice or not choice.id:
             return None
-        return Action(channel=CHANNEL, action_id=str(choice["id"]), user_id=f"{CHANNEL}:{sender}", chat_id=sender,
-                      user_name=names.get(sender),
-                      message_id=context.get("id"), event_id=wamid, raw={"title": choice.get("title")})
+        return Action(channel=CHANNEL, action_id=choice.id, user_id=f"{CHANNEL}:{sender}", chat_id=sender,
+                      user_name=names.get(sender), message_id=context, event_id=wamid, raw={"title": choice.title})
     content = _message_text(message)
     if content is None:
-        log.info("ignored WhatsApp message %s of type %r", wamid, message.get("type"))
+        log.info("ignored WhatsApp message %s of type %r", wamid, message.type)  # reactions, unsupported kinds
         return None
     text, attachments = content
     return InboundEvent(
         channel=CHANNEL, event_id=wamid, chat_id=sender, kind="dm", sender_id=sender,
-        sender_name=names.get(sender) or sender, text=text, timestamp=_iso(message.get("timestamp")),
+        sender_name=names.get(sender) or sender, text=text, timestamp=_iso(message.timestamp),
         message_id=wamid, mentioned=True,  # WhatsApp has no mentions: every chat is a DM with us
-        reply_to=ReplyTo(str(context["id"])) if context.get("id") else None, attachments=attachments)
+        reply_to=ReplyTo(context) if context else None, attachments=attachments)
 
 
 def parse_payload(payload) -> Parsed:
-    """A webhook body → events and actions. `statuses` (sent/delivered/read) are acknowledged only."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
-        raise MalformedPayload("expected an object with an entry list")
+    """A webhook body → events and actions. `statuses` (sent/delivered/read) are acknowledged only.
+    A body that does not fit the schema is MalformedPayload; one message in it that does not fit is
+    skipped (and reported) while the others are routed."""
+    try:
+        body = wa.Body.model_validate(payload)
+    except ValidationError as exc:
+        raise MalformedPayload(f"not a WhatsApp webhook body we can read ({first_error(exc)})",
+                               kind=wa.kind_of(payload)) from None
     parsed = Parsed()
-    for entry in payload["entry"]:
-        changes = entry.get("changes") if isinstance(entry, dict) else None
-        if not isinstance(changes, list):
-            raise MalformedPayload("an entry without a changes list")
-        for change in changes:
-            if not isinstance(change, dict) or not isinstance(change.get("value"), dict):
-                raise MalformedPayload("a change without a value object")
-            if change.get("field") != "messages":
+    for entry in body.entry:
+        for change in entry.changes:
+            if change.field != "messages":
                 continue
-            value = change["value"]
-            for status in value.get("statuses") or []:  # sent/delivered/read receipts: nothing to route
-                if isinstance(status, dict) and status.get("status") == "failed":
-                    log.warning("WhatsApp reports message %s failed: %s", status.get("id"), status.get("errors"))
-            names = {str(c.get("wa_id")): (c.get("profile") or {}).get("name")
-                     for c in value.get("contacts") or [] if isinstance(c, dict)}
-            for message in value.get("messages") or []:
-                if not isinstance(message, dict):
-                    raise MalformedPayload("a message that is not an object")
+            value = change.value
+            for status in value.statuses:  # sent/delivered/read receipts: nothing to route
+                if status.status == "failed":
+                    log.warning("WhatsApp reports message %s failed: %s", status.id, status.errors)
+            names = {c.wa_id: c.profile.name for c in value.contacts if c.wa_id and c.profile}
+            for raw in value.messages:
+                try:
+                    message = wa.Message.read(raw)
+                except ValidationError as exc:
+                    parsed.skipped.append((f"messages/{str(raw.get('type') or 'other')[:30]}", first_error(exc)))
+                    continue
                 item = parse_message(message, names)
                 if isinstance(item, Action):
                     parsed.actions.append(item)
@@ -284,7 +283,7 @@ class WhatsAppAdapter:
         try:
             payload = json.loads(body)
         except ValueError:
-            raise MalformedPayload("body is not JSON") from None
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
         return parse_payload(payload)
 
     def acknowledge_action(self, action: Action, text: str | None) -> None:

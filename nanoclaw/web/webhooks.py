@@ -13,9 +13,10 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from .. import metrics
 from ..approvals import actions
-from ..inbound import intake, router
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
+from ..inbound import intake, router
 
 bp = Blueprint("webhooks", __name__)
 PREFIX = "/webhooks/"
@@ -39,6 +40,16 @@ def _wake_async(app):
     return lambda session: waker(session.agent_group.folder, session.id)
 
 
+def malformed(adapter, channel: str, exc: MalformedPayload):
+    """An authentic request whose payload does not fit: answered as the platform expects (so it
+    does not retry what can never be read), one log line with its kind, counted; nothing routed."""
+    log.warning("%s webhook: a malformed %s payload was acknowledged and not routed: %s", channel, exc.kind, exc)
+    metrics.WEBHOOKS_MALFORMED.labels(channel, exc.kind).inc()
+    answer = getattr(adapter, "malformed_answer", None)
+    body, status = answer(exc) if answer is not None else ("", 200)
+    return (jsonify(body), status) if isinstance(body, (dict, list)) else (body, status)
+
+
 @bp.route("/webhooks/<channel>", methods=["GET", "POST"], defaults={"kind": ""})
 @bp.route("/webhooks/<channel>/<kind>", methods=["GET", "POST"])
 def webhook(channel: str, kind: str):
@@ -58,10 +69,13 @@ def webhook(channel: str, kind: str):
         parsed = adapter.handle_webhook(kind, request.method, request.headers, request.args, body)
     except WebhookRefused as exc:
         log.warning("%s webhook refused (%d): %s", channel, exc.status, exc.reason)
+        metrics.WEBHOOKS_REFUSED.labels(channel, str(exc.status)).inc()
         return jsonify(error=exc.reason), exc.status
     except MalformedPayload as exc:
-        log.warning("%s webhook malformed: %s", channel, exc)
-        return jsonify(error=f"malformed payload: {exc}"), 400
+        return malformed(adapter, channel, exc)
+    for kind, why in parsed.skipped:
+        log.warning("%s webhook: a malformed %s part was skipped, the rest routed: %s", channel, kind, why)
+        metrics.WEBHOOKS_MALFORMED.labels(channel, kind).inc()
     accepted = []
     for event in parsed.events:
         if event.from_self:
