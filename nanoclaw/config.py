@@ -17,6 +17,7 @@ from dotenv import dotenv_values
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("auto", "docker", "bwrap")
+TELEGRAM_MODES = ("auto", "poll", "webhook")
 
 
 class SettingsError(ValueError):
@@ -126,7 +127,7 @@ class Settings:
     # Platform settings stay in one dict so adding a platform adds no field here.
     PLATFORM_VARS = (
         ("TELEGRAM_BOT_TOKEN", None), ("TELEGRAM_WEBHOOK_SECRET", None),
-        ("TELEGRAM_API_BASE", "https://api.telegram.org"),
+        ("TELEGRAM_API_BASE", "https://api.telegram.org"), ("TELEGRAM_MODE", "auto"),
         ("SLACK_BOT_TOKEN", None), ("SLACK_SIGNING_SECRET", None), ("SLACK_BOT_USER_ID", None),
         ("SLACK_API_BASE", "https://slack.com/api"),
         ("WHATSAPP_TOKEN", None), ("WHATSAPP_APP_SECRET", None), ("WHATSAPP_VERIFY_TOKEN", None),
@@ -170,6 +171,10 @@ class Settings:
         assistant = get("NANOCLAW_ASSISTANT_NAME", "Andy").strip()
         if not assistant:
             raise SettingsError("NANOCLAW_ASSISTANT_NAME is empty; it accepts any non-empty name")
+
+        if (mode := get("TELEGRAM_MODE", "auto")) not in TELEGRAM_MODES:
+            raise SettingsError(f"TELEGRAM_MODE={mode!r} is unknown; it accepts one of: {', '.join(TELEGRAM_MODES)} "
+                                "(auto: webhook when TELEGRAM_WEBHOOK_SECRET is set, else long polling)")
 
         install_id = get("NANOCLAW_INSTALL_ID", "nanoclaw")
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,40}", install_id):

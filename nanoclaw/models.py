@@ -400,3 +400,24 @@ class AgentCard(Base):
 
 
 ALL_MODELS += [AgentCard]
+
+
+# --- pairing (migration 0009_pairing) ------------------------------------------------------------
+
+class PairingCode(Base):
+    """A one-time code (only its SHA-256 kept) that gives the first person who sends it in a DM a
+    role for an agent and wires their DM to it. role NULL: owner when there is none yet, else member."""
+    code_hash = pw.CharField(max_length=64, unique=True)
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    role = pw.CharField(null=True)
+    created_by = pw.CharField()
+    created_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField()
+    used_at = pw.DateTimeField(null=True)
+    used_by = pw.CharField(null=True)
+
+    class Meta:
+        table_name = "pairing_codes"
+
+
+ALL_MODELS += [PairingCode]

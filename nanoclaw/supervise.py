@@ -6,7 +6,21 @@ import os
 import sys
 from pathlib import Path
 
+from .channels.telegram import update_mode
 from .config import PROJECT_ROOT, Settings, SettingsError
+
+
+def has_owner(settings) -> bool | None:
+    """Whether anyone owns this install; None when the database cannot tell (never blocks start)."""
+    from .db import open_database
+    db = open_database(settings.database_url)
+    try:
+        db.connect()
+        return db.execute_sql("SELECT 1 FROM user_roles WHERE role = 'owner' LIMIT 1").fetchone() is not None
+    except Exception:
+        return None
+    finally:
+        db.close()
 
 
 def main() -> None:
@@ -22,10 +36,15 @@ def main() -> None:
                NANOCLAW_PORT=str(settings.port),
                NANOCLAW_VENV_BIN=str(Path(sys.executable).parent),
                # the Discord Gateway program runs only when there is a bot to connect as
-               NANOCLAW_DISCORD_GATEWAY="true" if settings.platform.get("DISCORD_BOT_TOKEN") else "false")
+               NANOCLAW_DISCORD_GATEWAY="true" if settings.platform.get("DISCORD_BOT_TOKEN") else "false",
+               # Telegram by long polling when there is a bot and no webhook (no public URL needed)
+               NANOCLAW_TELEGRAM_POLL="true" if update_mode(settings.platform) == "poll" else "false")
     supervisord = Path(sys.executable).parent / "supervisord"
     print(f"nanoclaw: web on http://127.0.0.1:{settings.port} (data in {settings.data_dir}); Ctrl-C stops",
           file=sys.stderr, flush=True)
+    if has_owner(settings) is False:
+        print("nanoclaw: next step: in another terminal run `.venv/bin/flask --app app nanoclaw pair` and send "
+              "the code it prints to your bot in a direct message", file=sys.stderr, flush=True)
     os.chdir(PROJECT_ROOT)
     os.execve(str(supervisord), [str(supervisord), "-n", "-c", str(PROJECT_ROOT / "supervisord.conf")], env)
 

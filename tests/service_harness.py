@@ -119,6 +119,8 @@ class SupervisedService:
                 found.setdefault("web-worker" if under_gunicorn else "web-master", []).append(pid)
             elif b"nanoclaw proxy" in cmd:
                 found.setdefault("proxy", []).append(pid)
+            elif b"nanoclaw telegram poll" in cmd:
+                found.setdefault("telegram-poll", []).append(pid)
         for root in self.sandbox_roots():
             todo = [root]
             while todo:

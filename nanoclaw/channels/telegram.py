@@ -2,7 +2,9 @@
 
 Inbound, POST /webhooks/telegram: the `X-Telegram-Bot-Api-Secret-Token` header is compared in
 constant time with TELEGRAM_WEBHOOK_SECRET before the body is parsed; with no secret configured
-every request is refused (403). The update_id is the dedup key.
+every request is refused (403). The update_id is the dedup key. In poll mode (no public URL) the
+`telegram-poll` program fetches updates with getUpdates and hands each one over, signed, to
+POST /webhooks/telegram/poll (channels/handoff.py): the same parsing, dedup and routing.
   - private chat → dm; group/supergroup → group; a forum-topic message (`is_topic_message`) →
     thread with thread_id = message_thread_id.
   - an edited message is a new event (its own update_id) whose text starts with "(edited) ", so
@@ -33,12 +35,13 @@ from urllib.parse import quote
 import requests
 from pydantic import ValidationError
 
-from . import telegram_schema as tg
+from . import handoff, telegram_schema as tg
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    first_error, iso_utc, register)
 from .download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from .parts import PartialSends
 from .text import split_text
+from ..config import install_secret
 from ..sessions.store import Target
 
 log = logging.getLogger("nanoclaw.channels.telegram")
@@ -50,6 +53,8 @@ ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 EDITED_PREFIX = "(edited) "
+POLL_PATH = "/webhooks/telegram/poll"   # the telegram-poll program hands each update over here
+POLL_KEY_PURPOSE = b"telegram-poll"
 ATTACHMENT_KINDS = ("document", "audio", "video", "voice", "video_note", "animation", "sticker")
 
 # Bot reactions are limited to Telegram's fixed set; a few common ones outside it map to a near match.
@@ -92,6 +97,17 @@ def clip(text: str, limit: int) -> str:
 
 def secret_matches(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected.encode(), given.encode())
+
+
+def update_mode(platform: dict) -> str | None:
+    """How updates arrive: 'webhook', 'poll' (getUpdates, no public URL needed), or None without a
+    bot token. TELEGRAM_MODE=auto picks webhook when a webhook secret is set."""
+    if not platform.get("TELEGRAM_BOT_TOKEN"):
+        return None
+    mode = platform.get("TELEGRAM_MODE", "auto")
+    if mode == "auto":
+        return "webhook" if platform.get("TELEGRAM_WEBHOOK_SECRET") else "poll"
+    return mode
 
 
 def reaction_emoji(emoji: str) -> str:
@@ -189,10 +205,13 @@ class TelegramAdapter:
         self._username_tried_at: float | None = None
         self._me_lock = threading.Lock()
         self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
+        self._poll_key: bytes | None = None
 
     # --- inbound ---
 
     def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind == "poll" and method == "POST":
+            return self._polled(headers, body)
         if kind:
             raise WebhookRefused(404, "Telegram has one webhook: /webhooks/telegram")
         if method != "POST":
@@ -204,6 +223,17 @@ class TelegramAdapter:
         given = {k.lower(): v for k, v in headers.items()}.get(SECRET_HEADER)
         if not secret_matches(self.secret, given):
             raise WebhookRefused(401, "missing or wrong secret token")
+        try:
+            update = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
+        return self.parse_update(update)
+
+    def _polled(self, headers, body: bytes) -> Parsed:
+        """An update the `telegram-poll` program fetched with getUpdates, handed over signed."""
+        if self._poll_key is None:  # the install's secret is fixed for the web program's life
+            self._poll_key = handoff.purpose_key(install_secret(self.settings), POLL_KEY_PURPOSE)
+        handoff.verify(self._poll_key, headers, body, time.time())
         try:
             update = json.loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -362,6 +392,9 @@ class TelegramAdapter:
 
     def webhook_info(self) -> dict:
         return self._call("getWebhookInfo", {})
+
+    def delete_webhook(self, drop_pending: bool = False) -> None:
+        self._call("deleteWebhook", {"drop_pending_updates": drop_pending})
 
     # --- HTTP ---
 

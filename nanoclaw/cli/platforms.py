@@ -1,11 +1,13 @@
-"""Set-up of the chat platforms: Telegram's webhook, the Discord Gateway program."""
+"""Set-up of the chat platforms: Telegram's webhook or long polling, the Discord Gateway program."""
 from __future__ import annotations
 
 import click
 
 from ..channels.base import DeliveryError, get_adapter
 from ..channels.telegram import ALLOWED_UPDATES, SECRET_RE
+from ..channels.telegram import update_mode
 from ..inbound.discord_gateway import run_gateway
+from ..inbound.telegram_poll import Poller
 from .base import Mistake, command, group, settings as current_settings
 
 
@@ -26,7 +28,7 @@ def webhook_problem(platform: dict, url: str) -> str | None:
 
 @group("telegram")
 def telegram_cli():
-    """Telegram: register the webhook and show its state."""
+    """Telegram: long polling (no public URL) or a webhook; register, remove and show it."""
 
 
 @telegram_cli.command("set-webhook")
@@ -57,6 +59,33 @@ def webhook_info_command():
     for key in ("url", "pending_update_count", "last_error_message", "allowed_updates"):
         if info.get(key) not in (None, ""):
             click.echo(f"{key}: {info[key]}")
+
+
+@telegram_cli.command("delete-webhook")
+@click.option("--drop-pending", is_flag=True, help="Also discard the updates Telegram queued.")
+def delete_webhook_command(drop_pending: bool):
+    """Remove the webhook, so long polling (TELEGRAM_MODE=poll or auto) can fetch updates."""
+    if not current_settings().platform.get("TELEGRAM_BOT_TOKEN"):
+        raise Mistake("TELEGRAM_BOT_TOKEN is not set; put the token from @BotFather in .env")
+    try:
+        get_adapter("telegram", current_settings()).delete_webhook(drop_pending)
+    except DeliveryError as exc:
+        raise Mistake(f"Telegram refused: {exc}") from None
+    click.echo("webhook removed; updates are fetched by long polling (the telegram-poll program)")
+
+
+@telegram_cli.command("poll")
+def poll_command():
+    """Run the long-polling client (supervisord's `telegram-poll` program, started when a bot
+    token is set and TELEGRAM_MODE resolves to poll): no public URL needed."""
+    settings = current_settings()
+    mode = update_mode(settings.platform)
+    if mode is None:
+        raise Mistake("TELEGRAM_BOT_TOKEN is not set; put the token from @BotFather in .env")
+    if mode != "poll":
+        raise Mistake("TELEGRAM_MODE resolves to webhook (TELEGRAM_WEBHOOK_SECRET is set); set TELEGRAM_MODE=poll "
+                      "to poll instead")
+    Poller(settings).run()
 
 
 @command("discord-gateway")

@@ -9,10 +9,16 @@ UTF-16 units, callback_data size, known reaction emoji) and answers in the Bot A
         tg.rate_limit("sendMessage", retry_after=3)   # the next sendMessage gets a 429
         tg.calls("sendMessage")                        # parameters of accepted calls, in order
         tg.add_file(b"...", file_id="BQAC...")         # a file a user sent: getFile + the file server
+        tg.push_update({...})                          # waits for getUpdates (long polling)
+
+getUpdates behaves as the Bot API documents: updates with update_id >= offset, oldest first, at
+most `limit`; a call with an offset confirms (forgets) every update below it; with `timeout` the
+call waits up to that many seconds for one to arrive; 409 while a webhook is set.
 """
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -49,6 +55,9 @@ class FakeTelegram(FakePlatform):
         self.token = token
         self._ids = itertools.count(500)
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
+        self.webhook: dict = {}
+        self.pending: list[dict] = []          # updates not confirmed yet, oldest first
+        self._updates_cond = threading.Condition()
 
     # what a test asserts on -----------------------------------------------------------------------
     @staticmethod
@@ -180,7 +189,37 @@ class FakeTelegram(FakePlatform):
         self.webhook = p
         return True
 
+    def _deleteWebhook(self, p, req):
+        self.webhook = {}
+        if str(p.get("drop_pending_updates", "")).lower() == "true" or p.get("drop_pending_updates") is True:
+            with self._updates_cond:
+                self.pending.clear()
+        return True
+
     def _getWebhookInfo(self, p, req):
-        hook = getattr(self, "webhook", {})
-        return {"url": hook.get("url", ""), "has_custom_certificate": False, "pending_update_count": 0,
-                "allowed_updates": hook.get("allowed_updates", [])}
+        hook = self.webhook
+        return {"url": hook.get("url", ""), "has_custom_certificate": False,
+                "pending_update_count": len(self.pending), "allowed_updates": hook.get("allowed_updates", [])}
+
+    # long polling ----------------------------------------------------------------------------------
+    def push_update(self, update: dict) -> None:
+        with self._updates_cond:
+            self.pending.append(update)
+            self._updates_cond.notify_all()
+
+    def _getUpdates(self, p, req):
+        if self.webhook.get("url"):
+            return api_error(409, "Conflict: can't use getUpdates method while webhook is active; "
+                                  "use deleteWebhook to delete the webhook first")
+        offset = int(p.get("offset") or 0)
+        limit = max(1, min(100, int(p.get("limit") or 100)))
+        deadline = time.monotonic() + min(50.0, float(p.get("timeout") or 0))
+        with self._updates_cond:
+            if offset:
+                self.pending = [u for u in self.pending if u["update_id"] >= offset]  # confirmed
+            while True:
+                ready = [u for u in self.pending if u["update_id"] >= offset][:limit]
+                left = deadline - time.monotonic()
+                if ready or left <= 0:
+                    return ready
+                self._updates_cond.wait(left)

@@ -1,0 +1,65 @@
+"""A helper program → the web program: the signed hand-off of one platform event (pure).
+
+Programs that receive events without a webhook (the Discord Gateway, Telegram long polling, Slack
+Socket Mode) post each one to the web program on 127.0.0.1, so it is accepted, deduplicated, routed
+and woken exactly as a webhook would be. The request is signed with HMAC-SHA256 over
+`timestamp + "." + body`, keyed by a key derived from the install's secret for that one purpose
+(the cookie-signing key itself never MACs anything else); a timestamp more than 5 minutes off is
+refused (replay).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from .base import WebhookRefused
+
+SIGNATURE_HEADER = "X-NanoClaw-Gateway-Signature"
+TIMESTAMP_HEADER = "X-NanoClaw-Gateway-Timestamp"
+MAX_SKEW_S = 300
+
+
+def purpose_key(secret: str, purpose: bytes) -> bytes:
+    """A key of its own for `purpose`, derived from the install's secret."""
+    return hmac.new(secret.encode(), purpose, hashlib.sha256).digest()
+
+
+def sign(key: bytes, timestamp: str, body: bytes) -> str:
+    return hmac.new(key, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def signed_headers(key: bytes, body: bytes, now: float) -> dict[str, str]:
+    timestamp = str(int(now))
+    return {SIGNATURE_HEADER: sign(key, timestamp, body), TIMESTAMP_HEADER: timestamp,
+            "Content-Type": "application/json"}
+
+
+def verify(key: bytes, headers, body: bytes, now: float) -> None:
+    """Raise WebhookRefused(401) unless our own program signed this body, recently."""
+    signature, timestamp = headers.get(SIGNATURE_HEADER), headers.get(TIMESTAMP_HEADER)
+    if not signature or not timestamp:
+        raise WebhookRefused(401, f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}")
+    if not (signature.isascii() and timestamp.isascii()) or \
+            not hmac.compare_digest(sign(key, timestamp, body).encode(), signature.encode()):
+        raise WebhookRefused(401, "bad hand-off signature")
+    try:
+        fresh = abs(now - int(timestamp)) <= MAX_SKEW_S
+    except ValueError:
+        fresh = False
+    if not fresh:
+        raise WebhookRefused(401, f"stale {TIMESTAMP_HEADER} (possible replay)")
+
+
+def attempts(web_was_down: bool, retry_delays: tuple) -> int:
+    """Retry only while the web program was answering: once it is down, each event tries once, so
+    a burst during an outage is not held up by retries one after another."""
+    return 1 if web_was_down else len(retry_delays) + 1
+
+
+def attempt_outcome(status: int | None) -> str:
+    """What one POST's answer means: 'done', 'retry' (no answer or 5xx), or 'refused' (4xx)."""
+    if status is None or status >= 500:
+        return "retry"
+    if status >= 400:
+        return "refused"
+    return "done"
