@@ -129,6 +129,7 @@ class Settings:
         ("TELEGRAM_BOT_TOKEN", None), ("TELEGRAM_WEBHOOK_SECRET", None),
         ("TELEGRAM_API_BASE", "https://api.telegram.org"), ("TELEGRAM_MODE", "auto"),
         ("SLACK_BOT_TOKEN", None), ("SLACK_SIGNING_SECRET", None), ("SLACK_BOT_USER_ID", None),
+        ("SLACK_APP_TOKEN", None),
         ("SLACK_API_BASE", "https://slack.com/api"),
         ("WHATSAPP_TOKEN", None), ("WHATSAPP_APP_SECRET", None), ("WHATSAPP_VERIFY_TOKEN", None),
         ("WHATSAPP_PHONE_NUMBER_ID", None), ("WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0"),

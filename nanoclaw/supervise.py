@@ -38,7 +38,9 @@ def main() -> None:
                # the Discord Gateway program runs only when there is a bot to connect as
                NANOCLAW_DISCORD_GATEWAY="true" if settings.platform.get("DISCORD_BOT_TOKEN") else "false",
                # Telegram by long polling when there is a bot and no webhook (no public URL needed)
-               NANOCLAW_TELEGRAM_POLL="true" if update_mode(settings.platform) == "poll" else "false")
+               NANOCLAW_TELEGRAM_POLL="true" if update_mode(settings.platform) == "poll" else "false",
+               # Slack over Socket Mode when there is an app-level token (no public URL needed)
+               NANOCLAW_SLACK_SOCKET="true" if settings.platform.get("SLACK_APP_TOKEN") else "false")
     supervisord = Path(sys.executable).parent / "supervisord"
     print(f"nanoclaw: web on http://127.0.0.1:{settings.port} (data in {settings.data_dir}); Ctrl-C stops",
           file=sys.stderr, flush=True)

@@ -121,6 +121,8 @@ class SupervisedService:
                 found.setdefault("proxy", []).append(pid)
             elif b"nanoclaw telegram poll" in cmd:
                 found.setdefault("telegram-poll", []).append(pid)
+            elif b"nanoclaw slack socket" in cmd:
+                found.setdefault("slack-socket", []).append(pid)
         for root in self.sandbox_roots():
             todo = [root]
             while todo:

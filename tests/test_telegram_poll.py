@@ -156,3 +156,11 @@ def test_the_program_refuses_to_start_in_webhook_mode(make_settings, sqlite_url,
         result = app.test_cli_runner().invoke(args=["nanoclaw", "telegram", "poll"])
     assert result.exit_code == 2 and "TELEGRAM_MODE=poll" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_mode_is_not_taken_for_a_secret(make_settings):
+    """'webhook' in TELEGRAM_MODE must not stop a sandbox whose variables happen to hold the word."""
+    from nanoclaw.runtime.base import assert_no_secrets, known_secrets
+    settings = make_settings(TELEGRAM_BOT_TOKEN="7000001:AAH-token-value", TELEGRAM_MODE="webhook")
+    assert "webhook" not in known_secrets(settings) and "7000001:AAH-token-value" in known_secrets(settings)
+    assert_no_secrets({"NANOCLAW_NOTE": "reply to the webhook question"}, known_secrets(settings))

@@ -1,6 +1,8 @@
 """Slack (Events API, interactivity, Web API): verified webhooks in, Web API calls out.
 
-Inbound: POST /webhooks/slack/events and POST /webhooks/slack/actions. Every request is checked
+Inbound: POST /webhooks/slack/events and POST /webhooks/slack/actions, or, with SLACK_APP_TOKEN set
+(Socket Mode, no public URL), the `slack-socket` program's signed hand-off of each envelope's
+payload to POST /webhooks/slack/socket (channels/handoff.py). Every webhook request is checked
 with slack_sdk's SignatureVerifier (v0 HMAC over `v0:{timestamp}:{body}`, 300 s window) on the
 raw body before it is parsed; with no SLACK_SIGNING_SECRET every request is refused (403).
   - url_verification is answered with its challenge.
@@ -34,10 +36,8 @@ bots in the Web API; typing() does nothing.
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import logging
-import re
 import threading
 import time
 from pathlib import Path
@@ -47,18 +47,21 @@ import requests
 from pydantic import ValidationError
 from slack_sdk.signature import SignatureVerifier
 
-from . import slack_schema as sl
+from . import handoff, slack_schema as sl
+from .slack_text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
 from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, first_error,
                    iso_utc, register)
 from .download import AttachmentError, check_size, fetch, host_allowed
 from .parts import PartialSends
 from .text import split_text
+from ..config import install_secret
 from ..sessions.store import Target
 
 log = logging.getLogger("nanoclaw.channels.slack")
 
-TEXT_LIMIT = 3900
-SECTION_LIMIT = 3000
+SOCKET_PATH = "/webhooks/slack/socket"   # the slack-socket program hands each envelope over here
+SOCKET_KEY_PURPOSE = b"slack-socket"
+
 ROUTED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
 PERMANENT_ERRORS = {
     "channel_not_found", "not_in_channel", "is_archived", "msg_too_long", "no_text", "invalid_blocks",
@@ -66,69 +69,7 @@ PERMANENT_ERRORS = {
     "cant_update_message", "message_not_found", "edit_window_closed", "invalid_name", "too_many_reactions",
     "restricted_action", "not_allowed_token_type", "file_not_found", "invalid_arguments", "channel_is_archived",
 }
-EMOJI_NAMES = {
-    "👍": "thumbsup", "👎": "thumbsdown", "❤": "heart", "😂": "joy", "🤣": "rolling_on_the_floor_laughing",
-    "🎉": "tada", "👀": "eyes", "✅": "white_check_mark", "✔": "heavy_check_mark", "❌": "x", "🔥": "fire",
-    "🙏": "pray", "👌": "ok_hand", "👏": "clap", "😄": "smile", "😁": "grin", "😊": "blush",
-    "🙂": "slightly_smiling_face", "😉": "wink", "😢": "cry", "😭": "sob", "😮": "open_mouth", "😱": "scream",
-    "🤔": "thinking_face", "💯": "100", "🚀": "rocket", "⚠": "warning", "✨": "sparkles", "💡": "bulb",
-    "⏳": "hourglass_flowing_sand", "🤝": "handshake", "✍": "writing_hand", "📌": "pushpin", "🐛": "bug",
-    "🎯": "dart", "🙌": "raised_hands", "💪": "muscle", "😎": "sunglasses", "🤖": "robot_face", "👋": "wave",
-    "⭐": "star", "🆗": "ok", "❓": "question", "❗": "exclamation", "😅": "sweat_smile", "🥳": "partying_face",
-}
-_MARKUP = re.compile(r"<([^<>]+)>")
 FILE_HOSTS = ("files.slack.com",)  # where url_private(_download) points; the bot token goes nowhere else
-
-
-# --- pure helpers ----------------------------------------------------------------------------
-
-def escape(text: str) -> str:
-    """Slack's three control characters, escaped as its docs require."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def plain_text(text: str) -> str:
-    """Slack's message markup as readable text for the agent."""
-    def one(m: re.Match) -> str:
-        inner = m.group(1)
-        target, _, label = inner.partition("|")
-        if target.startswith(("@", "#")):
-            return f"{target[0]}{label or target[1:]}"
-        if target.startswith("!"):  # <!here>, <!channel>, <!subteam^S1|@team>
-            return label if label.startswith("@") else "@" + (label or target[1:].split("^", 1)[0])
-        return f"{label} ({target})" if label and label != target else target
-    return html.unescape(_MARKUP.sub(one, text or ""))
-
-
-def emoji_name(emoji: str) -> str:
-    """A reaction name for reactions.add: `:name:`/`name` as given, common unicode emoji mapped,
-    anything else thumbsup."""
-    bare = emoji.strip().strip(":")
-    if re.fullmatch(r"[a-z0-9_+'-]+", bare):
-        return bare
-    return EMOJI_NAMES.get(bare.replace("\ufe0f", ""), "thumbsup")
-
-
-def chat_kind(channel_type: str | None, channel_id: str) -> str:
-    """im → dm; app_mention events carry no channel_type, and DM channel ids start with D."""
-    if channel_type:
-        return "dm" if channel_type == "im" else "group"
-    return "dm" if channel_id.startswith("D") else "group"
-
-
-def card_blocks(card: Card) -> list[dict]:
-    head = f"*{escape(card.title)}*" if card.title else ""
-    text = "\n".join(p for p in (head, escape(card.body)) if p)
-    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": _clip(text or " ", SECTION_LIMIT)}}]
-    if card.buttons:
-        blocks.append({"type": "actions", "elements": [
-            {"type": "button", "text": {"type": "plain_text", "text": _clip(label, 75)}, "action_id": action,
-             "value": action} for label, action in card.buttons[:25]]})
-    return blocks
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 # --- the adapter -----------------------------------------------------------------------------
@@ -149,10 +90,13 @@ class SlackAdapter:
         self._identity: tuple[str | None, str | None] | None = (configured, None) if configured else None
         self._identity_tried_at: float | None = None
         self._names: dict[str, str] = {}
+        self._socket_key: bytes | None = None
 
     # --- inbound ---
 
     def handle_webhook(self, kind: str, method: str, headers, query, body: bytes) -> Parsed:
+        if kind == "socket" and method == "POST":
+            return self._from_socket(headers, body)
         if kind not in ("events", "actions"):
             raise WebhookRefused(404, "Slack webhooks are /webhooks/slack/events and /webhooks/slack/actions")
         if method != "POST":
@@ -174,6 +118,24 @@ class SlackAdapter:
         if h.get("x-slack-retry-num"):
             log.info("Slack retry #%s (%s)", h["x-slack-retry-num"], h.get("x-slack-retry-reason", "?"))
         return self.parse_events(body) if kind == "events" else self.parse_actions(body)
+
+    def _from_socket(self, headers, body: bytes) -> Parsed:
+        """An envelope's payload the `slack-socket` program received over Socket Mode, handed over
+        signed: {"type": "events_api" | "interactive", "payload": …}."""
+        if self._socket_key is None:
+            self._socket_key = handoff.purpose_key(install_secret(self.settings), SOCKET_KEY_PURPOSE)
+        handoff.verify(self._socket_key, headers, body, time.time())
+        try:
+            envelope = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedPayload("body is not JSON", kind="not-json") from None
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
+            raise MalformedPayload("expected {type, payload}", kind="socket")
+        if envelope.get("type") == "events_api":
+            return self.parse_events(json.dumps(envelope["payload"]).encode())
+        if envelope.get("type") == "interactive":
+            return self.parse_interaction(envelope["payload"])
+        return Parsed()  # slash commands and the like: not used
 
     def parse_events(self, body: bytes) -> Parsed:
         try:
@@ -250,6 +212,10 @@ class SlackAdapter:
             payload = json.loads(form["payload"][0])
         except (ValueError, UnicodeDecodeError, KeyError, IndexError):
             raise MalformedPayload("expected a form field `payload` holding JSON", kind="not-json") from None
+        return self.parse_interaction(payload)
+
+    def parse_interaction(self, payload) -> Parsed:
+        """An interaction payload (JSON data): a click, or a select menu asking for options."""
         try:
             interaction = sl.Interaction.model_validate(payload)
         except ValidationError as exc:
@@ -353,7 +319,7 @@ class SlackAdapter:
 
     def edit_text(self, target: Target, platform_message_id: str, text: str) -> None:
         self._call("chat.update", {"channel": target.platform_id, "ts": platform_message_id,
-                                   "text": escape(_clip(text, TEXT_LIMIT))})
+                                   "text": escape(clip(text, TEXT_LIMIT))})
 
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         try:
@@ -364,7 +330,7 @@ class SlackAdapter:
                 raise
 
     def send_card(self, target: Target, card: Card) -> str | None:
-        fallback = _clip("\n".join(p for p in (card.title, card.body) if p) or "…", TEXT_LIMIT)
+        fallback = clip("\n".join(p for p in (card.title, card.body) if p) or "…", TEXT_LIMIT)
         return self._call("chat.postMessage", {**self._where(target), "text": escape(fallback),
                                                "blocks": card_blocks(card)})["ts"]
 

@@ -1,4 +1,5 @@
-"""Set-up of the chat platforms: Telegram's webhook or long polling, the Discord Gateway program."""
+"""Set-up of the chat platforms: Telegram's webhook or long polling, Slack's Socket Mode, the Discord
+Gateway program."""
 from __future__ import annotations
 
 import click
@@ -7,6 +8,7 @@ from ..channels.base import DeliveryError, get_adapter
 from ..channels.telegram import ALLOWED_UPDATES, SECRET_RE
 from ..channels.telegram import update_mode
 from ..inbound.discord_gateway import run_gateway
+from ..inbound.slack_socket import SocketBridge
 from ..inbound.telegram_poll import Poller
 from .base import Mistake, command, group, settings as current_settings
 
@@ -86,6 +88,25 @@ def poll_command():
         raise Mistake("TELEGRAM_MODE resolves to webhook (TELEGRAM_WEBHOOK_SECRET is set); set TELEGRAM_MODE=poll "
                       "to poll instead")
     Poller(settings).run()
+
+
+@group("slack")
+def slack_cli():
+    """Slack: Socket Mode (no public URL) when SLACK_APP_TOKEN is set."""
+
+
+@slack_cli.command("socket")
+def slack_socket_command():
+    """Run the Socket Mode client (supervisord's `slack-socket` program, started when SLACK_APP_TOKEN
+    is set): events and button clicks arrive over a connection this program opens."""
+    settings = current_settings()
+    token = settings.platform.get("SLACK_APP_TOKEN")
+    if not token:
+        raise Mistake("SLACK_APP_TOKEN is not set; make an app-level token (xapp-…) with connections:write "
+                      "under Basic Information → App-Level Tokens, and enable Socket Mode")
+    if not token.startswith("xapp-"):
+        raise Mistake("SLACK_APP_TOKEN must be an app-level token (it starts with xapp-), not the bot token")
+    SocketBridge(settings).run()
 
 
 @command("discord-gateway")

@@ -45,6 +45,7 @@ class FakeSlack(FakePlatform):
         self.uploads: dict[str, bytes] = {}
         self.shared: dict[str, tuple[dict, bytes]] = {}  # files users shared: id -> (file object, bytes)
         self.users_info_delay = 0.0  # seconds users.info takes (a slow Slack)
+        self.socket_url: str | None = None  # a FakeSocketMode's URL, for apps.connections.open
         self.users = {"U0ALICE01": {"id": "U0ALICE01", "name": "alice", "real_name": "Alice Example",
                                     "profile": {"display_name": "alice", "real_name": "Alice Example"}}}
 
@@ -119,6 +120,11 @@ class FakeSlack(FakePlatform):
         method = self.method_of(req)
         if method is None:
             return 404, None, {}
+        if method == "apps.connections.open":  # the app-level token, not the bot's
+            from .slack_socket import APP_TOKEN
+            if req.headers.get("authorization") != f"Bearer {APP_TOKEN}":
+                return slack_error("invalid_auth")
+            return (200, {"ok": True, "url": self.socket_url}, {}) if self.socket_url else slack_error("not_allowed")
         if req.headers.get("authorization") != f"Bearer {TOKEN}":
             return slack_error("not_authed" if "authorization" not in req.headers else "invalid_auth")
         p = req.json if req.json is not None else dict(req.form)
