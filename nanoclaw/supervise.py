@@ -3,6 +3,8 @@ foreground over to supervisord with the values its config refers to."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +25,37 @@ def has_owner(settings) -> bool | None:
         db.close()
 
 
+INSTALL_BWRAP = "sudo scripts/install-sandboxes.sh bwrap"
+
+
+def ensure_runtime(settings) -> None:
+    """Before the service starts: when no sandbox runtime works, install bubblewrap if this user can
+    (root with apt), else say the one command that gives one. The service starts either way and
+    answers what waited once a runtime works."""
+    from .runtime.base import RuntimeUnavailable
+    from .runtime.select import select_runtime, setup_action
+    try:
+        select_runtime(settings, lambda _line: None)
+        return
+    except RuntimeUnavailable as exc:
+        why = str(exc)
+    action = setup_action(settings.runtime, shutil.which("bwrap") is not None, os.geteuid() == 0,
+                          shutil.which("apt-get") is not None)
+    if action == "install":
+        print("nanoclaw: no sandbox runtime works here; installing bubblewrap (scripts/install-sandboxes.sh bwrap)",
+              file=sys.stderr, flush=True)
+        subprocess.run([str(PROJECT_ROOT / "scripts" / "install-sandboxes.sh"), "bwrap"], check=False)
+        try:
+            select_runtime(settings, lambda _line: None)
+            print("nanoclaw: bubblewrap works now; agents run in it", file=sys.stderr, flush=True)
+            return
+        except RuntimeUnavailable as exc:
+            why = str(exc)
+    print(f"nanoclaw: {why}", file=sys.stderr)
+    print(f"nanoclaw: starting anyway: messages are kept and answered once a runtime works (no restart needed); "
+          f"to get one run `{INSTALL_BWRAP}`", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     try:
         settings = Settings.load()
@@ -31,6 +64,7 @@ def main() -> None:
         sys.exit(2)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     (settings.data_dir / "logs").mkdir(exist_ok=True)
+    ensure_runtime(settings)
     env = dict(os.environ,
                NANOCLAW_DATA_DIR=str(settings.data_dir),
                NANOCLAW_PORT=str(settings.port),

@@ -57,6 +57,7 @@ FULL_PASS_S = 1.0
 SWEEP_INTERVAL_S = 10.0
 INTAKE_RECOVERY_S = 10.0
 DRAIN_INTERVAL_S = 2.0
+RUNTIME_RETRY_S = 30.0     # no sandbox runtime at start: how often to look again
 
 
 def take_lock(path: Path):
@@ -205,7 +206,7 @@ class Background:
             log.info("split %d session folder(s) into host/ and agent/ (the agent can no longer write beside "
                      "inbound.db)", moved)
 
-    def sweep(self, full: bool = False) -> sweep.PassResult:
+    def sweep(self, full: bool = False, skip_woken: bool = True) -> sweep.PassResult:
         started = time.monotonic()
         refs = self.refresh()
         if full:
@@ -217,7 +218,7 @@ class Background:
             self.wake(ref.folder, ref.session_id, task=task)
         result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(), settle=full,
                                   pressure=bool(manager and manager.queue),
-                                  skip=self.active.woken_ids() if full else frozenset(),
+                                  skip=self.active.woken_ids() if full and skip_woken else frozenset(),
                                   stop=(manager.stop if manager else lambda *_: None), wake=wake)
         self.last_sweep = result
         took = time.monotonic() - started
@@ -228,6 +229,28 @@ class Background:
         if result.stopped:
             self.drain()
         return result
+
+    def await_runtime(self, app, find) -> None:
+        """No sandbox runtime at start: look again every RUNTIME_RETRY_S (`find()` makes a manager or
+        raises RuntimeUnavailable). Once one works it is attached and every session swept, so the
+        messages stored meanwhile are answered without a restart."""
+        def attempt() -> None:
+            if self.manager is not None or self._stop.is_set():
+                return
+            try:
+                manager = find()
+            except RuntimeUnavailable:
+                return
+            self.scheduler.remove_job("runtime")
+            self.attach(app, manager)
+        self.scheduler.add_job(attempt, "interval", seconds=RUNTIME_RETRY_S, id="runtime", max_instances=1,
+                               coalesce=True)
+
+    def attach(self, app, manager) -> None:
+        self.manager = manager
+        install_waker(app, self)
+        log.info("a sandbox runtime works now (%s): answering what waited for it", manager.runtime.name)
+        self.sweep(full=True, skip_woken=False)  # sessions "woken" while nothing could start them too
 
     def drain(self) -> None:
         if self.manager is not None and self.manager.queue:
@@ -306,12 +329,18 @@ def start(app, manager=None) -> Background | None:
     bg.start()
     app.extensions["nanoclaw.background"] = bg
     if manager is not None:
-        def waker(folder: str, session_id: str) -> None:
-            """Called by routing: watch the session and start its sandbox off the request thread."""
-            bg.watch(store.session_path(settings.sessions_dir, folder, session_id))
-            bg.wake(folder, session_id)
-        app.extensions["nanoclaw.waker"] = waker
+        install_waker(app, bg)
     return bg
+
+
+def install_waker(app, bg: Background) -> None:
+    settings = app.config["NANOCLAW"]
+
+    def waker(folder: str, session_id: str) -> None:
+        """Called by routing: watch the session and start its sandbox off the request thread."""
+        bg.watch(store.session_path(settings.sessions_dir, folder, session_id))
+        bg.wake(folder, session_id)
+    app.extensions["nanoclaw.waker"] = waker
 
 
 def start_intake(app) -> intake.IntakeThread:
@@ -335,13 +364,18 @@ def start_service(app) -> Background | None:
 
     settings = app.config["NANOCLAW"]
     start_intake(app)
+    def find(say=log) -> SandboxManager:
+        runtime = select_runtime(settings, say)
+        return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
     try:
-        runtime = select_runtime(settings, log)
+        return start(app, find())
     except RuntimeUnavailable as exc:
-        log.error("no sandbox runtime: %s; messages are stored but no agent can answer", exc)
-        return start(app, None)
-    manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
-    return start(app, manager)
+        log.error("no sandbox runtime: %s. Messages are stored and answered once one works (checked every %.0f s, "
+                  "no restart needed)", exc, RUNTIME_RETRY_S)
+    bg = start(app, None)
+    if bg is not None:
+        bg.await_runtime(app, lambda: find(lambda _line: None))
+    return bg
 
 
 def tell_owner(settings):

@@ -8,6 +8,7 @@ and agent_runner/ (a fallback copy; at run time the live code is bind-mounted).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -105,6 +106,29 @@ def image_exists(settings, *, client=None) -> bool:
     return _has_image(_client(client), settings.agent_image)
 
 
+SOURCE_LABEL = "nanoclaw.source"
+
+
+def source_digest() -> str:
+    """A digest of what the agent image is built from (Dockerfile, pinned requirements, the runner,
+    the packages): an image whose label differs was built from other sources."""
+    h = hashlib.sha256(f"{BASE_IMAGE}\n{AGENT_PACKAGES}\n".encode())
+    files = [DOCKERFILE, REQUIREMENTS] + sorted(p for p in RUNNER_DIR.rglob("*")
+                                                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for path in files:
+        h.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def image_source(settings, *, client=None) -> str | None:
+    """The source digest the agent image was built from (None: no such image, or built without one)."""
+    try:
+        image = _client(client).images.get(settings.agent_image)
+    except ImageNotFound:
+        return None
+    return (image.labels or {}).get(SOURCE_LABEL, "")
+
+
 def build_base(client, progress: Callable[[str], None], *, name: str = BASE_IMAGE, mirror: str | None = None) -> None:
     """debootstrap a minimal bookworm and import it (scripts/debian-base.sh)."""
     mirror = mirror or host_apt_mirror()
@@ -177,7 +201,7 @@ def build_image(settings, *, ca_bundle: Path | None = None, progress: Callable[[
              + (f" trusting the CA bundle {ca_bundle} for the build" if ca_bundle else ""))
     with tempfile.TemporaryDirectory(prefix="nanoclaw-image-") as ctx:
         make_context(Path(ctx), ca_bundle)
-        run_build(client, progress, path=ctx, tag=settings.agent_image,
+        run_build(client, progress, path=ctx, tag=settings.agent_image, labels={SOURCE_LABEL: source_digest()},
                   buildargs={"BASE_IMAGE": BASE_IMAGE, "AGENT_PACKAGES": AGENT_PACKAGES})
     timings["image"] = time.monotonic() - started
     progress(f"built {settings.agent_image} in {timings['image']:.0f}s")

@@ -45,3 +45,11 @@ def select_runtime(settings, log) -> Runtime:
         f"no sandbox runtime: {why}; and bubblewrap does not work ({problem}). "
         "Fix one: build the Docker image (flask --app app nanoclaw image build) with an engine running, "
         "or install bubblewrap (scripts/install-sandboxes.sh bwrap)")
+
+
+def setup_action(runtime: str, bwrap_installed: bool, is_root: bool, has_apt: bool) -> str:
+    """What `make run` does when no sandbox runtime works (pure): 'install' bubblewrap itself (it
+    can: root and apt), or 'tell' the one command to run (then the service starts anyway)."""
+    if runtime == "docker" or bwrap_installed:
+        return "tell"  # Docker is the user's to start; an installed bwrap that fails is not fixed by apt
+    return "install" if is_root and has_apt else "tell"

@@ -217,6 +217,7 @@ class FakeModel:
 
     def __init__(self, script: Script = None):
         self.script: Script = script
+        self.valid_keys: set[str] | None = None  # when set, count_tokens refuses any other key (401)
         self.requests: list[Request] = []
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
@@ -339,6 +340,11 @@ class _Handler(BaseHTTPRequestHandler):
         req = self._read()
         if req.path == "/v1/messages/count_tokens":
             self.fake._record(req)
+            given = req.headers.get("x-api-key") or req.headers.get("authorization", "").removeprefix("Bearer ")
+            if self.fake.valid_keys is not None and given not in self.fake.valid_keys:
+                self._json(401, {"type": "error", "error": {"type": "authentication_error",
+                                                            "message": "invalid x-api-key"}})
+                return
             self._json(200, {"input_tokens": 100})
             return
         if req.path != "/v1/messages":

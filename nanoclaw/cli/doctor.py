@@ -1,0 +1,231 @@
+"""`doctor`: is this install ready to answer? One line per check, ✓ or ✗ with what to do.
+
+Each check returns a Finding; `doctor` prints them and exits 0 only when none failed. Nothing it
+prints holds a secret: tokens go in headers (Telegram's in the URL, which is never shown), and an
+error is reported by its status or exception type, never by a text that could echo a request.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import requests
+
+from ..channels.telegram import update_mode
+from ..db import database
+from ..models import UserRole
+from ..proxy.headers import OAUTH_BETA, credential_headers
+from ..runtime import bwrap
+from ..runtime import docker as docker_rt
+from ..runtime.image import image_source, source_digest
+from .base import command, settings as current_settings
+
+MIN_FREE_BYTES = 1 << 30   # 1 GiB: sessions, transcripts, images being built
+TIMEOUT = (5, 15)
+
+
+@dataclass
+class Finding:
+    ok: bool | None          # None: not applicable here (not configured)
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        mark = {True: "✓", False: "✗", None: "·"}[self.ok]
+        return f"{mark} {self.name}: {self.detail}"
+
+
+def check_model_key(settings) -> Finding:
+    name = "model key"
+    if not (settings.anthropic_api_key or settings.claude_code_oauth_token):
+        return Finding(False, name, "not set; put ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN) in .env")
+    headers = {**credential_headers(settings.anthropic_api_key, settings.claude_code_oauth_token),
+               "anthropic-version": "2023-06-01", "content-type": "application/json"}
+    if not settings.anthropic_api_key:
+        headers["anthropic-beta"] = OAUTH_BETA
+    url = settings.anthropic_upstream_url.rstrip("/") + "/v1/messages/count_tokens"  # costs nothing
+    try:
+        resp = requests.post(url, headers=headers, timeout=TIMEOUT, json={
+            "model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "ping"}]})
+    except requests.RequestException as exc:
+        return Finding(False, name, f"{settings.anthropic_upstream_url} did not answer ({type(exc).__name__}); "
+                                    "check the network or ANTHROPIC_UPSTREAM_URL")
+    if resp.status_code in (401, 403):
+        return Finding(False, name, f"the key was refused ({resp.status_code}); put a valid key in .env")
+    if resp.status_code >= 500 or resp.status_code == 429:
+        return Finding(False, name, f"{settings.anthropic_upstream_url} answered {resp.status_code}; try again later")
+    return Finding(True, name, f"accepted by {settings.anthropic_upstream_url}")
+
+
+def check_runtime(settings) -> list[Finding]:
+    """The runtime NANOCLAW_RUNTIME picks, checked by making a sandbox; and the agent image."""
+    found: list[Finding] = []
+    client, where = (docker_rt.connect() if settings.runtime in ("docker", "auto") else (None, ""))
+    if client is not None:
+        built_from = image_source(settings, client=client)
+        if built_from is None:
+            found.append(Finding(False, "agent image", f"{settings.agent_image} is missing; build it with "
+                                                       "`flask --app app nanoclaw image build`"))
+        elif built_from != source_digest():
+            found.append(Finding(False, "agent image", f"{settings.agent_image} was built from other sources; "
+                                                       "rebuild it with `flask --app app nanoclaw image build`"))
+        else:
+            found.append(Finding(True, "agent image", f"{settings.agent_image} is current"))
+        try:
+            client.containers.run(settings.agent_image, ["true"], network_mode="none", remove=True)
+            found.append(Finding(True, "sandbox", f"docker started a sandbox (engine at {where})"))
+            return found
+        except Exception as exc:
+            found.append(Finding(False, "sandbox", f"docker could not start a sandbox ({type(exc).__name__})"))
+            if settings.runtime == "docker":
+                return found
+    elif settings.runtime == "docker":
+        return [Finding(False, "sandbox", f"NANOCLAW_RUNTIME=docker but no Docker engine answers ({where}); "
+                                          "start one or set NANOCLAW_RUNTIME=auto")]
+    problem = bwrap.probe()
+    if problem is None:
+        found.append(Finding(True, "sandbox", "bubblewrap started a sandbox"))
+    else:
+        found.append(Finding(False, "sandbox", f"bubblewrap cannot make a sandbox ({problem}); install it with "
+                                               "`sudo scripts/install-sandboxes.sh bwrap`, or install Docker"))
+    return found
+
+
+def check_data_dir(settings) -> Finding:
+    path = Path(settings.data_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Finding(False, "data folder", f"{path} is not writable ({exc.strerror}); fix its owner or "
+                                             "NANOCLAW_DATA_DIR")
+    free = shutil.disk_usage(path).free
+    if free < MIN_FREE_BYTES:
+        return Finding(False, "data folder", f"only {free >> 20} MiB free under {path}; free some space")
+    return Finding(True, "data folder", f"{path} is writable, {free >> 30} GiB free")
+
+
+def check_timezone(settings) -> Finding:
+    return Finding(True, "timezone", f"{settings.timezone}")
+
+
+def _get(url: str, **kwargs) -> tuple[int | None, dict]:
+    try:
+        resp = requests.request(kwargs.pop("method", "GET"), url, timeout=TIMEOUT, **kwargs)
+    except requests.RequestException as exc:
+        return None, {"_error": type(exc).__name__}
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {}
+    return resp.status_code, body if isinstance(body, dict) else {}
+
+
+def check_telegram(platform: dict) -> Finding | None:
+    mode = update_mode(platform)
+    if mode is None:
+        return None
+    api = f"{platform.get('TELEGRAM_API_BASE')}/bot{platform['TELEGRAM_BOT_TOKEN']}"
+    status, me = _get(f"{api}/getMe", method="POST")
+    if status != 200 or not me.get("ok"):
+        return Finding(False, "Telegram", f"the bot token was refused ({status or me.get('_error')}); copy it "
+                                          "again from @BotFather into TELEGRAM_BOT_TOKEN")
+    name = (me.get("result") or {}).get("username", "?")
+    _status, info = _get(f"{api}/getWebhookInfo", method="POST")
+    hook = (info.get("result") or {}).get("url") or ""
+    if mode == "poll" and hook:
+        return Finding(False, "Telegram", f"@{name}: a webhook is registered, so long polling gets nothing; run "
+                                          "`flask --app app nanoclaw telegram delete-webhook`")
+    if mode == "webhook" and not hook:
+        return Finding(False, "Telegram", f"@{name}: webhook mode but no webhook registered; run "
+                                          "`flask --app app nanoclaw telegram set-webhook https://…/webhooks/telegram`")
+    return Finding(True, "Telegram", f"@{name}, {'long polling' if mode == 'poll' else 'webhook ' + hook}")
+
+
+def check_slack(platform: dict) -> Finding | None:
+    if not platform.get("SLACK_BOT_TOKEN"):
+        return None
+    status, body = _get(f"{platform.get('SLACK_API_BASE')}/auth.test", method="POST",
+                        headers={"Authorization": f"Bearer {platform['SLACK_BOT_TOKEN']}"})
+    if status != 200 or not body.get("ok"):
+        return Finding(False, "Slack", f"the bot token was refused ({body.get('error') or status}); copy the "
+                                       "Bot User OAuth Token into SLACK_BOT_TOKEN")
+    how = "Socket Mode" if platform.get("SLACK_APP_TOKEN") else "webhooks"
+    return Finding(True, "Slack", f"{body.get('user', '?')} in {body.get('team', '?')}, {how}")
+
+
+def check_discord(platform: dict) -> Finding | None:
+    if not platform.get("DISCORD_BOT_TOKEN"):
+        return None
+    status, body = _get(f"{platform.get('DISCORD_API_BASE')}/users/@me",
+                        headers={"Authorization": f"Bot {platform['DISCORD_BOT_TOKEN']}"})
+    if status != 200:
+        return Finding(False, "Discord", f"the bot token was refused ({status}); copy it into DISCORD_BOT_TOKEN")
+    return Finding(True, "Discord", f"{body.get('username', '?')}")
+
+
+def check_whatsapp(platform: dict) -> Finding | None:
+    if not platform.get("WHATSAPP_TOKEN"):
+        return None
+    number = platform.get("WHATSAPP_PHONE_NUMBER_ID")
+    if not number:
+        return Finding(False, "WhatsApp", "WHATSAPP_PHONE_NUMBER_ID is not set")
+    status, body = _get(f"{platform.get('WHATSAPP_API_BASE')}/{number}",
+                        headers={"Authorization": f"Bearer {platform['WHATSAPP_TOKEN']}"})
+    if status != 200:
+        return Finding(False, "WhatsApp", f"the phone number {number} could not be read with the token ({status})")
+    return Finding(True, "WhatsApp", f"{body.get('display_phone_number', number)}")
+
+
+def check_service(settings) -> Finding:
+    url = f"http://127.0.0.1:{settings.port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            healthy = resp.status == 200
+    except OSError:
+        healthy = False
+    if not healthy:
+        return Finding(False, "service", f"nothing healthy answers {url}; start it with `make run`")
+    return Finding(True, "service", f"running on port {settings.port}")
+
+
+def check_owner() -> Finding:
+    try:
+        owner = UserRole.select().where(UserRole.role == "owner").first()
+    except Exception:
+        return Finding(False, "owner", "the database is not ready; run `flask --app app nanoclaw migrate`")
+    if owner is None:
+        return Finding(False, "owner", "nobody owns this install; run `flask --app app nanoclaw pair` and send "
+                                       "the code to your bot")
+    return Finding(True, "owner", owner.user_id)
+
+
+def findings(settings, *, service: bool = True) -> list[Finding]:
+    found = [check_model_key(settings), *check_runtime(settings), check_data_dir(settings), check_timezone(settings)]
+    found += [f for f in (check_telegram(settings.platform), check_slack(settings.platform),
+                          check_discord(settings.platform), check_whatsapp(settings.platform)) if f is not None]
+    if service:
+        found.append(check_service(settings))
+    with database.connection_context():
+        found.append(check_owner())
+    return found
+
+
+@command("doctor")
+@click.option("--no-service", is_flag=True, help="Do not check that the service is running.")
+def doctor_cmd(no_service):
+    """Check that this install can answer: model key, sandbox, image, data folder, time zone, each
+    configured platform's token, the running service and an owner. Exit 0 when nothing failed."""
+    results = findings(current_settings(), service=not no_service)
+    for finding in results:
+        click.echo(finding.line())
+    failed = [f for f in results if f.ok is False]
+    if failed:
+        click.echo(f"{len(failed)} problem(s); fix the lines marked ✗ and run doctor again")
+        raise SystemExit(1)
+    click.echo("all good")

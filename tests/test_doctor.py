@@ -1,0 +1,83 @@
+"""`doctor` (issue 16): one line per check, ✓ or ✗ with the fix; exit 0 only when nothing failed.
+
+Run through the real CLI against a fake model API (count_tokens), a fake Telegram and the real
+bubblewrap runtime; never prints a secret."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import require
+from fakes.model_api import FakeModel
+from fakes.telegram_api import TOKEN, FakeTelegram
+from nanoclaw.app import create_app
+from nanoclaw.cli.doctor import Finding
+from nanoclaw.db import database
+from nanoclaw.migrate import apply_pending
+from nanoclaw.runtime import bwrap
+
+KEY = "sk-ant-doctor-secret-0123456789"
+
+
+@pytest.fixture
+def fakes():
+    with FakeModel() as model, FakeTelegram() as tg:
+        model.valid_keys = {KEY}
+        yield model, tg
+
+
+def doctor(make_settings, sqlite_url, model, tg, *, owner=True, **env):
+    app = create_app(make_settings(DATABASE_URL=sqlite_url, NANOCLAW_RUNTIME="bwrap", ANTHROPIC_API_KEY=KEY,
+                                   ANTHROPIC_UPSTREAM_URL=model.url, TELEGRAM_BOT_TOKEN=TOKEN,
+                                   TELEGRAM_API_BASE=tg.url, **env))
+    database.connect(reuse_if_open=True)
+    apply_pending(database.obj, log=lambda _l: None)
+    runner = app.test_cli_runner()
+    if owner:
+        assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:42", "--role", "owner"]).exit_code == 0
+    result = runner.invoke(args=["nanoclaw", "doctor", "--no-service"])
+    database.close()
+    assert KEY not in result.output and TOKEN not in result.output and "Traceback" not in result.output
+    return result
+
+
+def lines(result) -> dict[str, str]:
+    return {line.split(":", 1)[0][2:]: line for line in result.output.splitlines() if line[:2] in ("✓ ", "✗ ", "· ")}
+
+
+def test_a_ready_install_is_all_good(make_settings, sqlite_url, fakes):
+    require(bwrap.probe() is None, "bubblewrap does not work here")
+    model, tg = fakes
+    result = doctor(make_settings, sqlite_url, model, tg)
+    assert result.exit_code == 0, result.output
+    found = lines(result)
+    for name in ("model key", "sandbox", "data folder", "timezone", "Telegram", "owner"):
+        assert found[name].startswith("✓"), result.output
+    assert "@andy_test_bot, long polling" in found["Telegram"]
+    assert result.output.rstrip().endswith("all good")
+    assert any(r.path == "/v1/messages/count_tokens" for r in model.requests)
+
+
+def test_a_refused_key_fails_with_the_fix(make_settings, sqlite_url, fakes):
+    model, tg = fakes
+    model.valid_keys = {"sk-ant-some-other-key"}
+    result = doctor(make_settings, sqlite_url, model, tg)
+    assert result.exit_code == 1
+    assert lines(result)["model key"].startswith("✗ model key: the key was refused (401)")
+
+
+def test_a_webhook_left_registered_and_no_owner_are_named(make_settings, sqlite_url, fakes):
+    require(bwrap.probe() is None, "bubblewrap does not work here")
+    model, tg = fakes
+    tg.webhook = {"url": "https://old.example.org/webhooks/telegram"}
+    result = doctor(make_settings, sqlite_url, model, tg, owner=False)
+    assert result.exit_code == 1
+    found = lines(result)
+    assert found["Telegram"].startswith("✗") and "telegram delete-webhook" in found["Telegram"]
+    assert found["owner"].startswith("✗") and "nanoclaw pair" in found["owner"]
+    assert "2 problem(s)" in result.output
+
+
+def test_a_finding_is_one_line():
+    assert Finding(True, "x", "fine").line() == "✓ x: fine"
+    assert Finding(False, "x", "broken").line() == "✗ x: broken"
+    assert Finding(None, "x", "not configured").line() == "· x: not configured"
