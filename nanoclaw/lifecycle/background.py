@@ -39,12 +39,13 @@ from ..db import database
 from ..inbound import intake
 from ..outbound import delivery
 from ..runtime.base import RuntimeUnavailable
-from ..runtime.select import select_runtime
+from ..runtime.select import image_to_build, select_runtime
+from ..runtime.switching import SwitchingRuntime
 from ..sessions import session_schema as schema
 from ..sessions import store
 from ..sessions.store import SessionRef
 from ..tasks.timer import TaskTimer
-from . import housekeeping, sweep
+from . import housekeeping, runtime_setup, sweep
 from . import image_prune, retention  # noqa: F401  (their housekeeping jobs register themselves)
 from .active import ActiveSet, everything, session_ids_of
 from .sandboxes import SandboxManager, mounts_for
@@ -360,21 +361,34 @@ def stop_intake(app) -> None:
 
 
 def start_service(app) -> Background | None:
-    """The web program's start: the intake thread, the sandbox runtime, then the background jobs."""
+    """The web program's start: the intake thread, the sandbox runtime, then the background jobs.
 
+    Docker answering without the agent image: the image is built here in the background. Bubblewrap
+    serves meanwhile when it works (new sandboxes move to Docker once the image is there); when it
+    does not, the first messages wait for the build and their chats are told why."""
     settings = app.config["NANOCLAW"]
     start_intake(app)
+    to_build = image_to_build(settings)
+
     def find(say=log) -> SandboxManager:
         runtime = select_runtime(settings, say)
+        if to_build is not None:
+            runtime = SwitchingRuntime(runtime)
         return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
     try:
-        return start(app, find())
+        bg = start(app, find())
     except RuntimeUnavailable as exc:
         log.error("no sandbox runtime: %s. Messages are stored and answered once one works (checked every %.0f s, "
                   "no restart needed)", exc, RUNTIME_RETRY_S)
-    bg = start(app, None)
-    if bg is not None:
-        bg.await_runtime(app, lambda: find(lambda _line: None))
+        bg = start(app, None)
+        if bg is not None:
+            bg.await_runtime(app, lambda: find(lambda _line: None))
+            if to_build is not None:
+                app.extensions["nanoclaw.waker"] = runtime_setup.tell_once(settings, "(Setting up: your agent's sandbox is being "
+                                                                       "built; the first answer takes a minute or two.)")
+    if bg is not None and to_build is not None:
+        threading.Thread(target=runtime_setup.build_in_background, args=(bg.manager, settings, to_build),
+                         name="nanoclaw-image-build", daemon=True).start()
     return bg
 
 

@@ -245,6 +245,15 @@ def group_dockerfile(base: str, apt: list[str], npm: list[str], *, with_ca: bool
     return "\n".join(lines) + "\n"
 
 
+def build_ca_bundle() -> Path | None:
+    """The CAs a build trusts by default: $NANOCLAW_BUILD_CA_BUNDLE, else the host's system bundle
+    (a machine behind a TLS-inspecting proxy trusts it there); NANOCLAW_BUILD_CA_BUNDLE="" for none."""
+    configured = os.environ.get("NANOCLAW_BUILD_CA_BUNDLE")
+    if configured:
+        return Path(configured)
+    return SYSTEM_CA if configured is None and SYSTEM_CA.is_file() else None
+
+
 def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, ca_bundle: Path | None = None,
                       progress: Callable[[str], None] = print, client=None) -> str:
     """Build (unless it exists) the group's image on top of settings.agent_image; returns its tag.
@@ -262,11 +271,7 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
         progress(f"{tag} exists already")
         return tag
     if ca_bundle is None:
-        configured = os.environ.get("NANOCLAW_BUILD_CA_BUNDLE")
-        if configured:
-            ca_bundle = Path(configured)
-        elif configured is None and SYSTEM_CA.is_file():  # NANOCLAW_BUILD_CA_BUNDLE="" turns it off
-            ca_bundle = SYSTEM_CA
+        ca_bundle = build_ca_bundle()
     started = time.monotonic()
     progress(f"building {tag}: {settings.agent_image} + apt {' '.join(apt) or '-'} + npm {' '.join(npm) or '-'}")
     with tempfile.TemporaryDirectory(prefix="nanoclaw-group-image-") as ctx:

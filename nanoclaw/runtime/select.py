@@ -53,3 +53,14 @@ def setup_action(runtime: str, bwrap_installed: bool, is_root: bool, has_apt: bo
     if runtime == "docker" or bwrap_installed:
         return "tell"  # Docker is the user's to start; an installed bwrap that fails is not fixed by apt
     return "install" if is_root and has_apt else "tell"
+
+
+def image_to_build(settings):
+    """A Docker client when Docker may be used (NANOCLAW_RUNTIME auto or docker), an engine answers
+    and only the agent image is missing: building it makes Docker usable. None otherwise."""
+    if settings.runtime not in ("auto", "docker"):
+        return None
+    client, _where = docker_rt.connect()
+    if client is None or image_exists(settings, client=client):
+        return None
+    return client

@@ -1,0 +1,79 @@
+"""A Docker engine without the agent image (issue 16): the service answers with bubblewrap at once,
+builds the image in the background, and then starts new sandboxes in Docker; a sandbox already
+running stays where it is.
+
+The web program's own start (`background.start_service`) with NANOCLAW_RUNTIME=auto, a real Docker
+engine (the image gets a tag of its own, removed afterwards), real bubblewrap, a fake Telegram and
+a scripted fake model."""
+from __future__ import annotations
+
+import os
+import shutil
+
+from conftest import require
+from fakes.model_api import FakeModel, Reply
+from fakes.telegram_api import TOKEN
+from nanoclaw.app import create_app
+from nanoclaw.db import database
+from nanoclaw.lifecycle import background, runtime_setup
+from nanoclaw.migrate import apply_pending
+from nanoclaw.models import Session
+from nanoclaw.proxy import ProxyServer
+from nanoclaw.runtime import bwrap
+from nanoclaw.runtime import docker as docker_rt
+from nanoclaw.runtime.switching import SwitchingRuntime
+from nanoclaw.lifecycle.sandboxes import sandbox_name
+from tests.tg_flow import SECRET, Service, Telegram, message, person, texts
+
+ANNA, BOB = person(4242, "Anna"), person(5151, "Bob")
+
+
+def test_bubblewrap_serves_while_the_image_is_built_then_new_sandboxes_use_docker(make_settings, sqlite_url):
+    require(shutil.which("bwrap") is not None and bwrap.probe() is None, "bubblewrap does not work here")
+    client, where = docker_rt.connect()
+    require(client is not None, f"no Docker engine answers ({where})")
+    image = f"nanoclaw-agent-later-{os.getpid()}:latest"
+    with FakeModel(script=lambda req: Reply.say("here")) as model, Telegram() as tg:
+        settings = make_settings(DATABASE_URL=sqlite_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
+                                 TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
+                                 ANTHROPIC_API_KEY="sk-ant-image-later", NANOCLAW_RUNTIME="auto",
+                                 NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imglater-{os.getpid()}")
+        app = create_app(settings)
+        database.connect(reuse_if_open=True)
+        apply_pending(database.obj, log=lambda _l: None)
+        groups = settings.groups_dir
+        door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
+                           else [], rescan_interval=0.2).start()
+        service = Service(app, tg, model, settings)
+        for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
+                     ("user", "add", "telegram:5151", "--role", "member", "--agent", "andy"),
+                     ("wire", "telegram", "4242", "andy"), ("wire", "telegram", "5151", "andy")):
+            service.cli(*args)
+        bg = background.start_service(app)
+        try:
+            runtime = bg.manager.runtime
+            assert isinstance(runtime, SwitchingRuntime) and runtime.name == "bwrap"
+            service.post(message(4242, ANNA, "first, before the image exists"))
+            service.wait(lambda: texts(tg, 4242) == ["here"], what="the answer from bubblewrap")
+            first = sandbox_name(settings.install_id, "andy", Session.get().id)
+
+            service.wait(lambda: runtime_setup.BUILD.state in ("built", "failed"), timeout=600, what="the image build")
+            assert runtime_setup.BUILD.state == "built", runtime_setup.BUILD.error
+            assert runtime.name == "docker"
+            assert client.images.get(image).labels.get("nanoclaw.source")
+            assert runtime.is_running(first)  # the bubblewrap sandbox keeps running where it started
+            service.post(message(5151, BOB, "after the build"))
+            service.wait(lambda: texts(tg, 5151) == ["here"], what="the answer from Docker")
+            second = [s for s in Session.select() if sandbox_name(settings.install_id, "andy", s.id) != first][0]
+            name = sandbox_name(settings.install_id, "andy", second.id)
+            assert runtime.current.is_running(name)  # the new sandbox runs in Docker
+            assert client.containers.get(name).attrs["Config"]["Image"] == image
+        finally:
+            background.stop_intake(app)
+            bg.shutdown()
+            door.stop()
+            database.close()
+            try:
+                client.images.remove(image, force=True)
+            except Exception:
+                pass
