@@ -81,3 +81,11 @@ def test_a_finding_is_one_line():
     assert Finding(True, "x", "fine").line() == "✓ x: fine"
     assert Finding(False, "x", "broken").line() == "✗ x: broken"
     assert Finding(None, "x", "not configured").line() == "· x: not configured"
+
+
+def test_the_programs_a_configuration_starts():
+    from nanoclaw.cli.doctor import expected_programs
+    assert expected_programs({}) == ["web", "proxy"]
+    assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a"}) == ["web", "proxy", "telegram-poll"]
+    assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a", "TELEGRAM_WEBHOOK_SECRET": "s", "SLACK_APP_TOKEN": "xapp-1",
+                              "DISCORD_BOT_TOKEN": "d"}) == ["web", "proxy", "slack-socket", "discord-gateway"]

@@ -77,3 +77,23 @@ def test_bubblewrap_serves_while_the_image_is_built_then_new_sandboxes_use_docke
                 client.images.remove(image, force=True)
             except Exception:
                 pass
+
+
+def test_the_sessions_page_shows_the_build(make_settings, sqlite_url, monkeypatch):
+    from nanoclaw.migrate import apply_pending as migrate
+    from test_admin import PASSWORD, login
+    app = create_app(make_settings(DATABASE_URL=sqlite_url))
+    database.connect(reuse_if_open=True)
+    migrate(database.obj, log=lambda _l: None)
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:1", "--role", "owner"]).exit_code == 0
+    assert runner.invoke(args=["nanoclaw", "admin", "set-password", "telegram:1"],
+                         input=f"{PASSWORD}\n{PASSWORD}\n").exit_code == 0
+    client = app.test_client()
+    assert login(client, "telegram:1").status_code == 302
+    monkeypatch.setattr(runtime_setup, "BUILD", runtime_setup.BuildStatus("building", "Step 3/9 : RUN pip install"))
+    page = client.get("/admin/sessions").get_data(as_text=True)
+    assert "Building the agent image for Docker: Step 3/9 : RUN pip install" in page
+    monkeypatch.setattr(runtime_setup, "BUILD", runtime_setup.BuildStatus("failed", error="network unreachable"))
+    assert "Building the agent image failed: network unreachable" in client.get("/admin/sessions").get_data(as_text=True)
+    database.close()

@@ -80,3 +80,25 @@ def test_polled_updates_are_answered_once_while_the_poller_and_web_are_killed(se
     assert sorted(m for m, c in seen.items() if c > 1) == [], (Counter(killed), svc.log()[-4000:])
     assert {"telegram-poll", "web-worker"} <= set(killed) or len(set(killed)) >= 2, killed
     print(f"killed {dict(Counter(killed))}; {n + 1} updates, each answered once")
+
+
+def test_doctor_sees_the_running_programs(service):
+    import subprocess
+    import sys
+    from pathlib import Path
+    svc, _tg = service
+    wait_for(lambda: "telegram-poll" in svc.roles(), 30, "the telegram-poll program")
+    flask = str(Path(sys.executable).parent / "flask")
+    done = subprocess.run([flask, "--app", "app", "nanoclaw", "doctor"], env=svc.env, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    line = [x for x in done.stdout.splitlines() if x.startswith(("✓ service", "✗ service"))]
+    assert line and line[0].startswith("✓ service: running: web, proxy, telegram-poll; healthy"), done.stdout
+    assert "sk-ant-poll-secret" not in done.stdout and TOKEN not in done.stdout
+    # a program that stopped is named, and doctor fails
+    import xmlrpc.client
+    from supervisor.xmlrpc import SupervisorTransport
+    transport = SupervisorTransport(None, None, serverurl=f"unix://{svc.root / 'data' / 'supervisor.sock'}")
+    xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor.stopProcess("telegram-poll")
+    done = subprocess.run([flask, "--app", "app", "nanoclaw", "doctor"], env=svc.env, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 1 and "✗ service: not running: telegram-poll (STOPPED)" in done.stdout, done.stdout

@@ -182,7 +182,51 @@ def check_whatsapp(platform: dict) -> Finding | None:
     return Finding(True, "WhatsApp", f"{body.get('display_phone_number', number)}")
 
 
+def expected_programs(platform: dict) -> list[str]:
+    """The supervisord programs this configuration starts (as nanoclaw.supervise decides)."""
+    wanted = ["web", "proxy"]
+    if update_mode(platform) == "poll":
+        wanted.append("telegram-poll")
+    if platform.get("SLACK_APP_TOKEN"):
+        wanted.append("slack-socket")
+    if platform.get("DISCORD_BOT_TOKEN"):
+        wanted.append("discord-gateway")
+    return wanted
+
+
+def program_states(settings) -> dict[str, str] | None:
+    """name → supervisord state (RUNNING, BACKOFF, …), asked over supervisord's socket; None when
+    no supervisord answers there."""
+    import xmlrpc.client
+
+    from supervisor.xmlrpc import SupervisorTransport
+    sock = Path(settings.data_dir) / "supervisor.sock"
+    if not sock.exists():
+        return None
+    transport = SupervisorTransport(None, None, serverurl=f"unix://{sock}")
+    try:
+        info = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor.getAllProcessInfo()
+    except (OSError, xmlrpc.client.Error):
+        return None
+    return {p["name"]: p["statename"] for p in info}
+
+
+def check_programs(settings) -> Finding:
+    states = program_states(settings)
+    if states is None:
+        return Finding(False, "service", "supervisord does not answer; start the service with `make run`")
+    wanted = expected_programs(settings.platform)
+    down = [f"{name} ({states.get(name, 'missing')})" for name in wanted
+            if states.get(name) not in ("RUNNING", "STARTING")]  # STARTING: its first seconds
+    if down:
+        return Finding(False, "service", f"not running: {', '.join(down)}; see {settings.data_dir}/logs")
+    return Finding(True, "service", f"running: {', '.join(wanted)}")
+
+
 def check_service(settings) -> Finding:
+    programs = check_programs(settings)
+    if programs.ok is False and "supervisord does not answer" not in programs.detail:
+        return programs
     url = f"http://127.0.0.1:{settings.port}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
@@ -191,7 +235,9 @@ def check_service(settings) -> Finding:
         healthy = False
     if not healthy:
         return Finding(False, "service", f"nothing healthy answers {url}; start it with `make run`")
-    return Finding(True, "service", f"running on port {settings.port}")
+    if programs.ok:
+        return Finding(True, "service", f"{programs.detail}; healthy on port {settings.port}")
+    return Finding(True, "service", f"healthy on port {settings.port}")
 
 
 def check_owner() -> Finding:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from flask import (Blueprint, abort, current_app, flash, g, jsonify, make_response, redirect, render_template,
                    request, url_for)
 
+from ..lifecycle import runtime_setup
 from ..approvals import actions, common as approvals, pending
 from ..channels.base import Action
 from ..mounts import declared_mounts
@@ -355,7 +356,8 @@ def sessions():
         state, obs = sandbox_state.session_state(mgr, s.agent_group.folder, s.id, settings().sessions_dir)
         mg = s.messaging_group_id and MessagingGroup.get_or_none(MessagingGroup.id == s.messaging_group_id)
         rows.append((s, mg, state, obs))
-    return render_template("sessions.html", rows=rows, explain=sandbox_state.EXPLAIN, has_runtime=mgr is not None)
+    return render_template("sessions.html", rows=rows, explain=sandbox_state.EXPLAIN, has_runtime=mgr is not None,
+                           build=runtime_setup.BUILD)
 
 
 @bp.post("/admin/sessions/<session_id>/stop")
