@@ -123,6 +123,7 @@ class Settings:
     isolated_retention_hours: int = 24  # an isolated task run's finished session is removed after this
     approval_expiry_hours: int = 72     # a sender/chat approval nobody decided expires after this
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
+    metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
 
     # Platform settings stay in one dict so adding a platform adds no field here.
     PLATFORM_VARS = (
@@ -212,6 +213,7 @@ class Settings:
             approval_expiry_hours=_int("NANOCLAW_APPROVAL_EXPIRY_HOURS", get("NANOCLAW_APPROVAL_EXPIRY_HOURS", "72"),
                                        1, 24 * 365),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
+            metrics_token=get("NANOCLAW_METRICS_TOKEN"),
         )
 
 

@@ -17,3 +17,11 @@ WEBHOOKS_REFUSED = Counter(
 WEBHOOKS_UNAVAILABLE = Counter(
     "nanoclaw_webhooks_unavailable_total",
     "Webhook requests answered 503 because an event could not be stored (the platform retries).", ["channel"])
+MESSAGES_IN = Counter(
+    "nanoclaw_messages_in_total",
+    "Messages routed, by channel and outcome (written to a session, handled by a gate, dropped with a "
+    "reason, or a duplicate).", ["channel", "outcome", "reason"])
+REPLIES_OUT = Counter(
+    "nanoclaw_replies_out_total",
+    "Outbound rows (replies, cards, files, reactions) by channel and result: sent, retry (will be tried "
+    "again), failed (given up).", ["channel", "result"])

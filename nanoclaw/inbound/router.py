@@ -23,6 +23,7 @@ from typing import Callable
 import peewee
 
 from . import commands, lookups
+from .. import metrics
 from ..channels.base import InboundEvent, ReplyTo, get_adapter
 from ..db import database
 from ..models import (DroppedMessage, InboundEvent as InboundEventRow, MessagingGroup, Session, User, UserDm, Wiring,
@@ -267,6 +268,25 @@ def replay(stored: dict, settings, wake=None) -> RouteResult:
 
 def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, accepted: bool = False
           ) -> RouteResult:
+    """Route one inbound event (counted in nanoclaw_messages_in_total by its outcome)."""
+    result = _route(event, settings, wake, replay=replay, accepted=accepted)
+    metrics.MESSAGES_IN.labels(event.channel, *outcome_of(result)).inc()
+    return result
+
+
+def outcome_of(result: RouteResult) -> tuple[str, str]:
+    """(outcome, reason) for the counter: written | handled | dropped | duplicate | ignored."""
+    if result.duplicate:
+        return "duplicate", ""
+    if result.dropped:
+        return "dropped", result.dropped
+    if result.handled:
+        return "handled", result.handled
+    return ("written", "") if result.written else ("ignored", "")
+
+
+def _route(event: InboundEvent, settings, wake=None, *, replay: bool = False, accepted: bool = False
+           ) -> RouteResult:
     """Route one inbound event. `wake(session)` is called for each session given a trigger.
     replay=True: an approved message routed again (it was recorded for dedup the first time);
     accepted=True: the webhook intake recorded it for dedup already (nanoclaw/intake.py)."""

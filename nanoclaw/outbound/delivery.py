@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from . import typing_indicator
+from .. import metrics
 from ..channels.base import DeliveryError, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
@@ -204,6 +205,7 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
                          "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
                          (platform_id, _iso(datetime.now(timezone.utc)), row.id))
             delivered += 1
+            metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
         typing_indicator.tick(conn, session_path, settings)
     finally:
         conn.close()
@@ -244,12 +246,14 @@ def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> Non
         conn.execute("UPDATE delivered SET status = 'failed', tries = ?, last_error = ? WHERE message_out_id = ?",
                      (tries, reason, row.id))
         log.error("delivery of %s to %s failed for good after %d tries: %s", row.id, row.target, tries, reason)
+        metrics.REPLIES_OUT.labels(row.target.channel_type, "failed").inc()
         _tell_user(conn, settings, row, reason)
         return
     wait = backoff(tries, retry_after)
     conn.execute("UPDATE delivered SET status = 'retry', tries = ?, last_error = ?, next_try_at = ? "
                  "WHERE message_out_id = ?", (tries, reason, _iso(now + timedelta(seconds=wait)), row.id))
     log.warning("delivery of %s to %s failed (try %d), retrying in %.1fs: %s", row.id, row.target, tries, wait, reason)
+    metrics.REPLIES_OUT.labels(row.target.channel_type, "retry").inc()
 
 
 def _tell_user(conn, settings, row: Outgoing, reason: str) -> None:
