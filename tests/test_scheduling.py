@@ -295,3 +295,39 @@ def test_tasks_cli(app, cli):
     assert "no scheduled tasks" in cli("tasks", "list").output
     bad = cli("tasks", "pause", "nope")
     assert bad.exit_code == 2 and bad.output.strip() == "error: no open task 'nope'"
+
+
+def test_update_task_changes_the_prompt_and_the_schedule(agent):
+    ctx, group, session, path = agent
+    tools.schedule_task(ctx, "Water the plants", cron="0 8 * * *")
+    task = ScheduledTask.get(ScheduledTask.agent_group == group.id)
+    said = tools.update_task(ctx, task.id, prompt="Water the plants and the herbs")
+    assert said.startswith("Task updated:") and "Water the plants and the herbs" in said
+    said = tools.update_task(ctx, task.id, cron="30 19 * * 1-5")
+    changed = ScheduledTask.get_by_id(task.id)
+    assert (changed.prompt, changed.schedule_kind, changed.schedule_value) == \
+        ("Water the plants and the herbs", "cron", "30 19 * * 1-5")
+    assert from_db(changed.next_run_at).strftime("%H:%M") == "19:30" and "19:30" in said
+
+
+def test_update_task_refusals_say_what_would_be_right(agent, app):
+    ctx, group, session, path = agent
+    tools.schedule_task(ctx, "Daily digest", every="1d")
+    task = ScheduledTask.get(ScheduledTask.agent_group == group.id)
+    before = ScheduledTask.get_by_id(task.id)
+    with pytest.raises(ToolError, match="at most one of at, cron or every"):
+        tools.update_task(ctx, task.id, cron="0 9 * * *", every="2h")
+    with pytest.raises(ToolError, match="nothing to change"):
+        tools.update_task(ctx, task.id)
+    with pytest.raises(ToolError, match="5 fields"):
+        tools.update_task(ctx, task.id, cron="every morning")
+    with pytest.raises(ToolError, match="no open task"):
+        tools.update_task(ctx, "nope1234", prompt="x")
+    bob, b_session = make_session(app.config["NANOCLAW"], "bob")
+    theirs = scheduling.schedule(bob, b_session, "bob's", every="1h", tz="UTC")
+    with pytest.raises(ToolError, match="no open task"):
+        tools.update_task(ctx, theirs.id, prompt="mine now")
+    assert ScheduledTask.get_by_id(theirs.id).prompt == "bob's"
+    after = ScheduledTask.get_by_id(task.id)
+    assert (after.prompt, after.schedule_value, after.next_run_at) == \
+        (before.prompt, before.schedule_value, before.next_run_at)
