@@ -46,6 +46,9 @@ def test_timeout_stays_inside_one_turn():
     assert clamp_timeout(0, 600) == 1
     with pytest.raises(ToolError):
         clamp_timeout("soon", 600)
+    # no cap on the turn (the default): inside what the host lets a silent turn last (30 min)
+    assert clamp_timeout(600, None) == 600
+    assert clamp_timeout(5000, None) == 30 * 60 - 30
 
 
 # --- the host side, without a sandbox ---------------------------------------------------------
@@ -224,3 +227,35 @@ def test_send_card_shows_a_display_only_card(make_settings, sqlite_url):
         sent = [m for m in svc.tg.messages if str(m["chat_id"]) == "111"]
         assert [(m["text"], m.get("reply_markup")) for m in sent] == [
             ("<b>Weather</b>\n\nSunny, 21°C", None), ("There you go.", None)]
+
+
+def test_send_card_with_buttons_does_not_wait_and_a_press_comes_back_as_a_message(make_settings, sqlite_url):
+    def script(req):
+        prompt = req.current_prompt()
+        if "[button]" in prompt:
+            return Reply.say("You chose Thursday." if "value: thu" in prompt else f"Unexpected: {prompt[-200:]}")
+        if not req.turn_tool_results():
+            return Reply.call("mcp__nanoclaw__send_card", card={"title": "Meeting", "body": "Which day?"},
+                              buttons=[{"label": "Wednesday", "value": "wed"}, {"label": "Thursday", "value": "thu"}])
+        return Reply.say("Pick a day on the card.")
+    with sandbox_service(make_settings, sqlite_url, script) as svc:
+        setup_owner(svc)
+        svc.post(message(111, OWNER, "when shall we meet?"))
+        svc.wait(lambda: "Pick a day on the card." in texts(svc.tg, 111), what="the turn to end without waiting")
+        card = svc.wait(lambda: cards(svc.tg), what="the card")[0]
+        labels = buttons(card)
+        assert list(labels) == ["Wednesday", "Thursday"]
+        assert all(data.startswith("nac-") for data in labels.values())  # the host's ids, not the agent's
+        svc.post(click(labels["Thursday"], OWNER, card))
+        svc.wait(lambda: "You chose Thursday." in texts(svc.tg, 111), what="the press to reach the agent")
+
+
+def test_card_buttons_are_checked_in_the_tool():
+    from agent_runner.mcp_tools.interactive import clean_card_buttons
+    assert clean_card_buttons(None) == []
+    assert clean_card_buttons(["Yes", {"label": "No", "value": "n"}]) == [
+        {"label": "Yes", "value": "Yes"}, {"label": "No", "value": "n"}]
+    for bad, says in (([{"label": "A"}] * 2, "make each label different"), ([{"label": ""}], "1 to 80"),
+                      ([{"label": str(i)} for i in range(11)], "1 to 10"), ("{not json", "list of")):
+        with pytest.raises(ToolError, match=says):
+            clean_card_buttons(bad)

@@ -24,6 +24,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         return default
 
 
+def _optional_float(env: Mapping[str, str], name: str) -> float | None:
+    """A positive number of seconds, or None when unset, empty, zero or not a number."""
+    try:
+        value = float(env.get(name, "") or 0)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     session_dir: Path    # ours (read-write): outbound.db, heartbeat, outbox/, home/
@@ -35,7 +44,7 @@ class RunnerConfig:
     timezone: str
     max_messages: int
     assistant_name: str
-    turn_timeout_s: float
+    turn_timeout_s: float | None   # None: no cap (long work is allowed; the host's sweep stops a stuck turn)
     poll_interval_s: float
     cli_max_retries: str
 
@@ -53,7 +62,7 @@ class RunnerConfig:
             timezone=env.get("TZ") or "UTC",
             max_messages=_int(env, "NANOCLAW_MAX_MESSAGES_PER_PROMPT", 10),
             assistant_name=env.get("NANOCLAW_ASSISTANT_NAME") or "Andy",
-            turn_timeout_s=_float(env, "NANOCLAW_TURN_TIMEOUT_S", 600.0),
+            turn_timeout_s=_optional_float(env, "NANOCLAW_TURN_TIMEOUT_S"),
             poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 0.05),
             # The CLI retries failed model calls for minutes by default; a chat user should hear
             # about a failure quickly instead (the host retries the message later).

@@ -21,6 +21,7 @@ from .context import ToolContext, ToolError, find_answer_row
 
 DEFAULT_TIMEOUT_S = 300
 MIN_TIMEOUT_S = 1
+SILENT_LIMIT_S = 30 * 60  # the host stops a turn silent this long (lifecycle/sweep.py CEILING_S)
 MAX_OPTIONS = 10
 MAX_LABEL = 80
 POLL_S = 0.1
@@ -31,13 +32,15 @@ def _iso(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def clamp_timeout(timeout, turn_timeout_s: float) -> int:
-    """Seconds to wait: the asked timeout, kept inside what one turn may last."""
+def clamp_timeout(timeout, turn_timeout_s: float | None) -> int:
+    """Seconds to wait: the asked timeout, kept inside what one turn may last (with no cap on the
+    turn, inside what the host's stuck detection allows a silent turn: 30 min)."""
     try:
         asked = int(float(timeout))
     except (TypeError, ValueError):
         raise ToolError(f"timeout must be a number of seconds, not {timeout!r}") from None
-    ceiling = max(MIN_TIMEOUT_S, int(turn_timeout_s) - 30)
+    limit = min(turn_timeout_s, SILENT_LIMIT_S) if turn_timeout_s else SILENT_LIMIT_S
+    ceiling = max(MIN_TIMEOUT_S, int(limit) - 30)
     return min(max(asked, MIN_TIMEOUT_S), ceiling)
 
 
@@ -122,7 +125,37 @@ def _wait(own: SessionStore, question_id: str, deadline: float) -> dict | None:
 ask_user_question.blocking = True
 
 
-def send_card(ctx: ToolContext, card, to: str | None = None) -> str:
+MAX_CARD_BUTTONS = 10
+
+
+def clean_card_buttons(buttons) -> list[dict]:
+    """[{label, value}] as the agent gave them: strings, short, distinct labels, at most 10."""
+    if buttons in (None, "", []):
+        return []
+    if isinstance(buttons, str):
+        try:
+            buttons = json.loads(buttons)
+        except ValueError:
+            raise ToolError("buttons must be a list of {label, value}") from None
+    if not isinstance(buttons, list) or len(buttons) > MAX_CARD_BUTTONS:
+        raise ToolError(f"buttons must be a list of 1 to {MAX_CARD_BUTTONS} {{label, value}}")
+    cleaned, seen = [], set()
+    for b in buttons:
+        b = {"label": b} if isinstance(b, str) else b
+        if not isinstance(b, dict):
+            raise ToolError("each button is {label, value}")
+        label = " ".join(str(b.get("label") or "").split())
+        if not label or len(label) > MAX_LABEL:
+            raise ToolError(f"a button label must be 1 to {MAX_LABEL} characters")
+        if label.lower() in seen:
+            raise ToolError(f"two buttons read {label!r}; make each label different")
+        seen.add(label.lower())
+        value = b.get("value")
+        cleaned.append({"label": label, "value": str(value if value is not None else label)[:200]})
+    return cleaned
+
+
+def send_card(ctx: ToolContext, card, to: str | None = None, buttons=None) -> str:
     from .messaging import _target
     if isinstance(card, str):
         try:
@@ -139,9 +172,13 @@ def send_card(ctx: ToolContext, card, to: str | None = None) -> str:
         body = "\n".join([body, *lines]).strip()
     if not title and not body:
         raise ToolError("the card has no title and no body")
+    cleaned = clean_card_buttons(buttons if buttons is not None else card.get("buttons"))
     target = _target(ctx, to)
-    seq = ctx.store.write_out({"op": "card", "title": title[:200], "body": body, "buttons": []}, target,
+    seq = ctx.store.write_out({"op": "card", "title": title[:200], "body": body, "buttons": cleaned}, target,
                               in_reply_to=ctx.turn.in_reply_to)
+    if cleaned:
+        return (f"Card sent (message_id {seq}) with {len(cleaned)} button(s). This does not wait: when someone "
+                "presses one, you get a new message from them saying which button, on which card.")
     return f"Card sent (message_id {seq})."
 
 
@@ -158,12 +195,18 @@ SPECS = [
          "timeout": {"type": "integer", "description": "Seconds to wait for an answer (default 300)."}},
       "required": ["title", "question", "options"]}),
     (send_card, "send_card",
-     "Show a card in the chat (display only, no buttons): a title and a body, optionally fields "
-     "[{label, value}].",
+     "Show a card in the chat: a title and a body, optionally fields [{label, value}] and buttons "
+     "[{label, value}]. It does not wait: a press comes back to you later as a new message from the person "
+     "who pressed it (\"[button] <label> (value: …) on your card …\"). To wait for a decision, use "
+     "ask_user_question instead.",
      {"type": "object", "properties": {
          "card": {"type": "object", "description": "{title, body, fields?: [{label, value}]}",
                   "properties": {"title": {"type": "string"}, "body": {"type": "string"},
                                  "fields": {"type": "array", "items": {"type": "object"}}}},
-         "to": {"type": "string", "description": "Optional: a named destination; default: this chat."}},
+         "to": {"type": "string", "description": "Optional: a named destination; default: this chat."},
+         "buttons": {"type": "array", "description": f"Optional: up to {MAX_CARD_BUTTONS} buttons.",
+                     "items": {"type": "object", "properties": {"label": {"type": "string"},
+                                                                "value": {"type": "string"}},
+                               "required": ["label"]}}},
       "required": ["card"]}),
 ]
