@@ -191,3 +191,15 @@ def test_completed_acks_are_copied_to_messages_in(session):
     conn = schema.connect(session / "host" / schema.INBOUND, readonly=True)
     assert conn.execute("SELECT status FROM messages_in").fetchone()[0] == "completed"
     conn.close()
+
+
+def test_a_reaction_to_the_persons_message_uses_the_hosts_own_record(session):
+    Recorder.sent = []
+    write_message(session, content={"text": "book it", "message_id": "p77"}, target=Target("rec", "chat-1"),
+                  message_id="telegram:900")
+    agent_writes(session, {"op": "reaction", "on_message_in": "telegram:900", "emoji": "👍"},
+                 {"op": "reaction", "on_message_in": "telegram:not-ours", "emoji": "👍"})
+    deliver_session(session, settings=None)
+    assert Recorder.sent[0] == ("react", "p77", "👍")  # the id the host stored, in the message's chat
+    assert [s[0] for s in status(session)][:2] == ["delivered", "failed"]  # a message not of this chat: refused
+    assert not any(s[0] == "react" for s in Recorder.sent[1:])

@@ -259,3 +259,16 @@ def test_card_buttons_are_checked_in_the_tool():
                       ([{"label": str(i)} for i in range(11)], "1 to 10"), ("{not json", "list of")):
         with pytest.raises(ToolError, match=says):
             clean_card_buttons(bad)
+
+
+def test_the_agent_reacts_to_the_message_it_is_answering(make_settings, sqlite_url):
+    script = [Reply.call("mcp__nanoclaw__add_reaction", emoji="👍"), Reply.say("On it.")]
+    with sandbox_service(make_settings, sqlite_url, script) as svc:
+        setup_owner(svc)
+        update = message(111, OWNER, "please book the table")
+        svc.post(update)
+        svc.wait(lambda: "On it." in texts(svc.tg, 111), what="the answer")
+        reaction = svc.wait(lambda: svc.tg.calls("setMessageReaction"), what="the reaction")[0]
+        assert str(reaction["chat_id"]) == "111"
+        assert str(reaction["message_id"]) == str(update["message"]["message_id"])  # the person's message
+        assert reaction["reaction"] == [{"type": "emoji", "emoji": "👍"}]

@@ -130,11 +130,31 @@ def platform_id_of(conn: sqlite3.Connection, seq: int) -> str | None:
     return row[0] if row else None
 
 
+def answered_message(conn, message_in_id) -> tuple[Target, str]:
+    """The chat and platform id of a person's message, from the host's own inbound.db (the agent
+    only names which of this session's messages; where it is and what it is called is ours)."""
+    found = conn.execute("SELECT channel_type, platform_id, thread_id, content FROM messages_in "
+                         "WHERE id = ? AND kind = 'chat'", (str(message_in_id),)).fetchone()
+    try:
+        pid = json.loads(found[3]).get("message_id") if found else None
+    except (ValueError, AttributeError):
+        pid = None
+    if not found or not pid or not found[0] or not found[1]:
+        raise DeliveryError(f"no message {message_in_id!r} of this chat to react to", permanent=True)
+    return Target(found[0], found[1], found[2]), str(pid)
+
+
 def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
     """Hand one row to its adapter; returns the platform message id, if any."""
     op, kind = row.op, row.op.get("op")
     if kind == "text":
         return adapter.send_text(row.target, op["text"])
+    if kind == "reaction" and "on_message_in" in op:
+        target, pid = answered_message(conn, op["on_message_in"])
+        if target != row.target:
+            raise DeliveryError("a reaction goes to the message's own chat", permanent=True)
+        adapter.react(target, pid, op["emoji"])
+        return pid
     if kind in ("edit", "reaction"):
         pid = platform_id_of(conn, int(op.get("target_seq", -1)))
         if pid is None:

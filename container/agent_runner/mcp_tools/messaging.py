@@ -125,11 +125,21 @@ def edit_message(ctx: ToolContext, message_id, text: str) -> str:
     return f"Message {row['seq']} edited."
 
 
-def add_reaction(ctx: ToolContext, message_id, emoji: str) -> str:
-    row = _own_message(ctx, message_id)
+CURRENT = ("", "current", "user", "theirs", "this")
+
+
+def add_reaction(ctx: ToolContext, message_id=None, emoji: str = "") -> str:
     emoji = (emoji or "").strip()
     if not emoji:
         raise ToolError("no emoji given")
+    if message_id is None or str(message_id).strip().lower() in CURRENT:
+        # the message this turn answers: the host finds it in its own inbound.db by this id
+        if not ctx.turn.in_reply_to or ctx.turn.reply_to is None:
+            raise ToolError("there is no message being answered to react to; give the message_id of yours")
+        ctx.store.write_out({"op": "reaction", "on_message_in": ctx.turn.in_reply_to, "emoji": emoji},
+                            ctx.turn.reply_to, in_reply_to=ctx.turn.in_reply_to)
+        return f"Reaction {emoji} added to the message you are answering."
+    row = _own_message(ctx, message_id)
     ctx.store.write_out({"op": "reaction", "target_seq": row["seq"], "emoji": emoji}, _row_target(row),
                         in_reply_to=ctx.turn.in_reply_to)
     return f"Reaction {emoji} added to message {row['seq']}."
@@ -153,7 +163,11 @@ SPECS = [
     (edit_message, "edit_message", "Replace the text of one of your earlier messages.",
      {"type": "object", "properties": {"message_id": _MSG_ID, "text": {"type": "string"}},
       "required": ["message_id", "text"]}),
-    (add_reaction, "add_reaction", "Add an emoji reaction to one of your earlier messages.",
-     {"type": "object", "properties": {"message_id": _MSG_ID, "emoji": {"type": "string"}},
-      "required": ["message_id", "emoji"]}),
+    (add_reaction, "add_reaction",
+     "Add an emoji reaction: to the message you are answering (leave message_id out; e.g. 👍 to say you "
+     "got it and are working on it), or to one of your earlier messages.",
+     {"type": "object", "properties": {"emoji": {"type": "string"}, "message_id": {
+         **_MSG_ID, "description": "Optional: the message_id of one of YOUR messages; leave it out to react "
+                                   "to the message you are answering."}},
+      "required": ["emoji"]}),
 ]
