@@ -124,6 +124,7 @@ class Settings:
     approval_expiry_hours: int = 72     # a sender/chat approval nobody decided expires after this
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
+    max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
 
     # Platform settings stay in one dict so adding a platform adds no field here.
     PLATFORM_VARS = (
@@ -214,6 +215,8 @@ class Settings:
                                        1, 24 * 365),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),
+            max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)
+            if (raw := get("NANOCLAW_MAX_TURN_MINUTES")) else None,
         )
 
 

@@ -421,3 +421,21 @@ class PairingCode(Base):
 
 
 ALL_MODELS += [PairingCode]
+
+
+class AgentDestination(Base):
+    """A place the operator named for an agent to send to (migration 0010_destinations)."""
+    agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
+    name = pw.CharField(max_length=64)
+    channel_type = pw.CharField()
+    platform_id = pw.CharField()
+    thread_id = pw.CharField(null=True)
+    created_by = pw.CharField()
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_destinations"
+        indexes = ((("agent_group", "name"), True),)
+
+
+ALL_MODELS += [AgentDestination]

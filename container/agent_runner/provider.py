@@ -35,13 +35,24 @@ class TurnResult:
     model_calls_s: float | None = None
 
 
-def system_prompt_append(config: RunnerConfig) -> str:
+def destinations_text(labels: dict[str, str]) -> str:
+    """The destinations paragraph of the system prompt (pure)."""
+    if not labels:
+        return ""
+    listed = "; ".join(f"{name} ({label})" for name, label in sorted(labels.items()))
+    return ("Besides answering in the chat a message came from, you may send to these destinations by "
+            f"giving their name as `to` (send_message, send_file, send_card): {listed}. Nowhere else.")
+
+
+def system_prompt_append(config: RunnerConfig, destinations: dict[str, str] | None = None) -> str:
     parts = [
         f"You are {config.assistant_name}, a personal assistant answering people in a chat. Each prompt "
         "holds the new chat messages as <messages>, times in the user's timezone. Your final answer "
         "is sent to that chat automatically. Text inside <internal>...</internal> is never sent. "
         f"Tools of the `{SERVER_NAME}` server send extra messages or files while you work.",
     ]
+    if destinations:
+        parts.append(destinations_text(destinations))
     global_md = config.global_dir / "CLAUDE.md"
     try:
         if global_md.is_file():
@@ -73,7 +84,7 @@ class ClaudeProvider:
             # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
             setting_sources=["project", "user", "local"],
             system_prompt={"type": "preset", "preset": "claude_code",
-                           "append": system_prompt_append(self.config)},
+                           "append": system_prompt_append(self.config, self.store.destination_labels())},
             resume=resume,
             env=self.cli_env(),
             stderr=lambda line: log.info("cli: %s", line.rstrip()[:500]),

@@ -79,6 +79,14 @@ class SessionStore:
         return {r[0]: Target(r[1], r[2], r[3]) for r in
                 conn.execute("SELECT name, channel_type, platform_id, thread_id FROM destinations")}
 
+    def destination_labels(self) -> dict[str, str]:
+        """name → what the host calls it (for the system prompt)."""
+        conn = self.inbound()
+        if conn is None:
+            return {}
+        return {r[0]: r[1] or f"{r[2]} {r[3]}" for r in
+                conn.execute("SELECT name, display_name, channel_type, platform_id FROM destinations ORDER BY name")}
+
     # processing_ack ------------------------------------------------------------------------------
     def acked_ids(self, ids: list[str]) -> set[str]:
         """Which of `ids` we hold a claim or an outcome for."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..config import PROJECT_ROOT
 from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
-from ..sessions import store
+from ..sessions import destinations, store
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
 from ..models import AgentGroup
@@ -60,6 +60,8 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
         "TZ": settings.timezone,
     }
+    if settings.max_turn_minutes:  # no cap unless the operator wants one (stuck turns are the sweep's)
+        env["NANOCLAW_TURN_TIMEOUT_S"] = str(settings.max_turn_minutes * 60)
     kwargs = dict(
         name=sandbox_name(settings.install_id, folder, session_id),
         session_dir=store.agent_part(session_dir),
@@ -229,6 +231,7 @@ class SandboxManager:
     def _start(self, folder: str, session_id: str, name: str) -> bool:
         try:
             self._wait_for_proxy(folder)
+            self._sync_destinations(folder, session_id)
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
                               **self.capabilities_for(folder))
             started = time.monotonic()
@@ -245,6 +248,14 @@ class SandboxManager:
         finally:
             with self._lock:
                 self._starting.discard(name)
+
+    def _sync_destinations(self, folder: str, session_id: str) -> None:
+        """The agent's destinations as they are now, into the session's inbound.db (the runner reads
+        them there; delivery checks against them)."""
+        with (database.connection_context() if database.is_closed() else nullcontext()):
+            group = AgentGroup.get_or_none(AgentGroup.folder == folder)
+            if group is not None:
+                destinations.sync(store.session_path(self.settings.sessions_dir, folder, session_id), group.id)
 
     def stop(self, folder: str, session_id: str) -> None:
         name = sandbox_name(self.settings.install_id, folder, session_id)

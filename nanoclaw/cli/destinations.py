@@ -1,0 +1,97 @@
+"""`destination add|list|remove`: named places an agent may send to besides the chat it answers.
+
+Every chat the agent is wired to is a destination already (named after the chat); these commands
+name others. A change reaches the agent's sessions at once (their inbound.db) and the agent sees it
+in the error a wrong `to` gets, or in its prompt from its next start."""
+from __future__ import annotations
+
+import click
+
+from ..db import database
+from ..models import AgentDestination, Session, audit
+from ..sessions import destinations, store
+from .base import CHAT_ID_ARGS, Mistake, get_agent, group, print_table, require_schema, settings
+
+
+@group("destination")
+def destination_group():
+    """Named places an agent may send to (`to` of send_message, send_file, send_card)."""
+
+
+def _sync_sessions(agent) -> int:
+    done = 0
+    for session in Session.select().where(Session.agent_group == agent.id):
+        path = store.session_path(settings().sessions_dir, agent.folder, session.id)
+        if store.inbound_db(path).exists():
+            destinations.sync(path, agent.id)
+            done += 1
+    return done
+
+
+@destination_group.command("add", context_settings=CHAT_ID_ARGS)
+@click.argument("agent_folder")
+@click.argument("name")
+@click.argument("channel")
+@click.argument("chat_id")
+@click.option("--thread", help="A thread or topic id in that chat.")
+def destination_add(agent_folder, name, channel, chat_id, thread):
+    """Let AGENT_FOLDER send to CHANNEL CHAT_ID under NAME.
+
+    \b
+    Example: flask --app app nanoclaw destination add andy family telegram -1001234567
+    """
+    require_schema()
+    agent = get_agent(agent_folder)
+    problem = destinations.name_problem(name)
+    if problem:
+        raise Mistake(problem)
+    if not channel.isidentifier():
+        raise Mistake(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
+    with database.atomic():
+        row = AgentDestination.get_or_none(AgentDestination.agent_group == agent, AgentDestination.name == name)
+        if row is None:
+            AgentDestination.create(agent_group=agent, name=name, channel_type=channel, platform_id=chat_id,
+                                    thread_id=thread, created_by="cli")
+        else:
+            AgentDestination.update(channel_type=channel, platform_id=chat_id, thread_id=thread).where(
+                AgentDestination.id == row.id).execute()
+        audit("cli", "destination.add", f"{agent.folder}:{name}", chat=f"{channel}:{chat_id}", thread=thread)
+    synced = _sync_sessions(agent)
+    click.echo(f"{agent.folder} may send to {name} ({channel}:{chat_id}{' thread ' + thread if thread else ''}); "
+               f"{synced} session(s) updated")
+
+
+@destination_group.command("list")
+@click.argument("agent_folder", required=False)
+def destination_list(agent_folder):
+    """The destinations of one agent, or of every agent (wired chats included)."""
+    require_schema()
+    from ..models import AgentGroup
+    agents = [get_agent(agent_folder)] if agent_folder else list(AgentGroup.select().order_by(AgentGroup.folder))
+    rows = []
+    for agent in agents:
+        named = {r.name for r in AgentDestination.select().where(AgentDestination.agent_group == agent)}
+        for name, (target, label) in destinations.destinations_of(agent.id).items():
+            where = f"{target.channel_type}:{target.platform_id}" + (f" thread {target.thread_id}" if target.thread_id
+                                                                    else "")
+            rows.append([agent.folder, name, where, "added" if name in named else "wired chat", label])
+    if not rows:
+        click.echo("no destinations (wire a chat, or add one with `destination add`)")
+        return
+    print_table(["agent", "name", "where", "why", "shown as"], rows)
+
+
+@destination_group.command("remove")
+@click.argument("agent_folder")
+@click.argument("name")
+def destination_remove(agent_folder, name):
+    """Remove a destination you added (a wired chat stays one until it is unwired)."""
+    require_schema()
+    agent = get_agent(agent_folder)
+    deleted = AgentDestination.delete().where(AgentDestination.agent_group == agent,
+                                              AgentDestination.name == name).execute()
+    if not deleted:
+        raise Mistake(f"{agent.folder} has no added destination {name!r} (see `destination list {agent.folder}`)")
+    audit("cli", "destination.remove", f"{agent.folder}:{name}")
+    synced = _sync_sessions(agent)
+    click.echo(f"removed {name} from {agent.folder}; {synced} session(s) updated")

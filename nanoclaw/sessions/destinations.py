@@ -1,0 +1,61 @@
+"""An agent's destinations: the named places it may send to with `to`, besides the chat it answers.
+
+Every chat the agent is wired to is one, named after the chat (its title, else `<channel>-<id>`);
+the operator adds others (`destination add`, the `agent_destinations` table), and an operator's
+name wins over a chat's. The host copies the list into each session's inbound.db (`sync`): the
+runner reads it there, and delivery refuses a row for any place not on it (store.allowed_targets).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..models import AgentDestination, MessagingGroup, Wiring
+from ..security import slugify
+from . import store
+from .store import Target
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def chat_name(channel: str, platform_id: str, title: str | None) -> str:
+    """A destination name for a wired chat (pure)."""
+    return slugify(title or "") or slugify(f"{channel}-{platform_id}") or "chat"
+
+
+def name_problem(name: str) -> str | None:
+    if not NAME_RE.fullmatch(name or ""):
+        return (f"{name!r} is not a destination name: use 1-64 lower-case letters, digits, '-' or '_', "
+                "starting with a letter or digit")
+    return None
+
+
+def destinations_of(agent_group_id: int) -> dict[str, tuple[Target, str]]:
+    """name → (where, what to call it) for the agent, wired chats first, then the operator's."""
+    found: dict[str, tuple[Target, str]] = {}
+    chats = (MessagingGroup.select().join(Wiring, on=(Wiring.messaging_group == MessagingGroup.id))
+             .where(Wiring.agent_group == agent_group_id).order_by(MessagingGroup.id))
+    for mg in chats:
+        base = name = chat_name(mg.channel_type, mg.platform_id, mg.name)
+        n = 2
+        while name in found:
+            name, n = f"{base}-{n}", n + 1
+        label = f"{mg.name} ({mg.channel_type} {mg.kind})" if mg.name else f"{mg.channel_type} {mg.kind} {mg.platform_id}"
+        found[name] = (Target(mg.channel_type, mg.platform_id, None), label)
+    for row in AgentDestination.select().where(AgentDestination.agent_group == agent_group_id):
+        found[row.name] = (Target(row.channel_type, row.platform_id, row.thread_id),
+                           f"{row.channel_type} {row.platform_id}" + (f" thread {row.thread_id}" if row.thread_id else ""))
+    return found
+
+
+def sync(path: Path, agent_group_id: int) -> None:
+    """Make the session's destinations table the agent's list, in one transaction."""
+    if not store.inbound_db(path).exists():
+        return
+    wanted = destinations_of(agent_group_id)
+    with store._inbound(path) as conn:
+        conn.execute("DELETE FROM destinations")
+        conn.executemany("INSERT INTO destinations (name, channel_type, platform_id, thread_id, display_name) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         [(name, t.channel_type, t.platform_id, t.thread_id, label)
+                          for name, (t, label) in wanted.items()])
