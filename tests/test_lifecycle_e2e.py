@@ -354,3 +354,29 @@ def test_sigterm_stops_cleanly_and_the_next_start_carries_on(service, fakes):
     service.start()
     tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=30)
     assert sent_texts(tg) == ["Carried on."]
+
+
+def test_a_retry_after_a_kill_does_not_send_again_what_already_went_out(service, fakes):
+    """Issue 17: the sandbox dies right after the agent's send_message; the retried turn is told what
+    went out and the chat gets each message once."""
+    model, tg = fakes
+
+    def script(req):
+        if "<already_sent>" in req.current_prompt():
+            return Reply.say("Step two done too.")
+        if not req.turn_tool_results():
+            return Reply.call("mcp__nanoclaw__send_message", text="Step one done.")
+        return Reply.say("never", delay_s=60)  # the sandbox is killed while this waits
+    model.script = script
+    service.start()
+    assert service.post(update("Please do both steps")) == 200
+    tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=60)
+    model.wait_for(lambda r: len(r.turn_tool_results()) == 1, timeout=60)
+    pid = service.sandbox_pid()
+    for p in [pid] + descendants(pid):
+        os.kill(p, signal.SIGKILL)
+    tg.wait_for(lambda r: "Step two done too." in str(FakeTelegram.params(r).get("text")),
+                timeout=SWEEP_INTERVAL_S + 40)
+    assert sent_texts(tg) == ["Step one done.", "Step two done too."]
+    retried = [r for r in model.model_calls() if "<already_sent>" in r.current_prompt()]
+    assert "1. a message: “Step one done.”" in retried[0].current_prompt()

@@ -63,8 +63,25 @@ def sdk_command(row: InboundRow) -> str | None:
     return f"/{command}" + (f" {words[1]}" if len(words) > 1 else "")
 
 
-def build_prompt(batch: list[InboundRow], tz: str) -> str:
-    return format_messages([to_message(r) for r in batch], tz)
+def build_prompt(batch: list[InboundRow], tz: str, already_sent: list[dict] | None = None) -> str:
+    prompt = format_messages([to_message(r) for r in batch], tz)
+    note = already_sent_note(already_sent or [])
+    return f"{note}\n{prompt}" if note else prompt
+
+
+def already_sent_note(sent: list[dict]) -> str:
+    """A retried turn is told what already went out (seed 001 §5.2: no duplicates rather than no
+    lost context), so it carries on instead of saying it again (pure)."""
+    if not sent:
+        return ""
+    lines = []
+    for i, op in enumerate(sent, 1):
+        what = {"text": lambda o: f"a message: “{str(o.get('text', ''))[:300]}”",
+                "file": lambda o: f"the file {o.get('path', '?')}",
+                "card": lambda o: f"a card titled “{o.get('title', '')}”"}[op["op"]](op)
+        lines.append(f"{i}. {what}")
+    return ("<already_sent>Your previous attempt at answering these messages was interrupted after you had "
+            "already sent:\n" + "\n".join(lines) + "\nDo not send those again; carry on from there.</already_sent>")
 
 
 class PollLoop:
@@ -96,7 +113,8 @@ class PollLoop:
         started = time.monotonic()
         command = sdk_command(answering)
         try:
-            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone))
+            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone,
+                                                                          self.store.already_sent(ids)))
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():

@@ -79,6 +79,24 @@ class SessionStore:
         return {r[0]: Target(r[1], r[2], r[3]) for r in
                 conn.execute("SELECT name, channel_type, platform_id, thread_id FROM destinations")}
 
+    def already_sent(self, ids: list[str]) -> list[dict[str, Any]]:
+        """What went out to people in answer to these rows (messages, files, cards), oldest first:
+        after an interrupted turn, the retry is told, so nothing is sent twice."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.out.execute(f"SELECT content FROM messages_out WHERE kind = 'chat' AND in_reply_to IN ({marks}) "
+                                "ORDER BY seq", ids).fetchall()
+        sent = []
+        for (content,) in rows:
+            try:
+                op = json.loads(content)
+            except ValueError:
+                continue
+            if isinstance(op, dict) and op.get("op") in ("text", "file", "card"):
+                sent.append(op)
+        return sent
+
     def destination_labels(self) -> dict[str, str]:
         """name → what the host calls it (for the system prompt)."""
         conn = self.inbound()
