@@ -131,6 +131,7 @@ class Session(Base):
     status = pw.CharField(default="active")
     created_at = pw.DateTimeField(default=utcnow)
     last_active_at = pw.DateTimeField(default=utcnow)
+    engaged_at = pw.DateTimeField(null=True)  # first engaging message: mention-sticky sticks from here
 
     class Meta:
         table_name = "sessions"

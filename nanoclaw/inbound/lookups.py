@@ -181,6 +181,14 @@ def _naming_request(user_id: str) -> int | None:
     return row[0] if row else None
 
 
+def mark_engaged(session: Session, now) -> None:
+    """The session got its first engaging message (the cached object is updated too)."""
+    with hot_write():
+        database.execute_sql(_q("UPDATE sessions SET engaged_at = ? WHERE id = ? AND engaged_at IS NULL"),
+                             (Session.engaged_at.db_value(now), session.id))
+    session.engaged_at = now
+
+
 def touch_session(session_id: str, now) -> None:
     with hot_write():
         database.execute_sql(_q("UPDATE sessions SET last_active_at = ? WHERE id = ?"),

@@ -98,6 +98,12 @@ def asks_approval(policy: str, engaged: bool, ignored_policy: str, sender_is_bot
     return policy == "request_approval" and not sender_is_bot and (engaged or ignored_policy == "accumulate")
 
 
+def is_sticky(session) -> bool:
+    """mention-sticky: an active session that an engaging message reached (one made only to keep
+    unmentioned messages as context does not make its thread sticky)."""
+    return session is not None and session.status == "active" and session.engaged_at is not None
+
+
 def session_thread(kind: str, thread_id: str | None) -> str:
     """Threads of a thread-capable chat get sessions of their own; elsewhere one per chat."""
     return (thread_id or "") if kind == "thread" else ""
@@ -332,7 +338,7 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         admitted, reason = sender_admitted(mg.unknown_sender_policy, known)
         existing = get_session(settings, wiring, mg, thread, create=False)
         engaged = engages(wiring.engage_mode, wiring.engage_pattern, text=event.text, mentioned=event.mentioned,
-                          is_dm=mg.kind == "dm", sticky_session=existing is not None and existing.status == "active")
+                          is_dm=mg.kind == "dm", sticky_session=is_sticky(existing))
         if not admitted:
             if not asked and asks_approval(mg.unknown_sender_policy, engaged, wiring.ignored_message_policy,
                                            event.sender_is_bot):
@@ -367,6 +373,8 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         if not session.last_active_at or (now - session.last_active_at).total_seconds() >= ACTIVITY_RESOLUTION_S:
             lookups.touch_session(session.id, now)  # a burst of messages stamps it once a second, not each time
             session.last_active_at = now
+        if engaged and session.engaged_at is None:
+            lookups.mark_engaged(session, now)
         result.written.append((session.agent_group.folder, session.id, engaged))
         if engaged and wake is not None:
             wake(session)
