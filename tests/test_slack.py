@@ -22,7 +22,7 @@ from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, InboundEvent, Session
-from nanoclaw.sessions import session_schema as schema
+from nanoclaw.sessions import session_schema as schema, store
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.slack_api import BOT_USER_ID, SIGNING_SECRET, TOKEN, FakeSlack
 
@@ -398,3 +398,29 @@ def test_plain_text_and_emoji_names():
     assert plain_text("<!subteam^S1|@devs> ping") == "@devs ping"
     assert emoji_name("✅") == "white_check_mark" and emoji_name("⚠️") == "warning"
     assert emoji_name(":+1:") == "+1" and emoji_name("🦩") == "thumbsup"
+
+
+def channel_event(text: str, ts: str, thread_ts: str | None = None, n: int = 0) -> dict:
+    payload = fixture("channel_message_mention")
+    payload["event"].update(text=text, ts=ts, event_ts=ts)
+    if thread_ts:
+        payload["event"]["thread_ts"] = thread_ts
+    payload["event_id"] = f"Ev0THREAD{n:03d}"
+    return payload
+
+
+def test_a_wired_channel_answers_a_mention_in_its_own_thread_and_sticks_there(app):
+    """Issue 17: a channel wired with no --kind gets per-thread sessions with mention-sticky."""
+    run_cli(app, "agent", "create", "Andy")
+    assert "(thread)" in run_cli(app, "wire", "slack", GENERAL, "andy", "--unknown-senders", "public").output
+    post_event(app, channel_event("<@U0BOTANDY> what's the plan?", "1700000100.000100", n=1))  # top level
+    post_event(app, channel_event("and the budget?", "1700000101.000100", "1700000100.000100", n=2))  # its thread
+    post_event(app, channel_event("unrelated chatter", "1700000102.000100", "1700000050.000100", n=3))  # another
+    post_event(app, channel_event("top-level chatter", "1700000103.000100", n=4))
+    session = Session.get()
+    assert session.thread_id == "1700000100.000100"  # the mention started a thread: its session
+    assert [(r["text"], r["trigger"]) for r in rows(app, session)] == [
+        ("@U0BOTANDY what's the plan?", 1), ("and the budget?", 1)]
+    routing = store.routing_of(app.config["NANOCLAW"].sessions_dir / "andy" / session.id)
+    assert routing.thread_id == "1700000100.000100"  # answers go under the mention
+    assert [d.reason for d in DroppedMessage.select()] == ["no_agent_engaged", "no_agent_engaged"]

@@ -15,7 +15,8 @@ raw body before it is parsed; with no SLACK_SIGNING_SECRET every request is refu
     sends one message twice (as `message` and as `app_mention`, with different event_ids) when
     the app subscribes to both; X-Slack-Retry-Num redeliveries carry the same ts and are
     acknowledged and ignored the same way.
-  - im → dm, anything else → group; thread_ts → thread_id (replies go into that thread).
+  - im → dm, a channel → thread: thread_ts → thread_id, and a top-level channel message is the start
+    of its own thread (thread_id = its ts), so each thread is a session and answers go under it.
   - from_self: `user` is our bot user or `bot_id` is our bot (auth.test once, or
     SLACK_BOT_USER_ID). While our identity is unknown, every bot-posted message counts as ours,
     so a loop is impossible.
@@ -184,7 +185,8 @@ class SlackAdapter:
         return InboundEvent(
             channel="slack", event_id=f"{channel}:{ts}", chat_id=channel, kind=kind,
             sender_id=sender, sender_name=self._sender_name(ev, sender, from_self),
-            text=plain_text(raw), timestamp=timestamp, thread_id=ev.thread_ts,
+            # in a channel a top-level message starts a thread of its own: the answer goes under it
+            text=plain_text(raw), timestamp=timestamp, thread_id=ev.thread_ts or (ts if kind != "dm" else None),
             message_id=ts, mentioned=mentioned, sender_is_bot=bool(ev.bot_id), from_self=from_self,
             attachments=files,
         )

@@ -52,10 +52,11 @@ def emoji_name(emoji: str) -> str:
 
 
 def chat_kind(channel_type: str | None, channel_id: str) -> str:
-    """im → dm; app_mention events carry no channel_type, and DM channel ids start with D."""
+    """im → dm; a channel → thread (Slack conversations are threaded: each thread gets a session of
+    its own). app_mention events carry no channel_type, and DM channel ids start with D."""
     if channel_type:
-        return "dm" if channel_type == "im" else "group"
-    return "dm" if channel_id.startswith("D") else "group"
+        return "dm" if channel_type == "im" else "thread"
+    return "dm" if channel_id.startswith("D") else "thread"
 
 
 def card_blocks(card: Card) -> list[dict]:

@@ -6,7 +6,7 @@ import shutil
 import click
 
 from ..db import database
-from ..inbound.wiring import WiringError, resolve_engage
+from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AgentGroupMember, MessagingGroup, User, UserRole, Wiring, audit)
@@ -124,17 +124,19 @@ def user_add(user_id, name, role, agent_folder):
     click.echo(f"{'added' if created else 'updated'} user {user_id}" + (f" as {role}{scope}" if role else ""))
 
 
-def _kind_default(existing: MessagingGroup | None, kind: str | None) -> str:
+def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: str, chat_id: str) -> str:
     if kind:
         return kind
-    return existing.kind if existing else "dm"
+    return existing.kind if existing else guess_kind(channel, chat_id)
 
 
 @command("wire", context_settings=CHAT_ID_ARGS)
 @click.argument("channel")
 @click.argument("chat_id")
 @click.argument("agent_folder")
-@click.option("--kind", type=click.Choice(CHAT_KINDS), help="Chat kind (default: the chat's known kind, else dm).")
+@click.option("--kind", type=click.Choice(CHAT_KINDS),
+              help="Chat kind (default: the chat's known kind; else a Slack channel is thread, a negative "
+                   "Telegram id group, anything else dm).")
 @click.option("--engage", type=click.Choice(ENGAGE_MODES),
               help="When the agent answers. Defaults: dm -> pattern '.', group -> mention, thread -> mention-sticky.")
 @click.option("--pattern", help="Regular expression for --engage pattern ('.' = every message).")
@@ -157,7 +159,7 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         raise Mistake(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web, cli)")
     agent = get_agent(agent_folder)
     mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
-    chat_kind = _kind_default(mg, kind)
+    chat_kind = _kind_default(mg, kind, channel, chat_id)
     try:
         engage_settings = resolve_engage(chat_kind, engage, pattern, sender_scope, ignored)
     except WiringError as exc:

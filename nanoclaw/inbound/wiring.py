@@ -51,3 +51,13 @@ def resolve_engage(kind: str, engage: str | None, pattern: str | None,
     if ignored not in IGNORED_POLICIES:
         raise WiringError(f"unknown ignored-message policy {ignored!r}; use one of: {', '.join(IGNORED_POLICIES)}")
     return EngageSettings(engage, pattern if engage == "pattern" else None, sender_scope, ignored)
+
+
+def guess_kind(channel: str, chat_id: str) -> str:
+    """A new chat's kind from its id, when the operator did not say: a Slack channel is threaded,
+    a negative Telegram id is a group, anything else a direct message."""
+    if channel == "slack":
+        return "dm" if chat_id.startswith("D") else "thread"
+    if channel == "telegram" and chat_id.startswith("-"):
+        return "group"
+    return "dm"
