@@ -125,3 +125,17 @@ def malformed_total(channel: str) -> float:
     return sum(sample.value for metric in REGISTRY.collect() if metric.name == "nanoclaw_webhooks_malformed"
                for sample in metric.samples
                if sample.name.endswith("_total") and sample.labels.get("channel") == channel)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The long-turn test (over ten minutes) runs in its own process beside the rest: start it now,
+    and move the test that waits for it to the end of the run."""
+    waiting = [item for item in items if item.nodeid.startswith("tests/test_long_turn.py")]
+    if not waiting:
+        return
+    for item in waiting:
+        items.remove(item)
+    items.extend(waiting)
+    if len(items) > len(waiting):  # run alone, the test starts it itself
+        import long_turn
+        long_turn.start()
