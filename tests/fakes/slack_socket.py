@@ -79,9 +79,13 @@ class FakeSocketMode:
 
     async def _send(self, envelope: dict) -> None:
         for ws in list(self._sockets):
-            if not ws.closed:
+            if ws.closed:
+                continue
+            try:
                 await ws.send_str(json.dumps(envelope))
                 return
+            except (ConnectionError, RuntimeError):  # the app went away mid-write (it was killed)
+                continue
         raise RuntimeError("no Socket Mode connection to deliver to")
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
