@@ -97,3 +97,44 @@ def test_the_sessions_page_shows_the_build(make_settings, sqlite_url, monkeypatc
     monkeypatch.setattr(runtime_setup, "BUILD", runtime_setup.BuildStatus("failed", error="network unreachable"))
     assert "Building the agent image failed: network unreachable" in client.get("/admin/sessions").get_data(as_text=True)
     database.close()
+
+
+def test_with_only_docker_possible_the_chat_is_told_and_answered_after_the_build(make_settings, sqlite_url,
+                                                                                monkeypatch):
+    client, where = docker_rt.connect()
+    require(client is not None, f"no Docker engine answers ({where})")
+    monkeypatch.setattr(bwrap, "probe", lambda *a, **k: "bwrap is not installed")
+    monkeypatch.setattr(background, "RUNTIME_RETRY_S", 0.5)
+    image = f"nanoclaw-agent-only-{os.getpid()}:latest"
+    with FakeModel(script=lambda req: Reply.say("here")) as model, Telegram() as tg:
+        settings = make_settings(DATABASE_URL=sqlite_url, TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_WEBHOOK_SECRET=SECRET,
+                                 TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
+                                 ANTHROPIC_API_KEY="sk-ant-image-only", NANOCLAW_RUNTIME="auto",
+                                 NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imgonly-{os.getpid()}")
+        app = create_app(settings)
+        database.connect(reuse_if_open=True)
+        apply_pending(database.obj, log=lambda _l: None)
+        groups = settings.groups_dir
+        door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
+                           else [], rescan_interval=0.2).start()
+        service = Service(app, tg, model, settings)
+        for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
+                     ("wire", "telegram", "4242", "andy")):
+            service.cli(*args)
+        bg = background.start_service(app)
+        try:
+            assert bg.manager is None  # nothing can start a sandbox until the image is built
+            service.post(message(4242, ANNA, "hello?"))
+            service.wait(lambda: texts(tg, 4242)[:1] == ["(Setting up: your agent's sandbox is being built; the "
+                                                         "first answer takes a minute or two.)"], what="the notice")
+            service.wait(lambda: texts(tg, 4242)[1:] == ["here"], timeout=600, what="the answer from Docker")
+            assert bg.manager is not None and bg.manager.runtime.name == "docker"
+        finally:
+            background.stop_intake(app)
+            bg.shutdown()
+            door.stop()
+            database.close()
+            try:
+                client.images.remove(image, force=True)
+            except Exception:
+                pass
