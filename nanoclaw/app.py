@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask
-from . import capabilities  # noqa: F401  (the capability modules register themselves)
+from . import capabilities, logs  # noqa: F401  (the capability modules register themselves)
 from .cli import nanoclaw_group
 from .config import Settings
 from .db import bind, database
@@ -18,7 +18,7 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     """The app factory. `settings` defaults to Settings.load() (environment + .env)."""
 
     settings = settings or Settings.load()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_format)
 
     app = Flask(__name__, template_folder="../templates", static_folder="../static")
     app.config["NANOCLAW"] = settings

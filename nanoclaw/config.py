@@ -125,6 +125,7 @@ class Settings:
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
     max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
+    log_format: str = "text"  # text | json (one object per line)
 
     # Platform settings stay in one dict so adding a platform adds no field here.
     PLATFORM_VARS = (
@@ -179,6 +180,9 @@ class Settings:
             raise SettingsError(f"TELEGRAM_MODE={mode!r} is unknown; it accepts one of: {', '.join(TELEGRAM_MODES)} "
                                 "(auto: webhook when TELEGRAM_WEBHOOK_SECRET is set, else long polling)")
 
+        if (log_format := get("NANOCLAW_LOG_FORMAT", "text")) not in ("text", "json"):
+            raise SettingsError(f"NANOCLAW_LOG_FORMAT={log_format!r} is unknown; it accepts text or json")
+
         install_id = get("NANOCLAW_INSTALL_ID", "nanoclaw")
         if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,40}", install_id):
             raise SettingsError(
@@ -217,6 +221,7 @@ class Settings:
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),
             max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)
             if (raw := get("NANOCLAW_MAX_TURN_MINUTES")) else None,
+            log_format=log_format,
         )
 
 

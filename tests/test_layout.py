@@ -12,7 +12,8 @@ from pathlib import Path
 from nanoclaw.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "nanoclaw"
-SHARED_ROOT = {"config", "db", "models", "migrate", "security", "mounts", "proposal_rules", "metrics", "__init__"}
+SHARED_ROOT = {"config", "db", "models", "migrate", "security", "mounts", "proposal_rules", "metrics", "logs",
+               "__init__"}
 ENTRY_POINTS = {"app", "capabilities", "supervise", "cli"}
 MAX_LINES = 450
 MAX_ROOT_MODULES = 12
