@@ -26,7 +26,8 @@ def fakes():
 
 
 def doctor(make_settings, sqlite_url, model, tg, *, owner=True, **env):
-    app = create_app(make_settings(DATABASE_URL=sqlite_url, NANOCLAW_RUNTIME="bwrap", ANTHROPIC_API_KEY=KEY,
+    env.setdefault("NANOCLAW_RUNTIME", "bwrap")
+    app = create_app(make_settings(DATABASE_URL=sqlite_url, ANTHROPIC_API_KEY=KEY,
                                    ANTHROPIC_UPSTREAM_URL=model.url, TELEGRAM_BOT_TOKEN=TOKEN,
                                    TELEGRAM_API_BASE=tg.url, **env))
     database.connect(reuse_if_open=True)
@@ -89,3 +90,17 @@ def test_the_programs_a_configuration_starts():
     assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a"}) == ["web", "proxy", "telegram-poll"]
     assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a", "TELEGRAM_WEBHOOK_SECRET": "s", "SLACK_APP_TOKEN": "xapp-1",
                               "DISCORD_BOT_TOKEN": "d"}) == ["web", "proxy", "slack-socket", "discord-gateway"]
+
+
+def test_docker_the_image_built_from_these_sources_is_current(make_settings, sqlite_url, fakes):
+    from nanoclaw.runtime import docker as docker_rt
+    from nanoclaw.runtime.image import image_exists
+    client, where = docker_rt.connect()
+    require(client is not None, f"no Docker engine answers ({where})")
+    model, tg = fakes
+    settings = make_settings(DATABASE_URL=sqlite_url)
+    require(image_exists(settings, client=client), "the agent image is not built (flask --app app nanoclaw image build)")
+    result = doctor(make_settings, sqlite_url, model, tg, NANOCLAW_RUNTIME="docker")
+    found = lines(result)
+    assert found["agent image"] == "✓ agent image: nanoclaw-agent:latest is current", result.output
+    assert found["sandbox"].startswith("✓ sandbox: docker started a sandbox"), result.output
