@@ -1,0 +1,65 @@
+"""`backup` and `restore`: one archive of an install, taken while it runs (lifecycle/backup.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..db import bind, database
+from ..lifecycle import backup as bk
+from ..migrate import apply_pending
+from .base import Mistake, command, require_schema, settings
+
+
+@command("backup")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--with-secrets", is_flag=True, help="Also the page's secret key and .env (the archive is then 0600).")
+@click.option("--keep", type=click.IntRange(1, 10000), help="Afterwards keep only the newest N archives there.")
+def backup_cmd(path, with_secrets, keep):
+    """Write one archive of this install while it runs: the databases (consistent copies), every
+    session's files and transcripts, groups/, the egress and credential policies, the mount allowlist.
+
+    \b
+    Default PATH: $NANOCLAW_DATA_DIR/backups/nanoclaw-<local time>.tar.gz
+    Nightly: 0 3 * * * cd /path/to/nanoclaw && .venv/bin/flask --app app nanoclaw backup --keep 14
+    """
+    require_schema()
+    try:
+        written = bk.write_backup(settings(), path, with_secrets=with_secrets)
+    except (OSError, bk.BackupError) as exc:
+        raise Mistake(f"backup failed: {exc}") from None
+    counts = written.manifest["counts"]
+    click.echo(f"wrote {written.path} ({written.path.stat().st_size // 1024} KiB): {counts['agents']} agent(s), "
+               f"{counts['sessions']} session(s), {written.manifest['files']} file(s)")
+    if written.manifest["database"] == "postgresql":
+        click.echo("the central database is PostgreSQL: back it up with pg_dump (everything else is in the archive)")
+    if with_secrets:
+        click.echo("the archive holds secret values (secret key, .env): it is readable by you alone; keep it safe")
+    if keep:
+        for old in bk.prune(written.path.parent, keep):
+            click.echo(f"removed {old.name}")
+
+
+@command("restore")
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Restore over a data folder that is not empty.")
+def restore_cmd(archive, force):
+    """Restore an archive into this install's (empty) data and groups folders, then bring its
+    database up to this version's schema. Stop the service first."""
+    s = settings()
+    try:
+        manifest = bk.restore(s, archive, force=force)
+    except (OSError, bk.BackupError) as exc:
+        raise Mistake(f"restore failed: {exc}") from None
+    if manifest.get("database") == "postgresql" or bk.sqlite_path(s.database_url) is None:
+        click.echo("the central database was not restored: restore it with pg_restore/psql, then run "
+                   "`flask --app app nanoclaw migrate`")
+    else:
+        database.close()
+        bind(s.database_url)
+        database.connect(reuse_if_open=True)
+        for migration in apply_pending(database.obj, log=lambda _line: None):
+            click.echo(f"migrated: {migration.version:04d}_{migration.name}")
+    counts = manifest.get("counts", {})
+    click.echo(f"restored {archive.name} (taken {manifest.get('created_at')}): {counts.get('agents', 0)} agent(s), "
+               f"{counts.get('sessions', 0)} session(s)")
