@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+
+import peewee
 
 from ..config import PROJECT_ROOT
 from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
@@ -252,10 +255,14 @@ class SandboxManager:
     def _sync_destinations(self, folder: str, session_id: str) -> None:
         """The agent's destinations as they are now, into the session's inbound.db (the runner reads
         them there; delivery checks against them)."""
-        with (database.connection_context() if database.is_closed() else nullcontext()):
-            group = AgentGroup.get_or_none(AgentGroup.folder == folder)
-            if group is not None:
-                destinations.sync(store.session_path(self.settings.sessions_dir, folder, session_id), group.id)
+        try:
+            with (database.connection_context() if database.is_closed() else nullcontext()):
+                group = AgentGroup.get_or_none(AgentGroup.folder == folder)
+                if group is not None:
+                    destinations.sync(store.session_path(self.settings.sessions_dir, folder, session_id), group.id)
+        except (peewee.DatabaseError, sqlite3.Error, OSError) as exc:  # never what keeps a sandbox from starting
+            log.warning("could not refresh the destinations of %s/%s (the previous list stays): %s", folder,
+                        session_id, exc)
 
     def stop(self, folder: str, session_id: str) -> None:
         name = sandbox_name(self.settings.install_id, folder, session_id)
