@@ -16,14 +16,12 @@ from fakes.telegram_api import TOKEN
 from nanoclaw.app import create_app
 from nanoclaw.db import database
 from nanoclaw.lifecycle import background, runtime_setup
-from nanoclaw.migrate import apply_pending
 from nanoclaw.models import Session
-from nanoclaw.proxy import ProxyServer
 from nanoclaw.runtime import bwrap
 from nanoclaw.runtime import docker as docker_rt
 from nanoclaw.runtime.switching import SwitchingRuntime
 from nanoclaw.lifecycle.sandboxes import sandbox_name
-from tests.tg_flow import SECRET, Service, Telegram, message, person, texts
+from tests.tg_flow import SECRET, Service, Telegram, app_with_door, message, person, texts
 
 ANNA, BOB = person(4242, "Anna"), person(5151, "Bob")
 
@@ -38,12 +36,7 @@ def test_bubblewrap_serves_while_the_image_is_built_then_new_sandboxes_use_docke
                                  TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
                                  ANTHROPIC_API_KEY="sk-ant-image-later", NANOCLAW_RUNTIME="auto",
                                  NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imglater-{os.getpid()}")
-        app = create_app(settings)
-        database.connect(reuse_if_open=True)
-        apply_pending(database.obj, log=lambda _l: None)
-        groups = settings.groups_dir
-        door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
-                           else [], rescan_interval=0.2).start()
+        app, door = app_with_door(settings)
         service = Service(app, tg, model, settings)
         for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
                      ("user", "add", "telegram:5151", "--role", "member", "--agent", "andy"),
@@ -111,12 +104,7 @@ def test_with_only_docker_possible_the_chat_is_told_and_answered_after_the_build
                                  TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
                                  ANTHROPIC_API_KEY="sk-ant-image-only", NANOCLAW_RUNTIME="auto",
                                  NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imgonly-{os.getpid()}")
-        app = create_app(settings)
-        database.connect(reuse_if_open=True)
-        apply_pending(database.obj, log=lambda _l: None)
-        groups = settings.groups_dir
-        door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
-                           else [], rescan_interval=0.2).start()
+        app, door = app_with_door(settings)
         service = Service(app, tg, model, settings)
         for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
                      ("wire", "telegram", "4242", "andy")):

@@ -12,14 +12,11 @@ import shutil
 from conftest import require
 from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN
-from nanoclaw.app import create_app
 from nanoclaw.db import database
 from nanoclaw.lifecycle import background
-from nanoclaw.migrate import apply_pending
-from nanoclaw.proxy import ProxyServer
 from nanoclaw.runtime import bwrap
 from tests.test_intake import ANNA, SETUP
-from tests.tg_flow import SECRET, Service, Telegram, message, texts
+from tests.tg_flow import SECRET, Service, Telegram, app_with_door, message, texts
 
 
 def test_a_message_stored_without_a_runtime_is_answered_once_one_works(make_settings, sqlite_url, monkeypatch):
@@ -32,12 +29,7 @@ def test_a_message_stored_without_a_runtime_is_answered_once_one_works(make_sett
                                  TELEGRAM_API_BASE=tg.url, ANTHROPIC_UPSTREAM_URL=model.url,
                                  ANTHROPIC_API_KEY="sk-ant-later-e2e", NANOCLAW_RUNTIME="bwrap",
                                  NANOCLAW_INSTALL_ID=f"later-{os.getpid()}")
-        app = create_app(settings)
-        database.connect(reuse_if_open=True)
-        apply_pending(database.obj, log=lambda _l: None)
-        groups = settings.groups_dir
-        door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
-                           else [], rescan_interval=0.2).start()
+        app, door = app_with_door(settings)
         service = Service(app, tg, model, settings)
         for args in SETUP:
             service.cli(*args)

@@ -145,6 +145,19 @@ class Service:
         raise AssertionError(f"timed out waiting for {what}")
 
 
+def app_with_door(settings):
+    """A migrated app on `settings` and the proxy's door to the model for its agents' sandboxes
+    (the caller stops the door and closes the database)."""
+    from nanoclaw.proxy import ProxyServer
+    app = create_app(settings)
+    database.connect(reuse_if_open=True)
+    apply_pending(database.obj, log=lambda _l: None)
+    groups = settings.groups_dir
+    door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
+                       else [], rescan_interval=0.2).start()
+    return app, door
+
+
 def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
     """A context manager yielding a Service on SQLite; needs bubblewrap (a CI run fails without it)."""
     import contextlib
@@ -153,10 +166,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
 
     from conftest import require
     from nanoclaw.lifecycle import background
-    from nanoclaw.app import create_app
     from nanoclaw.db import database
-    from nanoclaw.migrate import apply_pending
-    from nanoclaw.proxy import ProxyServer
     from nanoclaw.runtime.select import select_runtime
     from nanoclaw.lifecycle.sandboxes import SandboxManager, mounts_for
     from tests.fakes.model_api import FakeModel
@@ -170,12 +180,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
                                      TELEGRAM_WEBHOOK_SECRET=SECRET, TELEGRAM_API_BASE=tg.url,
                                      ANTHROPIC_UPSTREAM_URL=model.url, ANTHROPIC_API_KEY="sk-ant-flow-e2e",
                                      NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}")
-            app = create_app(settings)
-            database.connect(reuse_if_open=True)
-            apply_pending(database.obj, log=lambda _l: None)
-            groups = settings.groups_dir
-            door = ProxyServer(settings, lambda: [p.name for p in groups.iterdir() if p.is_dir()] if groups.is_dir()
-                               else [], rescan_interval=0.2).start()
+            app, door = app_with_door(settings)
             sandbox_runtime = select_runtime(settings, lambda _line: None)
             manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))
             background.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
