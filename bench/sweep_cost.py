@@ -30,7 +30,8 @@ from agent_runner.store import SessionStore  # noqa: E402
 from agent_runner.targets import Target as RunnerTarget  # noqa: E402
 from nanoclaw.app import create_app  # noqa: E402
 from nanoclaw.lifecycle.active import everything  # noqa: E402
-from nanoclaw.lifecycle.background import Background, outbound_signature  # noqa: E402
+from nanoclaw.lifecycle.background import Background  # noqa: E402
+from nanoclaw.outbound.watcher import outbound_signature  # noqa: E402
 from nanoclaw.config import Settings  # noqa: E402
 from nanoclaw.db import database  # noqa: E402
 from nanoclaw.migrate import apply_pending  # noqa: E402

@@ -159,7 +159,8 @@ def app_with_door(settings):
 
 
 def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
-    """A context manager yielding a Service on SQLite; needs bubblewrap (a CI run fails without it)."""
+    """A context manager yielding a Service on SQLite; needs bubblewrap, and Docker with the agent
+    image for runtime="docker" (a CI run fails without them)."""
     import contextlib
     import os
     import shutil
@@ -180,6 +181,9 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
                                      TELEGRAM_WEBHOOK_SECRET=SECRET, TELEGRAM_API_BASE=tg.url,
                                      ANTHROPIC_UPSTREAM_URL=model.url, ANTHROPIC_API_KEY="sk-ant-flow-e2e",
                                      NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}")
+            if runtime == "docker":
+                from test_chat_e2e import runtime_available
+                require(*runtime_available("docker", settings))
             app, door = app_with_door(settings)
             sandbox_runtime = select_runtime(settings, lambda _line: None)
             manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))

@@ -45,7 +45,8 @@ class RunnerConfig:
     max_messages: int
     assistant_name: str
     turn_timeout_s: float | None   # None: no cap (long work is allowed; the host's sweep stops a stuck turn)
-    poll_interval_s: float
+    poll_interval_s: float         # the safety net: inbound.db is looked at this often without a nudge
+    nudges: bool                   # wake on the host's commits (inotify); off only to test the net
     cli_max_retries: str
 
     @classmethod
@@ -63,7 +64,8 @@ class RunnerConfig:
             max_messages=_int(env, "NANOCLAW_MAX_MESSAGES_PER_PROMPT", 10),
             assistant_name=env.get("NANOCLAW_ASSISTANT_NAME") or "Andy",
             turn_timeout_s=_optional_float(env, "NANOCLAW_TURN_TIMEOUT_S"),
-            poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 0.05),
+            poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 1.0),
+            nudges=env.get("NANOCLAW_NUDGES", "1") != "0",
             # The CLI retries failed model calls for minutes by default; a chat user should hear
             # about a failure quickly instead (the host retries the message later).
             cli_max_retries=env.get("CLAUDE_CODE_MAX_RETRIES") or "2",

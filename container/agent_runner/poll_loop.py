@@ -1,8 +1,10 @@
 """The runner's loop: notice new work in inbound.db, run one turn, write its outcome.
 
-Latency: the host writes a row and the next poll (every ~50 ms) sees it through a cheap stamp
-(file stat + SQLite data_version); only then are rows queried. Rows are also re-queried every
-second without a change, because `process_after` times come due by the clock alone.
+Latency: the host's commit to inbound.db is a file event in host/, which wakes the loop at once
+(nudge.py); a cheap stamp (file stat + SQLite data_version) tells whether rows changed, and only
+then are they queried. Without a nudge the loop still looks every `poll_interval_s` (1 s): the
+safety net, and `process_after` times come due by the clock alone. Without inotify it polls every
+FALLBACK_POLL_S.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sqlite3
 import time
 from typing import Any
 
+from . import nudge
 from . import session_schema as schema
 from .attachments import attachment_line
 from .config import RunnerConfig
@@ -25,6 +28,7 @@ from .store import SessionStore
 log = logging.getLogger("agent_runner.loop")
 
 FULL_CHECK_S = 1.0
+FALLBACK_POLL_S = 0.05
 IDLE_HEARTBEAT_S = 5.0
 EVENT_HEARTBEAT_S = 0.2  # at most this often per SDK event (a stream yields hundreds)
 _KIND_SENDERS = {"task": "Scheduled task", "system": "System"}
@@ -135,11 +139,32 @@ class PollLoop:
             log.warning("no routing for this session: the turn's answer had nowhere to go")
         return result
 
+    def _watch_inbound(self, wake: asyncio.Event) -> tuple[nudge.Watcher | None, float]:
+        """The inotify watch on host/ (when nudges are on and work) and how long to sleep without one."""
+        if not self.config.nudges:
+            return None, self.config.poll_interval_s
+        try:
+            watcher = nudge.Watcher((schema.INBOUND,))
+            if not watcher.watch(self.store.inbound_dir):
+                raise nudge.Unavailable(f"{self.store.inbound_dir} cannot be watched")
+        except OSError as exc:
+            log.warning("no nudges (%s): looking at inbound.db every %.0f ms", exc, FALLBACK_POLL_S * 1000)
+            return None, min(FALLBACK_POLL_S, self.config.poll_interval_s)
+
+        def readable() -> None:
+            if watcher.drain():
+                wake.set()
+        asyncio.get_running_loop().add_reader(watcher.fileno(), readable)
+        return watcher, self.config.poll_interval_s
+
     async def run(self, stop: asyncio.Event) -> None:
         last_stamp: tuple | None = None
         last_full = last_beat = 0.0
+        wake = asyncio.Event()
+        watcher, interval = self._watch_inbound(wake)
         try:
             while not stop.is_set():
+                wake.clear()  # before looking: a commit from here on wakes the next sleep
                 now = time.monotonic()
                 stamp = self.store.inbound_stamp()
                 if stamp != last_stamp or now - last_full >= FULL_CHECK_S:
@@ -156,11 +181,21 @@ class PollLoop:
                 if now - last_beat >= IDLE_HEARTBEAT_S:
                     self.store.touch_heartbeat()
                     last_beat = now
-                try:
-                    await asyncio.wait_for(stop.wait(), self.config.poll_interval_s)
-                except TimeoutError:
-                    pass
+                await _first(stop, wake, interval)
         finally:
+            if watcher is not None:
+                asyncio.get_running_loop().remove_reader(watcher.fileno())
+                watcher.close()
             if self.in_flight:  # stopped mid-turn: give the rows back for the next runner
                 self.store.release(self.in_flight)
                 self.in_flight = []
+
+
+async def _first(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+    """Sleep until stop, a nudge, or the timeout, whichever comes first."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

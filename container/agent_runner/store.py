@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from . import nudge
 from . import session_schema as schema
 from .selection import InboundRow
 from .targets import Target
@@ -220,7 +221,7 @@ class SessionStore:
 
     # ----------------------------------------------------------------------------------------------
     def _tx(self):
-        return _Tx(self.out)
+        return _Tx(self.out, self.dir)
 
     def close(self) -> None:
         self.out.close()
@@ -229,11 +230,16 @@ class SessionStore:
 
 
 class _Tx:
-    def __init__(self, conn: sqlite3.Connection):
+    """One write transaction on outbound.db; after its commit the host's delivery is nudged."""
+
+    def __init__(self, conn: sqlite3.Connection, directory: Path):
         self.conn = conn
+        self.dir = directory
 
     def __enter__(self):
         self.conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type, *_):
         self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not exc_type:
+            nudge.touch(self.dir)

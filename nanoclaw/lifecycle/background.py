@@ -7,9 +7,9 @@ gunicorn worker or a `flask` command never runs the jobs twice.
   are removed (wakes that arrive meanwhile wait in the queue), then the first
   sweep runs over every open session, settling deliveries a killed predecessor
   left half done, while delivery, wakes and task runs already go on;
-- delivery: a thread that watches the outbound.db of active sessions (a stat per
-  session per tick; the database is opened only when the file changed) and
-  hands new rows to the adapters (or to a system op's handler);
+- delivery: a thread that wakes when an active session's runner nudges after a
+  commit to outbound.db (and every second regardless) and hands new rows to the
+  adapters or to a system op's handler (outbound/watcher.py);
 - sweep (every SWEEP_INTERVAL_S): liveness, stuck claims, retries, idle stops,
   wakes of due work (sweep.py), over the active sessions only (active.py);
 - drain (every DRAIN_INTERVAL_S): starts queued wakes when there is room;
@@ -37,7 +37,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ..channels.base import get_adapter
 from ..db import database
 from ..inbound import intake
-from ..outbound import delivery
+from ..outbound.watcher import DeliveryLoop
 from ..runtime.base import RuntimeUnavailable
 from ..runtime.select import image_to_build, select_runtime
 from ..runtime.switching import SwitchingRuntime
@@ -52,9 +52,6 @@ from .sandboxes import SandboxManager, mounts_for
 
 log = logging.getLogger("nanoclaw.background")
 
-DELIVERY_TICK_S = 0.02
-LIVE_REFRESH_S = 2.0
-FULL_PASS_S = 1.0
 SWEEP_INTERVAL_S = 10.0
 INTAKE_RECOVERY_S = 10.0
 DRAIN_INTERVAL_S = 2.0
@@ -77,19 +74,6 @@ def take_lock(path: Path):
     return handle
 
 
-def outbound_signature(path: Path) -> tuple:
-    """Changes whenever the agent commits to outbound.db (WAL or main file)."""
-    sig = []
-    outbound = store.outbound_db(path)
-    for file in (outbound, outbound.with_name(schema.OUTBOUND + "-wal")):
-        try:
-            st = os.stat(file)
-            sig.append((st.st_mtime_ns, st.st_size))
-        except FileNotFoundError:
-            sig.append(None)
-    return tuple(sig)
-
-
 @dataclass
 class Background:
     settings: object
@@ -103,6 +87,7 @@ class Background:
     _thread: threading.Thread | None = None
     _pool: ThreadPoolExecutor | None = None
     _timer: object | None = None
+    delivery: DeliveryLoop | None = None
 
     def __post_init__(self):
         self.created = time.monotonic()
@@ -115,7 +100,10 @@ class Background:
         if isinstance(ref, Path):
             ref = SessionRef(ref.parent.name, ref.name, ref)
         self.active.woke(ref)
-        self.live.setdefault(ref.path, ())
+        if ref.path not in self.live:
+            self.live.setdefault(ref.path, ())
+            if self.delivery is not None:
+                self.delivery.interrupt()  # watch its nudges before its runner's first commit
 
     def wake(self, folder: str, session_id: str, *, task: bool = False) -> None:
         """Start the session's sandbox off the caller's thread (or queue it: capacity, start-up)."""
@@ -172,7 +160,8 @@ class Background:
         if self._stop.is_set():
             return
         self.upgrade_layouts()
-        self._thread = threading.Thread(target=self._delivery_loop, name="nanoclaw-delivery", daemon=True)
+        self.delivery = DeliveryLoop(self.settings, self.live, self.refresh, self._stop)
+        self._thread = threading.Thread(target=self.delivery.run, name="nanoclaw-delivery", daemon=True)
         self._thread.start()
         self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(timezone.utc))
@@ -257,34 +246,6 @@ class Background:
         if self.manager is not None and self.manager.queue:
             self.manager.drain()
 
-    def _delivery_loop(self) -> None:
-        next_refresh = next_full = 0.0
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= next_refresh:
-                try:
-                    self.refresh()
-                except Exception as exc:
-                    log.warning("could not list sessions: %s", exc)
-                next_refresh = now + LIVE_REFRESH_S
-            # a full pass every second catches retries that came due; otherwise only changed files
-            full = now >= next_full
-            if full:
-                next_full = now + FULL_PASS_S
-            for path, seen in list(self.live.items()):
-                if self._stop.is_set():
-                    break  # shutting down: the delivery in flight finished, the rest waits for the next start
-                sig = outbound_signature(path)
-                if sig == seen and not full:
-                    continue
-                try:
-                    delivery.deliver_session(path, self.settings)
-                    if path in self.live:
-                        self.live[path] = sig
-                except Exception as exc:  # keep the loop alive; the row stays for the next tick
-                    log.exception("delivery for %s failed: %s", path, exc)
-            self._stop.wait(DELIVERY_TICK_S)
-
     # --- life ------------------------------------------------------------------------------------
     def start(self) -> None:
         if self.manager is not None:
@@ -295,15 +256,19 @@ class Background:
         self.scheduler.add_job(self.startup, "date", id="startup", run_date=datetime.now(timezone.utc),
                                misfire_grace_time=None)
         self.scheduler.start()
-        log.info("background jobs started in pid %d (sweep every %.0f s, delivery every %.0f ms)", os.getpid(),
-                 SWEEP_INTERVAL_S, DELIVERY_TICK_S * 1000)
+        log.info("background jobs started in pid %d (sweep every %.0f s; delivery on each runner's nudge)",
+                 os.getpid(), SWEEP_INTERVAL_S)
 
     def shutdown(self, stop_sandboxes: bool = True) -> None:
         if self.manager is not None:
             self.manager.closing = True  # no new sandboxes from here on
         self._stop.set()
+        if self.delivery is not None:
+            self.delivery.interrupt()
         if self._thread:
             self._thread.join(timeout=15)  # the delivery in flight finishes
+            if not self._thread.is_alive() and self.delivery is not None:
+                self.delivery.close()
         if self._timer is not None:
             self._timer.close()
         if self.scheduler and self.scheduler.running:

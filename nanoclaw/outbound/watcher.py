@@ -1,0 +1,165 @@
+"""The delivery thread: hands what the active sessions' runners committed to outbound.db to delivery.
+
+It sleeps until a runner nudges (agent/nudge touched after each commit; see agent_runner/nudge.py)
+and then delivers that session at once. Every FULL_PASS_S it delivers every live session anyway:
+retries come due by the clock alone, and a lost nudge costs that second, never the message.
+Without inotify (or with NANOCLAW_NUDGES=0 for the runner only) the host falls back to stat-polling
+each session's outbound files every POLL_S.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from agent_runner import nudge  # container/ is on sys.path: see nanoclaw/__init__.py
+
+from ..sessions import session_schema as schema
+from ..sessions import store
+from . import delivery
+
+log = logging.getLogger("nanoclaw.delivery")
+
+POLL_S = 0.02          # only without inotify
+FULL_PASS_S = 1.0
+LIVE_REFRESH_S = 2.0
+MIN_WAKE_GAP_S = 0.002  # a runner that touches its nudge in a loop gets at most ~500 passes/s
+
+
+def outbound_signature(path: Path) -> tuple:
+    """Changes whenever the agent commits to outbound.db (WAL or main file): the polling fallback."""
+    sig = []
+    outbound = store.outbound_db(path)
+    for file in (outbound, outbound.with_name(schema.OUTBOUND + "-wal"), outbound.with_name(nudge.NUDGE)):
+        try:
+            st = os.stat(file)
+            sig.append((st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            sig.append(None)
+    return tuple(sig)
+
+
+def to_deliver(live: dict[Path, tuple], nudged: set[Path], full: bool, watching: bool,
+               signature: Callable[[Path], tuple]) -> list[tuple[Path, tuple | None]]:
+    """Which live sessions to deliver now, each with its new signature when one was taken (pure
+    apart from `signature`): all on a full pass; else the nudged ones when watching, else those
+    whose outbound files changed."""
+    out = []
+    for path, seen in list(live.items()):  # request threads add sessions meanwhile
+        if full or path in nudged:
+            out.append((path, None))
+        elif not watching:
+            sig = signature(path)
+            if sig != seen:
+                out.append((path, sig))
+    return out
+
+
+class DeliveryLoop:
+    """Runs in one thread of the process that holds the scheduler lock. `live` (session path ->
+    last signature) is the Background's; `refresh` updates it from the active sessions."""
+
+    def __init__(self, settings, live: dict[Path, tuple], refresh: Callable[[], None], stop: threading.Event,
+                 deliver: Callable[[Path], object] | None = None):
+        self.settings = settings
+        self.live = live
+        self.refresh = refresh
+        self.stop = stop
+        self.deliver = deliver or (lambda path: delivery.deliver_session(path, settings))
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        try:
+            self.watcher: nudge.Watcher | None = nudge.Watcher((nudge.NUDGE,))
+        except nudge.Unavailable as exc:
+            log.warning("no inotify (%s): delivery looks at every session's outbound.db every %.0f ms instead",
+                        exc, POLL_S * 1000)
+            self.watcher = None
+        self.passes = 0
+
+    def interrupt(self) -> None:
+        """Wake the loop now (a new live session to watch, or shutdown)."""
+        if self._w < 0:
+            return
+        try:
+            os.write(self._w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # one is already pending
+
+    def close(self) -> None:
+        """After the thread ended."""
+        if self.watcher:
+            self.watcher.close()
+        fds, self._r, self._w = (self._r, self._w), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+
+    def _sync_watches(self) -> None:
+        wanted = {store.agent_part(p): p for p in list(self.live)}
+        for directory in self.watcher.watched - set(wanted):
+            self.watcher.unwatch(directory)
+        for directory in set(wanted) - self.watcher.watched:
+            try:
+                self.watcher.watch(directory)  # not there yet: the full pass covers it until it is
+            except OSError as exc:
+                log.warning("cannot watch %s for nudges (%s); it is delivered on the full pass", directory, exc)
+
+    def _sleep(self, timeout: float) -> None:
+        fds = [self._r] + ([self.watcher.fileno()] if self.watcher else [])
+        try:
+            ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        except InterruptedError:
+            return
+        if self._r in ready:
+            try:
+                os.read(self._r, 4096)
+            except BlockingIOError:
+                pass
+
+    def run(self) -> None:
+        next_refresh = next_full = 0.0
+        last_wake = 0.0
+        try:
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    try:
+                        self.refresh()
+                    except Exception as exc:
+                        log.warning("could not list sessions: %s", exc)
+                    next_refresh = now + LIVE_REFRESH_S
+                if self.watcher:
+                    self._sync_watches()
+                full = now >= next_full
+                if full:
+                    next_full = now + FULL_PASS_S
+                nudged_dirs = self.watcher.drain() if self.watcher else set()
+                nudged = {p for p in list(self.live) if store.agent_part(p) in nudged_dirs}
+                for path, sig in to_deliver(self.live, nudged, full, self.watcher is not None, outbound_signature):
+                    if self.stop.is_set():
+                        break  # shutting down: the delivery in flight finished, the rest waits for the next start
+                    try:
+                        self.deliver(path)
+                        if sig is not None and path in self.live:
+                            self.live[path] = sig
+                    except Exception as exc:  # keep the loop alive; the row stays for the next pass
+                        log.exception("delivery for %s failed: %s", path, exc)
+                self.passes += 1
+                if self.stop.is_set():
+                    break
+                if self.watcher is None:
+                    self._sleep(POLL_S)
+                    continue
+                gap = MIN_WAKE_GAP_S - (time.monotonic() - last_wake)
+                if gap > 0:
+                    time.sleep(gap)
+                self._sleep(min(next_full, next_refresh) - time.monotonic())
+                last_wake = time.monotonic()
+        except Exception as exc:  # never silently: delivery stopping means no answers go out
+            log.exception("the delivery loop stopped: %s", exc)
+            raise

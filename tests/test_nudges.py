@@ -1,0 +1,183 @@
+"""Nudges: a commit on one side of the session folder wakes the other side at once; a lost nudge
+delays a message by the safety net's second and never loses it (issue 19).
+
+The nudge tests set both safety nets to an hour, so an answer can only come from a nudge; the
+drop tests throw every nudge away, so an answer can only come from the safety net."""
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from nanoclaw.lifecycle import sandboxes
+from nanoclaw.outbound import watcher as delivery_watcher
+from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
+from nanoclaw.sessions import store
+from tests.fakes.model_api import Reply
+from tests.tg_flow import message, person, sandbox_service, texts
+
+from agent_runner import nudge  # noqa: E402
+from agent_runner.store import SessionStore  # noqa: E402
+from agent_runner.targets import Target  # noqa: E402
+
+HOUR = "3600"
+OWNER = person(111, "Olivia")
+
+
+# --- the watcher --------------------------------------------------------------------------------
+
+def test_a_write_to_a_watched_name_is_seen_and_other_names_are_not(tmp_path):
+    w = nudge.Watcher(("inbound.db",))
+    try:
+        assert w.watch(tmp_path) and w.drain() == set()
+        (tmp_path / "notes.txt").write_text("x")
+        assert w.drain() == set()
+        (tmp_path / "inbound.db-journal").write_bytes(b"")
+        assert w.drain() == {tmp_path}
+        assert w.drain() == set()  # drained
+        w.unwatch(tmp_path)
+        (tmp_path / "inbound.db").write_text("y")
+        assert w.drain() == set()
+    finally:
+        w.close()
+
+
+def test_a_touch_is_a_nudge_and_a_removed_directory_can_be_watched_again(tmp_path):
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    w = nudge.Watcher((nudge.NUDGE,))
+    try:
+        assert not w.watch(tmp_path / "missing")
+        assert w.watch(agent)
+        nudge.touch(agent)           # creates it
+        assert w.drain() == {agent}
+        nudge.touch(agent)           # utime only: IN_ATTRIB
+        assert w.drain() == {agent}
+        (agent / nudge.NUDGE).unlink()
+        agent.rmdir()
+        w.drain()
+        assert agent not in w.watched  # forgotten when the kernel dropped the watch
+        agent.mkdir()
+        assert w.watch(agent)
+        nudge.touch(agent)
+        assert w.drain() == {agent}
+    finally:
+        w.close()
+
+
+def test_every_commit_of_the_runner_nudges(tmp_path):
+    folder = tmp_path / "s1"
+    store.prepare(folder, Target("cli", "c"))
+    runner = SessionStore.of_session(folder)
+    w = nudge.Watcher((nudge.NUDGE,))
+    try:
+        w.watch(store.agent_part(folder))
+        runner.write_out({"op": "text", "text": "hi"}, Target("cli", "c"))
+        assert w.drain() == {store.agent_part(folder)}
+        runner.claim(["m1"])
+        assert w.drain() == {store.agent_part(folder)}
+        runner.set_tool("Bash")  # not a delivery: no nudge
+        assert w.drain() == set()
+    finally:
+        w.close()
+        runner.close()
+
+
+# --- which sessions the delivery thread delivers (pure) -------------------------------------------
+
+def test_to_deliver():
+    a, b = Path("/s/a"), Path("/s/b")
+    live = {a: ("old",), b: ("same",)}
+    sig = {a: ("new",), b: ("same",)}.get
+    assert delivery_watcher.to_deliver(live, set(), True, True, sig) == [(a, None), (b, None)]
+    assert delivery_watcher.to_deliver(live, {b}, False, True, sig) == [(b, None)]
+    assert delivery_watcher.to_deliver(live, set(), False, True, sig) == []          # watching: no stat polls
+    assert delivery_watcher.to_deliver(live, set(), False, False, sig) == [(a, ("new",))]  # polling fallback
+
+
+# --- the host's delivery thread ------------------------------------------------------------------
+
+class Loop:
+    def __init__(self, settings, folder: Path):
+        self.delivered = threading.Event()
+        self.stop = threading.Event()
+        self.loop = delivery_watcher.DeliveryLoop(settings, {folder: ()}, lambda: None, self.stop,
+                                                  deliver=lambda path: self.delivered.set())
+        self.thread = threading.Thread(target=self.loop.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.delivered.wait(5)  # the first full pass
+        self.delivered.clear()
+        return self
+
+    def __exit__(self, *_):
+        self.stop.set()
+        self.loop.interrupt()
+        self.thread.join(5)
+        self.loop.close()
+
+
+def test_a_runner_commit_wakes_delivery_at_once(make_settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
+    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
+    folder = tmp_path / "s1"
+    store.prepare(folder, Target("cli", "c"))
+    runner = SessionStore.of_session(folder)
+    with Loop(make_settings(), folder) as loop:
+        runner.write_out({"op": "text", "text": "hi"}, Target("cli", "c"))
+        assert loop.delivered.wait(10), "a committed reply waited for the hourly pass"
+    runner.close()
+
+
+def test_a_dropped_nudge_is_made_up_by_the_full_pass(make_settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 0.5)
+    real_drain = nudge.Watcher.drain
+    monkeypatch.setattr(nudge.Watcher, "drain", lambda self: real_drain(self) and set())
+    folder = tmp_path / "s1"
+    store.prepare(folder, Target("cli", "c"))
+    runner = SessionStore.of_session(folder)
+    with Loop(make_settings(), folder) as loop:
+        runner.write_out({"op": "text", "text": "hi"}, Target("cli", "c"))
+        assert loop.delivered.wait(10)
+    runner.close()
+
+
+# --- end to end: a real service, the real SDK in a real sandbox -----------------------------------
+
+def _two_answers(svc) -> None:
+    svc.cli("agent", "create", "Andy")
+    svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+    svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+    svc.post(message(111, OWNER, "first"))
+    svc.wait(lambda: len(texts(svc.tg, 111)) >= 1, timeout=60, what="the first answer")
+    svc.post(message(111, OWNER, "second"))  # the runner is warm and asleep now
+    svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=60, what="the second answer")
+    assert texts(svc.tg, 111) == ["answer to first", "answer to second"]
+
+
+def _script(req):
+    said = re.findall(r">([^<]*)</message>", req.current_prompt())
+    return Reply.say(f"answer to {said[-1].strip()}")
+
+
+@pytest.mark.parametrize("runtime", ["bwrap", "docker"])
+def test_nudges_wake_the_runner_and_delivery(make_settings, sqlite_url, monkeypatch, runtime):
+    """Both safety nets at an hour: each answer needs the host's nudge to the runner and the
+    runner's nudge back, across the sandbox's bind mounts."""
+    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
+    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
+    monkeypatch.setitem(sandboxes.SDK_ENV, "NANOCLAW_POLL_INTERVAL_S", HOUR)
+    with sandbox_service(make_settings, sqlite_url, _script, runtime=runtime) as svc:
+        _two_answers(svc)
+
+
+@pytest.mark.parametrize("runtime", ["bwrap", "docker"])
+def test_every_nudge_dropped_and_each_message_is_still_answered(make_settings, sqlite_url, monkeypatch, runtime):
+    real_drain = nudge.Watcher.drain
+    monkeypatch.setattr(nudge.Watcher, "drain", lambda self: real_drain(self) and set())  # the host drops
+    monkeypatch.setitem(sandboxes.SDK_ENV, "NANOCLAW_NUDGES", "0")                     # the runner drops
+    with sandbox_service(make_settings, sqlite_url, _script, runtime=runtime) as svc:
+        _two_answers(svc)
