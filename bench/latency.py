@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import statistics
 import sys
 import tempfile
 import threading
@@ -42,6 +43,8 @@ from nanoclaw.runtime.image import image_exists  # noqa: E402
 from nanoclaw.lifecycle.sandboxes import SandboxManager  # noqa: E402
 
 HANDED: dict[str, float] = {}
+ROUTED: list[float] = []
+BASE_SPLIT: dict[str, list[float]] = {'to_model': [], 'back': []}
 ARRIVED = threading.Condition()
 
 
@@ -86,9 +89,13 @@ def baseline(model: FakeModel, n: int) -> list[float]:
                 async for msg in client.receive_response():
                     if isinstance(msg, ResultMessage):
                         break
-                took = time.monotonic() - started - sum(r.handled_s for r in model.requests[before:])
+                ended = time.monotonic()
+                calls = model.requests[before:]
+                took = ended - started - sum(r.handled_s for r in calls)
                 if i:  # the first turn warms the CLI up
                     out.append(took)
+                    BASE_SPLIT["to_model"].append(calls[0].received_mono - started)
+                    BASE_SPLIT["back"].append(ended - calls[-1].received_mono - calls[-1].handled_s)
         return out
     return asyncio.run(run())
 
@@ -114,6 +121,7 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int) -> d
                              sender_id="owner", sender_name="Owner", text=tag, timestamp=iso_utc(time.time()))
         accepted = time.monotonic()
         router.route(event, settings, wake=woken.append)
+        ROUTED.append(time.monotonic() - accepted)
         if woken:
             session = woken.pop()
             bg.watch(router.session_dir(settings, session))
@@ -141,14 +149,20 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int) -> d
         # warm: the sandbox is up (one untimed turn to start it)
         send(f"warmup-{runtime_name}")
         wait_reply(f"warmup-{runtime_name}")
-        warm = []
+        warm, to_model, back, requests = [], [], [], []
+        ROUTED.clear()
         for i in range(n):
             tag = f"warm{i}-{runtime_name}"
             accepted, before = send(tag)
             handed = wait_reply(tag)
-            model_time = sum(r.handled_s for r in model.requests[before:])
+            calls = model.requests[before:]
+            model_time = sum(r.handled_s for r in calls)
             warm.append(handed - accepted - model_time)
-        return {"cold": cold, "warm": warm}
+            to_model.append(calls[0].received_mono - accepted)
+            back.append(handed - calls[-1].received_mono - calls[-1].handled_s)
+            requests.append(len(calls))
+        return {"cold": cold, "warm": warm, "to_model": to_model, "back": back, "requests": requests,
+                "routed": list(ROUTED)}
     finally:
         bg.shutdown()
         for name in manager.running():
@@ -171,6 +185,8 @@ def main() -> None:
         base = baseline(model, min(n, 20))
         print(f"baseline  bare SDK warm turn (host, no sandbox/proxy/DB): p50 {pct(base, .5)*1000:6.0f} ms  "
               f"p95 {pct(base, .95)*1000:6.0f} ms")
+        print(f"            of which: query -> first model request p50 {pct(BASE_SPLIT['to_model'], .5)*1000:4.0f} ms, "
+              f"last model byte -> result p50 {pct(BASE_SPLIT['back'], .5)*1000:4.0f} ms")
         runtimes = [("bwrap", lambda s: bwrap_rt.BwrapRuntime(s.data_dir / "run" / "bwrap"))]
         client, _ = docker_rt.connect()
         probe = Settings.load(environ=env, dotenv_path=tmp / "none")
@@ -183,6 +199,10 @@ def main() -> None:
             warm, cold = result["warm"], result["cold"]
             print(f"{name:7s}  warm overhead: p50 {pct(warm, .5)*1000:6.0f} ms  p95 {pct(warm, .95)*1000:6.0f} ms  "
                   f"(x{pct(warm, .5)/pct(base, .5):.2f} of the bare SDK; target p50 <= 300 ms)")
+            print(f"{name:7s}    of which: accepted -> first model request p50 {pct(result['to_model'], .5)*1000:4.0f} ms, "
+                  f"last model byte -> reply handed p50 {pct(result['back'], .5)*1000:4.0f} ms, "
+                  f"model requests per turn {statistics.median(result['requests']):.0f}; "
+                  f"router.route itself p50 {pct(result['routed'], .5)*1000:.1f} ms")
             print(f"{name:7s}  cold start:    p50 {pct(cold, .5):6.2f} s   max {max(cold):6.2f} s   "
                   f"(target p50 <= 3 s)")
 

@@ -88,13 +88,13 @@ def test_every_commit_of_the_runner_nudges(tmp_path):
 # --- which sessions the delivery thread delivers (pure) -------------------------------------------
 
 def test_to_deliver():
-    a, b = Path("/s/a"), Path("/s/b")
-    live = {a: ("old",), b: ("same",)}
-    sig = {a: ("new",), b: ("same",)}.get
-    assert delivery_watcher.to_deliver(live, set(), True, True, sig) == [(a, None), (b, None)]
-    assert delivery_watcher.to_deliver(live, {b}, False, True, sig) == [(b, None)]
-    assert delivery_watcher.to_deliver(live, set(), False, True, sig) == []          # watching: no stat polls
-    assert delivery_watcher.to_deliver(live, set(), False, False, sig) == [(a, ("new",))]  # polling fallback
+    a, b, c = Path("/s/a"), Path("/s/b"), Path("/s/c")
+    live = {a: ("old",), b: ("same",), c: ("same",)}
+    sig = {a: ("new",), b: ("same",), c: ("same",)}.get
+    assert delivery_watcher.to_deliver(live, {b}, False, set(), sig) == [(b, ("same",))]  # a nudge: at once
+    assert delivery_watcher.to_deliver(live, set(), False, {c}, sig) == []  # between full passes: nothing else
+    # a full pass: what changed without a nudge (the safety net) and what needs the clock
+    assert delivery_watcher.to_deliver(live, set(), True, {c}, sig) == [(a, ("new",)), (c, ("same",))]
 
 
 # --- the host's delivery thread ------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .selection import InboundRow
 from .targets import Target
 
 SDK_SESSION_KEY = "sdk_session_id"
+READ_PATIENCE_S = 5.0
 
 
 class SessionStore:
@@ -44,41 +45,50 @@ class SessionStore:
     def inbound(self) -> sqlite3.Connection | None:
         """The host creates inbound.db; until it exists there is nothing to read."""
         if self._in is None and self.inbound_path.exists():
-            self._in = schema.connect(self.inbound_path, readonly=True)
+            # no busy handler: SQLite's sleeps 1, 2, 5, 10 ms… while the host commits, which
+            # overshoots a commit of well under a millisecond; _read retries at a finer grain
+            self._in = schema.connect(self.inbound_path, readonly=True, timeout=0)
         return self._in
 
+    def _read(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row] | None:
+        """All rows of a query on inbound.db (None when it does not exist yet), waiting out the
+        host's commit in short steps (up to READ_PATIENCE_S)."""
+        conn = self.inbound()
+        if conn is None:
+            return None
+        deadline = time.monotonic() + READ_PATIENCE_S
+        pause = 0.0002
+        while True:
+            try:
+                return conn.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.004)
+
     def inbound_stamp(self) -> tuple | None:
-        """A cheap change detector, polled often: the file's (inode, mtime, size) and SQLite's
-        data_version (which changes on every commit by another connection, even within one mtime tick)."""
+        """A cheap change detector: the file's (inode, mtime, size) and SQLite's data_version
+        (which changes on every commit by another connection, even within one mtime tick)."""
         try:
             st = os.stat(self.inbound_path)
         except FileNotFoundError:
             return None
-        conn = self.inbound()
-        version = conn.execute("PRAGMA data_version").fetchone()[0] if conn else None
-        return (st.st_ino, st.st_mtime_ns, st.st_size, version)
+        rows = self._read("PRAGMA data_version")
+        return (st.st_ino, st.st_mtime_ns, st.st_size, rows[0][0] if rows else None)
 
     def pending_rows(self, limit: int = 500) -> list[tuple[InboundRow, str | None]]:
         """Pending rows, newest first, each with its process_after."""
-        conn = self.inbound()
-        if conn is None:
-            return []
-        rows = conn.execute("SELECT * FROM messages_in WHERE status = 'pending' ORDER BY seq DESC LIMIT ?",
-                            (limit,)).fetchall()
-        return [(InboundRow.from_db(r), r["process_after"]) for r in rows]
+        rows = self._read("SELECT * FROM messages_in WHERE status = 'pending' ORDER BY seq DESC LIMIT ?", (limit,))
+        return [(InboundRow.from_db(r), r["process_after"]) for r in rows or []]
 
     def routing(self) -> Target | None:
-        conn = self.inbound()
-        row = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing WHERE id = 1").fetchone() \
-            if conn else None
-        return Target(row[0], row[1], row[2]) if row else None
+        rows = self._read("SELECT channel_type, platform_id, thread_id FROM routing WHERE id = 1")
+        return Target(*rows[0]) if rows else None
 
     def destinations(self) -> dict[str, Target]:
-        conn = self.inbound()
-        if conn is None:
-            return {}
-        return {r[0]: Target(r[1], r[2], r[3]) for r in
-                conn.execute("SELECT name, channel_type, platform_id, thread_id FROM destinations")}
+        rows = self._read("SELECT name, channel_type, platform_id, thread_id FROM destinations")
+        return {r[0]: Target(r[1], r[2], r[3]) for r in rows or []}
 
     def already_sent(self, ids: list[str]) -> list[dict[str, Any]]:
         """What went out to people in answer to these rows (messages, files, cards), oldest first:
@@ -100,11 +110,8 @@ class SessionStore:
 
     def destination_labels(self) -> dict[str, str]:
         """name → what the host calls it (for the system prompt)."""
-        conn = self.inbound()
-        if conn is None:
-            return {}
-        return {r[0]: r[1] or f"{r[2]} {r[3]}" for r in
-                conn.execute("SELECT name, display_name, channel_type, platform_id FROM destinations ORDER BY name")}
+        rows = self._read("SELECT name, display_name, channel_type, platform_id FROM destinations ORDER BY name")
+        return {r[0]: r[1] or f"{r[2]} {r[3]}" for r in rows or []}
 
     # processing_ack ------------------------------------------------------------------------------
     def acked_ids(self, ids: list[str]) -> set[str]:

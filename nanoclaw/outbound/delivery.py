@@ -41,6 +41,10 @@ TRANSIENT_HORIZON_S = 45 * 60
 # sent to a chat, so the row's target is not checked. Handlers must be idempotent: a row whose
 # application a crash interrupted is applied again at the next start.
 _OPS: dict = {}
+# Sessions whose delivery depends on the clock, not only on the runner's commits: a retry comes
+# due, or a turn is under way (the typing indicator is shown again every few seconds). Only these
+# are delivered on every full pass; the others when their outbound files change.
+clock_driven: set[Path] = set()
 
 
 def register_op(name: str, handler) -> None:
@@ -227,9 +231,17 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
             delivered += 1
             metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
         typing_indicator.tick(conn, session_path, settings)
+        if typing_indicator.working(session_path) or has_retries(conn):
+            clock_driven.add(session_path)
+        else:
+            clock_driven.discard(session_path)
     finally:
         conn.close()
     return delivered
+
+
+def has_retries(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM delivered WHERE status = 'retry' LIMIT 1").fetchone() is not None
 
 
 def settle_interrupted(session_path: Path) -> int:

@@ -66,6 +66,12 @@ def claimed_chat_message(conn: sqlite3.Connection):
     return row[0], Target(row[1], row[2], row[3]), platform_message_id
 
 
+def working(session_path: Path) -> bool:
+    """A turn is under way in this session (its indicator is kept up)."""
+    with _lock:
+        return session_path in _working
+
+
 def tick(conn: sqlite3.Connection, session_path: Path, settings, now: float | None = None) -> bool:
     """Show the indicator for this session if it is due. True if a call was sent off."""
     now = time.monotonic() if now is None else now

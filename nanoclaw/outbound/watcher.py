@@ -1,10 +1,10 @@
 """The delivery thread: hands what the active sessions' runners committed to outbound.db to delivery.
 
 It sleeps until a runner nudges (agent/nudge touched after each commit; see agent_runner/nudge.py)
-and then delivers that session at once. Every FULL_PASS_S it delivers every live session anyway:
-retries come due by the clock alone, and a lost nudge costs that second, never the message.
-Without inotify (or with NANOCLAW_NUDGES=0 for the runner only) the host falls back to stat-polling
-each session's outbound files every POLL_S.
+and then delivers that session at once. Every FULL_PASS_S it looks at every live session's
+outbound files (a few stat calls each) and delivers those that changed without a nudge (the
+safety net: a lost nudge costs that second, never the message) and those that need the clock (a
+retry coming due, a typing indicator to show again). Without inotify it does that every POLL_S.
 """
 from __future__ import annotations
 
@@ -43,18 +43,19 @@ def outbound_signature(path: Path) -> tuple:
     return tuple(sig)
 
 
-def to_deliver(live: dict[Path, tuple], nudged: set[Path], full: bool, watching: bool,
-               signature: Callable[[Path], tuple]) -> list[tuple[Path, tuple | None]]:
-    """Which live sessions to deliver now, each with its new signature when one was taken (pure
-    apart from `signature`): all on a full pass; else the nudged ones when watching, else those
-    whose outbound files changed."""
+def to_deliver(live: dict[Path, tuple], nudged: set[Path], full: bool, clock_driven: set[Path],
+               signature: Callable[[Path], tuple]) -> list[tuple[Path, tuple]]:
+    """Which live sessions to deliver now, each with its outbound signature (pure apart from
+    `signature`, a few stat calls): the nudged ones at once; on a full pass also those that need
+    the clock (a retry, a turn under way) and those whose files changed without a nudge reaching
+    us (the safety net). Without inotify every pass is a full one."""
     out = []
     for path, seen in list(live.items()):  # request threads add sessions meanwhile
-        if full or path in nudged:
-            out.append((path, None))
-        elif not watching:
+        if path in nudged:
+            out.append((path, signature(path)))
+        elif full:
             sig = signature(path)
-            if sig != seen:
+            if sig != seen or path in clock_driven:
                 out.append((path, sig))
     return out
 
@@ -133,6 +134,7 @@ class DeliveryLoop:
                     except Exception as exc:
                         log.warning("could not list sessions: %s", exc)
                     next_refresh = now + LIVE_REFRESH_S
+                    delivery.clock_driven.intersection_update(list(self.live))
                 if self.watcher:
                     self._sync_watches()
                 full = now >= next_full
@@ -140,12 +142,13 @@ class DeliveryLoop:
                     next_full = now + FULL_PASS_S
                 nudged_dirs = self.watcher.drain() if self.watcher else set()
                 nudged = {p for p in list(self.live) if store.agent_part(p) in nudged_dirs}
-                for path, sig in to_deliver(self.live, nudged, full, self.watcher is not None, outbound_signature):
+                full = full or self.watcher is None
+                for path, sig in to_deliver(self.live, nudged, full, delivery.clock_driven, outbound_signature):
                     if self.stop.is_set():
                         break  # shutting down: the delivery in flight finished, the rest waits for the next start
                     try:
                         self.deliver(path)
-                        if sig is not None and path in self.live:
+                        if path in self.live:
                             self.live[path] = sig
                     except Exception as exc:  # keep the loop alive; the row stays for the next pass
                         log.exception("delivery for %s failed: %s", path, exc)
