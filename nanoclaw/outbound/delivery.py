@@ -24,7 +24,7 @@ from .. import metrics
 from ..channels.base import DeliveryError, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
-from ..sessions.store import Target, allowed_targets, attach_outbound, inbound_db, outbound_db, outbox_dir
+from ..sessions.store import Target, attach_outbound, targets_of, inbound_db, outbound_db, outbox_dir
 
 log = logging.getLogger("nanoclaw.delivery")
 
@@ -120,6 +120,17 @@ def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
     return out
 
 
+@contextmanager
+def _transaction(conn: sqlite3.Connection):
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def claim(conn: sqlite3.Connection, row_id: str) -> bool:
     cur = conn.execute(
         "INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0) "
@@ -206,11 +217,17 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
     now = now or datetime.now(timezone.utc)
     delivered = 0
     try:
-        sync_acks(conn)
         rows = due_rows(conn, _iso(now))
-        allowed = allowed_targets(session_path) if rows else set()
-        for row in rows:
-            if not claim(conn, row.id):
+        if not rows:
+            sync_acks(conn)
+        allowed = targets_of(conn) if rows else set()
+        for i, row in enumerate(rows):
+            # one commit (one fsync) before the first send: the acks synced with its claim
+            with _transaction(conn):
+                if i == 0:
+                    sync_acks(conn)
+                claimed = claim(conn, row.id)
+            if not claimed:
                 continue
             try:
                 handler = _OPS.get(row.op.get("op"))

@@ -277,10 +277,15 @@ def allowed_targets(path: Path) -> set[Target]:
     """The session's routing plus its named destinations: the only places its rows may go."""
     conn = schema.connect(inbound_db(path))
     try:
-        rows = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing "
-                            "UNION SELECT channel_type, platform_id, thread_id FROM destinations").fetchall()
+        return targets_of(conn)
     finally:
         conn.close()
+
+
+def targets_of(conn: sqlite3.Connection) -> set[Target]:
+    """allowed_targets on an open connection to the session's inbound.db."""
+    rows = conn.execute("SELECT channel_type, platform_id, thread_id FROM routing "
+                        "UNION SELECT channel_type, platform_id, thread_id FROM destinations").fetchall()
     return {Target(r[0], r[1], r[2]) for r in rows}
 
 
