@@ -91,7 +91,11 @@ class ClaudeProvider:
         )
 
     def cli_env(self) -> dict[str, str]:
+        # model calls straight to the proxy's socket (the CLI's own option), one hop less than
+        # through the bridge; the bridge stays for everything else (HTTPS_PROXY: pip, WebFetch)
+        direct = {"ANTHROPIC_UNIX_SOCKET": self.config.proxy_socket} if self.config.proxy_socket else {}
         return {
+            **direct,
             "ANTHROPIC_BASE_URL": self.base_url,
             "ANTHROPIC_API_KEY": PLACEHOLDER_API_KEY,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
