@@ -219,3 +219,16 @@ def test_accumulated_context_reaches_the_agent_with_the_trigger(make_settings, s
         assert said == sorted(said)  # the context, oldest first, then the question
         assert '<message sender="Bob"' in prompt and '<message sender="Ada"' in prompt
         assert texts(svc.tg, GROUP) == ["Lunch at one, Bob brings cake."]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("@Scout find my keys", {2}),
+    ("  @scout, and you?", {2}),          # case and leading space as the trigger allows
+    ("@Scouting trip tomorrow", set()),   # a word that starts with the name is not the name
+    ("hey @Scout", set()),                 # only at the start
+    ("@Andy and @Scout", {1}),             # the first name is who is addressed
+    ("what's for dinner?", set()),
+])
+def test_addressed_by_name(text, expected):
+    from nanoclaw.inbound.router import addressed
+    assert addressed(text, {1: "Andy", 2: "Scout"}) == expected

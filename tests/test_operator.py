@@ -200,6 +200,53 @@ def test_create_agent_only_for_an_admins_agent(app, tg):
     assert "Find things." in (app.config["NANOCLAW"].groups_dir / "scout" / "CLAUDE.md").read_text()
 
 
+def test_the_card_can_add_the_new_agent_to_the_chat_it_was_asked_from(app, tg):
+    """The owner's DM already has Andy: Scout answers there when addressed as @Scout; Andy keeps the rest."""
+    dm_path = session_path(app)
+    propose(app, dm_path, "create_agent", {"name": "Scout", "instructions": "Find things."}, ref="r5")
+    [card] = cards(tg)
+    assert list(buttons(card)) == ["✅ Approve", "✅ Approve and add to telegram 111", "❌ Reject"]
+    post(app, click(buttons(card)["✅ Approve and add to telegram 111"], OWNER, card))
+    assert AgentGroup.get(AgentGroup.folder == "scout")
+    assert "It answers in" in system_texts(dm_path)[-1] and "@Scout" in system_texts(dm_path)[-1]
+    app.woken.clear()
+    post(app, message(111, OWNER, "@Scout find my keys"))
+    post(app, message(111, OWNER, "what's for dinner?"))
+    assert app.woken == ["scout", "andy"]  # Andy does not answer what was said to Scout
+    scout_said = [m["content"]["text"] for m in inbound(app.config["NANOCLAW"].sessions_dir / "scout" /
+                  Session.get(Session.agent_group == AgentGroup.get(AgentGroup.folder == "scout")).id, "chat")]
+    assert scout_said == ["@Scout find my keys"]
+
+
+def test_only_the_owner_or_a_global_admin_adds_the_new_agent_to_a_chat(app, tg):
+    runner = app.test_cli_runner()
+    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:222", "--role", "admin", "--agent",
+                               "andy"]).exit_code == 0
+    dm_path = session_path(app)
+    propose(app, dm_path, "create_agent", {"name": "Scout"}, ref="r6")
+    [card] = cards(tg)
+    post(app, click(list(buttons(card).values())[1], person(222, "Bob"), card))
+    assert toasts(tg)[-1].startswith("Only the owner or an admin of all agents can add the new agent")
+    assert not AgentGroup.select().where(AgentGroup.folder == "scout").exists()
+    assert PendingProposal.get(PendingProposal.ref == "r6").state == "pending"
+
+
+def test_create_agent_is_offered_only_to_an_admins_agent(app):
+    from agent_runner.mcp_tools import tool_names
+    from nanoclaw.lifecycle.sandboxes import withheld_tools
+    group_path = session_path(app, chat=-100200, sender=OWNER, title="Team", mention=True)
+    dm_path = session_path(app)
+    assert withheld_tools(group_path.name) == ("create_agent",)
+    assert withheld_tools(dm_path.name) == ()
+    assert withheld_tools("no-such-session") == ("create_agent",)
+    spec = build_spec(app.config["NANOCLAW"], "andy", group_path.name, withheld_tools=withheld_tools(group_path.name))
+    config = RunnerConfig.from_env(spec.env)
+    assert "mcp__nanoclaw__create_agent" not in tool_names(config.withheld_tools)
+    assert "mcp__nanoclaw__create_agent" in tool_names(RunnerConfig.from_env(
+        build_spec(app.config["NANOCLAW"], "andy", dm_path.name, withheld_tools=withheld_tools(dm_path.name)).env
+    ).withheld_tools)
+
+
 def test_create_agent_is_checked_again_when_it_is_applied(app, tg):
     """Queued from the owner's DM; the owner's role is taken away before another admin approves."""
     from nanoclaw.models import UserRole

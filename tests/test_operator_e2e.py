@@ -355,3 +355,21 @@ def test_an_approved_mcp_server_restarts_the_sandbox_and_its_tool_works(make_set
         assert "image" not in config  # no rebuild for an MCP server
         assert [s.id for s in Session.select()] == [session_id]
         assert edits(svc.tg)[-1]["text"].startswith("✅ Approved by Olivia: add the MCP server glossary")
+
+
+def test_create_agent_is_offered_to_the_owners_dm_agent_and_not_to_a_group_agent(make_settings, sqlite_url):
+    """What the model is offered, read from its request: a group chat's agent does not see
+    create_agent (the host withholds it); the owner's DM agent does."""
+    def script(req):
+        offered = "mcp__nanoclaw__create_agent" in req.tool_names()
+        return Reply.say("create_agent offered" if offered else "create_agent withheld")
+    with sandbox_service(make_settings, sqlite_url, script) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        svc.cli("wire", "telegram", "-100200", "andy", "--kind", "group")
+        svc.post(message(-100200, OWNER, "hi", title="Team", mention=True))
+        svc.post(message(111, OWNER, "hi"))
+        svc.wait(lambda: texts(svc.tg, 111) and texts(svc.tg, -100200), what="both answers")
+        assert texts(svc.tg, -100200) == ["create_agent withheld"]
+        assert texts(svc.tg, 111) == ["create_agent offered"]

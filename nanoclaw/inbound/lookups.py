@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from functools import cache
 
 from ..db import database, hot_write
-from ..models import AgentGroup, MessagingGroup, Session, Wiring
+from ..models import AgentGroup, MessagingGroup, Session, UserDm, UserRole, Wiring
 
 _memo = threading.local()
 
@@ -193,3 +193,22 @@ def touch_session(session_id: str, now) -> None:
     with hot_write():
         database.execute_sql(_q("UPDATE sessions SET last_active_at = ? WHERE id = ?"),
                              (Session.last_active_at.db_value(now), session_id))
+
+
+def is_admin_agent(session: Session) -> bool:
+    """An admin's agent: an admin role is scoped to its group, or its chat is the DM of an owner/admin.
+    Only such an agent is offered create_agent, and only its proposal to create one is queued."""
+    group = session.agent_group_id
+    if UserRole.select().where(UserRole.role == "admin", UserRole.agent_group == group).exists():
+        return True
+    mg = session.messaging_group
+    if mg is None or mg.kind != "dm":
+        return False
+    owners = [r.user_id for r in UserRole.select().where((UserRole.role == "owner") |
+                                                         ((UserRole.role == "admin") & UserRole.agent_group.is_null()))]
+    if not owners:
+        return False
+    if UserDm.select().where(UserDm.user.in_(owners), UserDm.channel_type == mg.channel_type,
+                             UserDm.platform_id == mg.platform_id).exists():
+        return True
+    return f"{mg.channel_type}:{mg.platform_id}" in owners

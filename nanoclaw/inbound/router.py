@@ -76,6 +76,13 @@ def engages(engage_mode: str, engage_pattern: str | None, *, text: str, mentione
     return False
 
 
+def addressed(text: str, names: dict[int, str]) -> set[int]:
+    """Which of a chat's agents (id -> name) the message is addressed to by name ('@Scout …' at its
+    start). When one is, only it engages: in a chat with several agents, naming one is not a call to
+    all. Empty when the message names none of them."""
+    return {key for key, name in names.items() if name and re.match(trigger_pattern(None, name), text or "")}
+
+
 def trigger_pattern(trigger: str | None, assistant_name: str = "Andy") -> str:
     """The engage_pattern for a v1-style trigger word: '@Andy' at the start of the message (after
     leading spaces), case-insensitive, ending at a word boundary; the trigger's characters are
@@ -333,12 +340,15 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
     refused_sender = refused_command = None
     asked = False
     files = InboxFiles(event, settings)  # downloaded once, on first use, copied into each session
+    named = addressed(event.text, {w.id: w.agent_group.name for w in wirings}) if len(wirings) > 1 else set()
     for wiring in wirings:
         known = is_known(event.user_id, wiring.agent_group_id)
         admitted, reason = sender_admitted(mg.unknown_sender_policy, known)
         existing = get_session(settings, wiring, mg, thread, create=False)
         engaged = engages(wiring.engage_mode, wiring.engage_pattern, text=event.text, mentioned=event.mentioned,
                           is_dm=mg.kind == "dm", sticky_session=is_sticky(existing))
+        if named and wiring.id not in named:
+            engaged = False  # another agent of this chat was addressed by name
         if not admitted:
             if not asked and asks_approval(mg.unknown_sender_policy, engaged, wiring.ignored_message_policy,
                                            event.sender_is_bot):

@@ -26,7 +26,8 @@ from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import destinations, store
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
-from ..models import AgentGroup
+from ..inbound import lookups
+from ..models import AgentGroup, Session
 from ..mounts import MountRequest, protected_paths, validate_mounts
 
 log = logging.getLogger("nanoclaw.sandboxes")
@@ -48,8 +49,9 @@ def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
 
 def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mount, ...] = (),
                command: tuple[str, ...] | None = None, image: str | None = None,
-               mcp_servers: dict | None = None) -> SandboxSpec:
-    """image / mcp_servers: what the owner approved for this agent group (agent_capabilities)."""
+               mcp_servers: dict | None = None, withheld_tools: tuple[str, ...] = ()) -> SandboxSpec:
+    """image / mcp_servers: what the owner approved for this agent group (agent_capabilities);
+    withheld_tools: tools of ours the agent is not offered (withheld_tools())."""
     session_dir = store.session_path(settings.sessions_dir, folder, session_id)
     store.upgrade_layout(session_dir)
     global_dir = settings.groups_dir / "global"
@@ -63,6 +65,8 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
         "TZ": settings.timezone,
     }
+    if withheld_tools:
+        env["NANOCLAW_TOOLS_WITHHELD"] = ",".join(sorted(withheld_tools))
     if settings.max_turn_minutes:  # no cap unless the operator wants one (stuck turns are the sweep's)
         env["NANOCLAW_TURN_TIMEOUT_S"] = str(settings.max_turn_minutes * 60)
     kwargs = dict(
@@ -97,6 +101,20 @@ def agent_capabilities(folder: str) -> dict:
         return {}
     config = (agent.container_config or {}) if agent else {}
     return {k: config[k] for k in ("image", "mcp_servers") if config.get(k)}
+
+
+def withheld_tools(session_id: str) -> tuple[str, ...]:
+    """Tools not offered to this session's agent: create_agent unless it is an admin's agent (the
+    host checks again when a proposal arrives and when it is applied: roles change meanwhile).
+    When the database cannot say, the tool is withheld."""
+    try:
+        with (database.connection_context() if database.is_closed() else nullcontext()):
+            session = Session.get_or_none(Session.id == session_id)
+            if session is not None and lookups.is_admin_agent(session):
+                return ()
+    except (peewee.DatabaseError, sqlite3.Error) as exc:
+        log.warning("could not tell whether session %s belongs to an admin's agent: %s", session_id, exc)
+    return ("create_agent",)
 
 
 @dataclass
@@ -236,7 +254,7 @@ class SandboxManager:
             self._wait_for_proxy(folder)
             self._sync_destinations(folder, session_id)
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
-                              **self.capabilities_for(folder))
+                              withheld_tools=withheld_tools(session_id), **self.capabilities_for(folder))
             started = time.monotonic()
             self.failures.started(name, time.time())
             self.runtime.start(spec)

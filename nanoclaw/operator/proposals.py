@@ -22,11 +22,13 @@ from pathlib import Path
 import peewee
 
 from ..approvals.actions import NOT_HERE, NotAllowed, on_card, register_action
-from ..approvals.common import display, may_decide
+from ..approvals.common import connect, display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
 from ..inbound import lookups, router
-from ..models import AgentGroup, AuditLog, PendingProposal, Session, UserDm, UserRole, audit, utcnow
+from ..inbound.lookups import is_admin_agent
+from ..inbound.wiring import resolve_engage
+from ..models import AgentGroup, AuditLog, PendingProposal, Session, Wiring, audit, utcnow
 from ..outbound.delivery import register_op
 from ..proposal_rules import RuleError
 from ..sessions.store import Target
@@ -39,29 +41,12 @@ log = logging.getLogger("nanoclaw.operator.proposals")
 
 PREFIX = "npr"
 SLOW_KINDS = ("install_packages",)
+APPROVE_AND_WIRE = "approve_wire"
 APPROVE_WORDS = ("approve", "approved", "yes", "ok", "okay", "allow", "go")
 _workers: list[threading.Thread] = []
 
 
 # --- who may ask for what ----------------------------------------------------------------------
-
-def is_admin_agent(session: Session) -> bool:
-    """An admin's agent: an admin role is scoped to its group, or its chat is the DM of an owner/admin."""
-    group = session.agent_group_id
-    if UserRole.select().where(UserRole.role == "admin", UserRole.agent_group == group).exists():
-        return True
-    mg = session.messaging_group
-    if mg is None or mg.kind != "dm":
-        return False
-    owners = [r.user_id for r in UserRole.select().where((UserRole.role == "owner") |
-                                                         ((UserRole.role == "admin") & UserRole.agent_group.is_null()))]
-    if not owners:
-        return False
-    if UserDm.select().where(UserDm.user.in_(owners), UserDm.channel_type == mg.channel_type,
-                             UserDm.platform_id == mg.platform_id).exists():
-        return True
-    return f"{mg.channel_type}:{mg.platform_id}" in owners
-
 
 # --- the card ----------------------------------------------------------------------------------
 
@@ -88,7 +73,37 @@ def card_text(p: PendingProposal, diff: list[str], changed: str = "") -> tuple[s
 def card_for(settings, p: PendingProposal) -> Card:
     state = current_state(settings, p.agent_group, p.kind, p.payload)
     title, body = card_text(p, checks.diff(p.kind, p.payload, state), owner_changes(p))
-    return Card(title, body, (("✅ Approve", f"{PREFIX}-{p.token}:approve"), ("❌ Reject", f"{PREFIX}-{p.token}:reject")))
+    key = f"{PREFIX}-{p.token}"
+    buttons = [("✅ Approve", f"{key}:approve")]
+    mg = p.session.messaging_group if p.session_id else None
+    if p.kind == "create_agent" and mg is not None:  # and answer in the chat it was asked from
+        buttons.append((f"✅ Approve and add to {chat_label(mg)}", f"{key}:{APPROVE_AND_WIRE}"))
+    return Card(title, body, (*buttons, ("❌ Reject", f"{key}:reject")))
+
+
+def chat_label(mg) -> str:
+    return (mg.name or f"{mg.channel_type} {mg.platform_id}")[:40]
+
+
+def wire_new_agent(p: PendingProposal, folder: str, user_id: str) -> str:
+    """The agent just created answers in the chat its creation was asked from: with the chat's
+    defaults when nobody else answers there, else only when addressed by its name (@Name), so the
+    chat's agent and the new one do not both answer every message."""
+    mg = p.session.messaging_group
+    agent = AgentGroup.get(AgentGroup.folder == folder)
+    others = Wiring.select().where(Wiring.messaging_group == mg.id, Wiring.agent_group != agent.id).exists()
+    if not others:
+        connect(mg, agent, user_id)
+        return f"It answers in {chat_label(mg)}."
+    values = dict(resolve_engage(mg.kind, "pattern", router.trigger_pattern(None, agent.name)).__dict__)
+    with database.atomic():
+        _, created = Wiring.get_or_create(messaging_group=mg, agent_group=agent, defaults=values)
+        if created:
+            audit(user_id, "wiring.create", f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder, kind=mg.kind,
+                  via="proposal", **values)
+    lookups.forget()
+    return f"It answers in {chat_label(mg)} when a message starts with @{agent.name}."
+
 
 
 # --- the system op -----------------------------------------------------------------------------
@@ -168,11 +183,17 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
         return "This proposal no longer exists."
     if p.state != "pending":
         return earlier(p)
+    wire = decision == APPROVE_AND_WIRE and p.kind == "create_agent" and p.session.messaging_group_id is not None
+    if wire:
+        decision = "approve"
     if decision not in ("approve", "reject"):
         return "Unknown choice."
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
         raise NotAllowed(f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
                          "can decide this.")
+    if wire and not lookups.is_owner_or_admin(user_id):  # the new agent is outside a scoped admin's agents
+        raise NotAllowed("Only the owner or an admin of all agents can add the new agent to this chat; "
+                         "✅ Approve creates it without.")
     if decision == "approve" and owner_only(p) and not lookups.is_owner(user_id):
         raise NotAllowed(f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
                          "secret this agent's admins were not given.")
@@ -199,7 +220,7 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
         _workers.append(worker)
         worker.start()
         return f"Approved: {summary}. Applying it now; the card will say when it is done."
-    return finish(p, user_id, settings, router.current_waker(), current_manager())
+    return finish(p, user_id, settings, router.current_waker(), current_manager(), wire=wire)
 
 
 def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | None = None,
@@ -275,8 +296,9 @@ def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> No
         finish(PendingProposal.get_by_id(pid), user_id, settings, waker, manager)
 
 
-def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
-    """Apply an approved proposal, record the outcome, restart if needed, tell the agent."""
+def finish(p: PendingProposal, user_id: str, settings, waker, manager, wire: bool = False) -> str:
+    """Apply an approved proposal, record the outcome, restart if needed, tell the agent.
+    wire: a new agent is also wired to the chat it was asked from."""
     key, who, summary = f"{PREFIX}-{p.token}", display(user_id), checks.summary(p.kind, p.payload)
     agent = AgentGroup.get_by_id(p.agent_group_id)
     changes = owner_changes(p)
@@ -285,6 +307,8 @@ def finish(p: PendingProposal, user_id: str, settings, waker, manager) -> str:
         if p.kind == "create_agent" and not is_admin_agent(p.session):  # roles may have changed since
             raise ApplyError("only an admin's agent may create agents, and this one no longer is one")
         outcome = apply(settings, agent, p.kind, p.payload, user_id)
+        if wire:
+            outcome.agent_text += " " + wire_new_agent(p, outcome.extra["folder"], user_id)
     except (ApplyError, RuleError) as exc:
         PendingProposal.update(state="failed", note=str(exc)[:500]).where(PendingProposal.id == p.id).execute()
         audit(user_id, "proposal.failed", key, kind=p.kind, summary=summary, error=str(exc))

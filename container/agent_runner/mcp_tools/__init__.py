@@ -21,13 +21,13 @@ log = logging.getLogger("agent_runner.tools")
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]
 
 
-def _specs():
+def _specs(withheld: frozenset[str] = frozenset()):
     for module in TOOL_MODULES:
-        yield from module.SPECS
+        yield from (spec for spec in module.SPECS if spec[1] not in withheld)
 
 
-def tool_names() -> list[str]:
-    return [f"mcp__{SERVER_NAME}__{name}" for _fn, name, _d, _s in _specs()]
+def tool_names(withheld: frozenset[str] = frozenset()) -> list[str]:
+    return [f"mcp__{SERVER_NAME}__{name}" for _fn, name, _d, _s in _specs(withheld)]
 
 
 def call_tool(ctx: ToolContext, fn, args: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def build_server(ctx: ToolContext):
             return call_tool(ctx, fn, args)
         return handler
 
-    server = create_sdk_mcp_server(SERVER_NAME, tools=[adapt(*spec) for spec in _specs()])
+    server = create_sdk_mcp_server(SERVER_NAME, tools=[adapt(*spec) for spec in _specs(ctx.config.withheld_tools)])
     # Our few core tools are always in the prompt, not deferred behind the CLI's tool search: the
     # agent must know it can message the chat without searching for how.
     return {**server, "alwaysLoad": True}
