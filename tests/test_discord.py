@@ -217,7 +217,9 @@ def test_converter_reads_dm_guild_thread_reply_and_echo():
     assert dm.mentioned and not dm.from_self and dm.timestamp == "2025-03-14T09:26:53.589Z"
 
     guild = message_to_event(fixture("gateway_message_guild_mention"), bot_id=BOT_ID, bot_name="Andy")
-    assert (guild.kind, guild.chat_id, guild.thread_id) == ("group", GUILD_CHANNEL, None)
+    # a guild channel is threaded: a top-level message may start a thread, which gets its id
+    assert (guild.kind, guild.chat_id, guild.thread_id, guild.thread_root) == ("thread", GUILD_CHANNEL, None,
+                                                                               "1350046344613494824")
     assert guild.mentioned and guild.sender_name == "Nell" and guild.text == "@Andy what's on the agenda today?"
     assert not message_to_event(fixture("gateway_message_guild_mention"), bot_id="42").mentioned
 
@@ -226,7 +228,7 @@ def test_converter_reads_dm_guild_thread_reply_and_echo():
     assert (thread.kind, thread.chat_id, thread.thread_id) == ("thread", GUILD_CHANNEL, THREAD)
     assert not thread.mentioned and thread.attachments[0]["filename"] == "budget.csv"
     unknown = message_to_event(fixture("gateway_message_thread"), bot_id=BOT_ID)
-    assert (unknown.kind, unknown.chat_id) == ("group", THREAD)  # not known to be a thread
+    assert (unknown.kind, unknown.chat_id) == ("thread", THREAD)  # not known to be a thread: a channel
 
     reply = message_to_event(fixture("gateway_message_reply"), bot_id=BOT_ID)
     assert reply.reply_to.message_id == "1350046360325357630"
@@ -300,7 +302,8 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
         payload, channel = payload_from_message(message)
         assert route(message_to_event(payload, bot_id=BOT_ID, channel=channel, bot_name="Andy"), settings).written
     sessions = {(s.messaging_group.platform_id, s.thread_id): s for s in Session.select()}
-    assert set(sessions) == {(DM_CHANNEL, ""), (GUILD_CHANNEL, ""), (GUILD_CHANNEL, THREAD)}
+    mention_id = "1350046344613494824"  # a top-level message: its answer goes into a thread under it
+    assert set(sessions) == {(DM_CHANNEL, ""), (GUILD_CHANNEL, mention_id), (GUILD_CHANNEL, THREAD)}
     [thread_row] = session_rows(app, sessions[(GUILD_CHANNEL, THREAD)])
     assert thread_row["thread_id"] == THREAD and json.loads(thread_row["content"])["text"] == "and the budget item, please"
     [attachment] = json.loads(thread_row["content"])["attachments"]  # saved where the agent can read it
@@ -308,8 +311,57 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
     session = sessions[(GUILD_CHANNEL, THREAD)]
     assert (settings.sessions_dir / "andy" / session.id / "host" / "inbox" / "1350049740376539187" / "budget.csv"
             ).read_bytes() == budget
-    [mention_row] = session_rows(app, sessions[(GUILD_CHANNEL, "")])
+    [mention_row] = session_rows(app, sessions[(GUILD_CHANNEL, mention_id)])
     assert mention_row["trigger"] == 1 and json.loads(mention_row["content"])["text"] == "@Andy what's on the agenda today?"
+
+
+def test_threads_are_threads_a_top_level_mention_is_answered_in_a_thread_under_it(app, cli, wired, discord_api):
+    """The rule Slack follows, on Discord: a wired guild channel (kind thread: mention-sticky, a
+    session per thread); a top-level mention is answered in a new thread started from it; later
+    messages there are answered without a mention; another thread without a mention is not."""
+    from agent_runner.store import SessionStore  # noqa: E402
+    assert cli("wire", "discord", GUILD_CHANNEL, "andy", "--kind", "thread").exit_code == 0
+    settings = app.config["NANOCLAW"]
+    mention = fixture("gateway_message_guild_mention")
+    root = mention["d"]["id"]
+    discord_api.said(GUILD_CHANNEL, root)
+    assert route(message_to_event(mention, bot_id=BOT_ID, bot_name="Andy"), settings).written
+    session = Session.get()
+    assert session.thread_id == root
+    path = settings.sessions_dir / "andy" / session.id
+
+    def answer(text: str) -> None:
+        agent = SessionStore.of_session(path)
+        agent.write_out({"op": "text", "text": text}, agent.routing())
+        agent.close()
+        assert deliver_session(path, settings) == 1
+    answer("Today: standup at 10, budget review at 2.")
+    assert discord_api.threads[root]["parent_id"] == GUILD_CHANNEL
+    assert discord_api.threads[root]["name"] == "Today: standup at 10, budget review at 2."
+    assert [m["content"] for m in discord_api.posted(root)] == ["Today: standup at 10, budget review at 2."]
+    assert discord_api.posted(GUILD_CHANNEL) == []  # nothing at the channel's top level
+
+    in_our_thread = fixture("gateway_message_thread")
+    in_our_thread["d"].update(channel_id=root, id="1350049740376539999", attachments=[])
+    event = message_to_event(in_our_thread, bot_id=BOT_ID, channel={"id": root, "type": 11, "parent_id": GUILD_CHANNEL})
+    assert route(event, settings).written == [("andy", session.id, True)]  # no mention needed there
+    answer("Budget: venue 1200.")
+    assert [m["content"] for m in discord_api.posted(root)][-1] == "Budget: venue 1200."
+    assert len(discord_api.threads) == 1
+
+    elsewhere = fixture("gateway_message_thread")
+    elsewhere["d"].update(attachments=[])
+    event = message_to_event(elsewhere, bot_id=BOT_ID, channel={"id": THREAD, "type": 11, "parent_id": GUILD_CHANNEL})
+    assert not route(event, settings).written  # another thread, no mention: not for us
+    assert Session.select().count() == 1
+
+
+def test_where_no_thread_can_be_started_the_answer_goes_to_the_channel(settings, discord_api, caplog):
+    # the message is not one a thread can be started from here (another channel's, as Discord sees it)
+    discord_api.said("1349960187106246799", "1350046344613494824")
+    mid = DiscordAdapter(settings).send_text(Target("discord", GUILD_CHANNEL, "1350046344613494824"), "hello")
+    assert discord_api.messages[mid]["channel_id"] == GUILD_CHANNEL
+    assert "answering in the channel" in caplog.text
 
 
 # --- outbound --------------------------------------------------------------------------------------------

@@ -237,6 +237,11 @@ def test_parse_kinds_mentions_and_replies(adapter):
     assert parse(adapter, "group_text_mention").mentioned
     topic = parse(adapter, "topic_message")
     assert (topic.kind, topic.thread_id, topic.reply_to, topic.mentioned) == ("thread", "200", None, True)
+    general = fixture("topic_message")  # a forum's General topic: no topic id, but still a forum
+    for key in ("message_thread_id", "is_topic_message", "reply_to_message"):
+        general["message"].pop(key, None)
+    general_event = adapter.parse_update(general).events[0]
+    assert (general_event.kind, general_event.thread_id) == ("thread", None)
     echo, other = parse(adapter, "bot_echo"), parse(adapter, "other_bot")
     assert (echo.from_self, echo.sender_is_bot) == (True, True)
     assert (other.from_self, other.sender_is_bot) == (False, True)

@@ -47,6 +47,7 @@ class InboundEvent:
     reply_to: ReplyTo | None = None
     attachments: tuple[dict, ...] = ()
     chat_name: str | None = None     # the group's title, when the platform sends it (for approval cards)
+    thread_root: str | None = None   # a top-level message that can start a thread: that thread's id
 
     @property
     def user_id(self) -> str:

@@ -8,7 +8,10 @@ a click inside the HTTP response within 3 s, so the card is updated in place by 
 response itself (type 7 UPDATE_MESSAGE), never by a later REST call.
 
 Outbound goes to `{DISCORD_API_BASE}` with `Authorization: Bot <token>`. A thread is a
-channel of its own in Discord, so a Target's thread_id, when set, is where we post.
+channel of its own in Discord, so a Target's thread_id, when set, is where we post. In a threaded
+channel the answer to a top-level message goes into a thread under it, whose id is the message's
+(router.thread_of): the first post finds no such channel (10003), starts the thread from the
+message, and posts again; where no thread can be started, it posts in the channel.
 
 Attachments of Gateway messages are fetched from their CDN url (signed, no token) by
 fetch_attachment, only from Discord's CDN hosts or the configured API base's origin.
@@ -183,8 +186,21 @@ def error_for(status: int, payload, headers) -> DeliveryError:
             _float(headers.get("X-RateLimit-Reset-After")) or 1.0
         return DeliveryError(text, retry_after=wait)
     if 400 <= status < 500 and status != 408:
-        return DeliveryError(text, permanent=True)
-    return DeliveryError(text)
+        error = DeliveryError(text, permanent=True)
+    else:
+        error = DeliveryError(text)
+    error.code = body.get("code")
+    return error
+
+
+UNKNOWN_CHANNEL = 10003
+THREAD_EXISTS = 160004  # "A thread has already been created for this message"
+
+
+def thread_name(text: str | None, fallback: str) -> str:
+    """A thread's name (1–100 characters): the first line of what starts it."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    return (line[:97] + "…" if len(line) > 100 else line) or fallback
 
 
 # --- the adapter (effects) ---------------------------------------------------------------------
@@ -276,7 +292,26 @@ class DiscordAdapter:
         return target.thread_id or target.platform_id
 
     def _post(self, target: Target, body: dict) -> str | None:
-        return self._call("POST", f"/channels/{self._channel(target)}/messages", json=body).get("id")
+        return self._in_thread(target, lambda channel: self._call(
+            "POST", f"/channels/{channel}/messages", json=body).get("id"), body.get("content"))
+
+    def _in_thread(self, target: Target, send, name_hint: str | None):
+        """send(channel id) into the target's thread, starting it from its message when it does not
+        exist yet; into the channel itself when no thread can be started there."""
+        try:
+            return send(self._channel(target))
+        except DeliveryError as exc:
+            if not target.thread_id or getattr(exc, "code", None) != UNKNOWN_CHANNEL:
+                raise
+        try:
+            self._call("POST", f"/channels/{target.platform_id}/messages/{target.thread_id}/threads",
+                       json={"name": thread_name(name_hint, self.settings.assistant_name)})
+        except DeliveryError as exc:
+            if getattr(exc, "code", None) != THREAD_EXISTS:
+                log.warning("could not start a thread under message %s in %s (%s): answering in the channel",
+                            target.thread_id, target.platform_id, exc)
+                return send(target.platform_id)
+        return send(target.thread_id)
 
     def send_text(self, target: Target, text: str) -> str | None:
         return self._parts.send((target, text), split_text(text, TEXT_LIMIT),
@@ -291,8 +326,9 @@ class DiscordAdapter:
                          lambda chunk: self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS}))
 
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
-        self._call("PUT", f"/channels/{self._channel(target)}/messages/{platform_message_id}/reactions/"
-                          f"{emoji_path(emoji)}/@me")
+        # the message a thread was started from stays in the channel
+        channel = target.platform_id if platform_message_id == target.thread_id else self._channel(target)
+        self._call("PUT", f"/channels/{channel}/messages/{platform_message_id}/reactions/{emoji_path(emoji)}/@me")
 
     def send_card(self, target: Target, card: Card) -> str | None:
         """Returns the id of the message that carries the (first) buttons."""
@@ -312,14 +348,22 @@ class DiscordAdapter:
         if caption and not long_caption:
             payload["content"] = caption
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        with path.open("rb") as fh:
-            message = self._call("POST", f"/channels/{self._channel(target)}/messages",
-                                 data={"payload_json": json.dumps(payload)},
-                                 files={"files[0]": (path.name, fh, mime)}, timeout=(5, 300))
+
+        def upload(channel: str) -> dict:
+            with path.open("rb") as fh:
+                return self._call("POST", f"/channels/{channel}/messages", data={"payload_json": json.dumps(payload)},
+                                  files={"files[0]": (path.name, fh, mime)}, timeout=(5, 300))
+        message = self._in_thread(target, upload, caption or path.name)
         if long_caption:
             self.send_text(target, caption)
         return message.get("id")
 
     def typing(self, target: Target, message_id: str | None = None) -> None:
-        """Shows "typing…" for about 10 s or until we post."""
-        self._call("POST", f"/channels/{self._channel(target)}/typing")
+        """Shows "typing…" for about 10 s or until we post (in the channel while the thread the
+        answer starts does not exist yet)."""
+        try:
+            self._call("POST", f"/channels/{self._channel(target)}/typing")
+        except DeliveryError as exc:
+            if not target.thread_id or getattr(exc, "code", None) != UNKNOWN_CHANNEL:
+                raise
+            self._call("POST", f"/channels/{target.platform_id}/typing")

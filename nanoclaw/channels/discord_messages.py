@@ -89,13 +89,13 @@ def message_to_event(payload: dict, *, bot_id: str, channel: dict | None = None,
         kind, chat_id, thread_id = "dm", msg.channel_id, None
     elif where is not None and where.type in THREAD_TYPES and where.parent_id:
         kind, chat_id, thread_id = "thread", where.parent_id, msg.channel_id
-    else:
-        kind, chat_id, thread_id = "group", msg.channel_id, None
+    else:  # a guild channel is threaded: a top-level message can start a thread (with its own id)
+        kind, chat_id, thread_id = "thread", msg.channel_id, None
 
     return InboundEvent(
         channel=CHANNEL, event_id=msg.id, chat_id=chat_id, kind=kind, sender_id=msg.author.id,
         sender_name=_name(msg.author, msg.member), text=text, timestamp=_utc_iso(msg.timestamp),
-        thread_id=thread_id, message_id=msg.id,
+        thread_id=thread_id, message_id=msg.id, thread_root=msg.id if kind == "thread" and not thread_id else None,
         mentioned=kind == "dm" or replied_to_us or any(u.id == bot_id for u in msg.mentions),
         sender_is_bot=msg.author.bot or bool(msg.webhook_id),
         from_self=msg.author.id == bot_id, reply_to=reply_to, attachments=attachments)

@@ -121,12 +121,13 @@ ANONYMOUS_ADMIN = 1087968824  # GroupAnonymousBot: `from` of a message an admin 
 
 
 def chat_kind(chat: tg.Chat, is_topic: bool) -> str:
-    """private → dm; a forum topic → thread; any other chat → group. A chat without a type (an odd
-    shape) is judged by its id: Telegram gives groups and channels negative ids."""
+    """private → dm; a forum (its topics, and General, which has no topic id) → thread, so each
+    topic is a session of its own whichever message made the chat known; any other chat → group.
+    A chat without a type (an odd shape) is judged by its id: Telegram gives groups negative ids."""
     private = chat.type == "private" if chat.type else chat.id > 0
     if private:
         return "dm"
-    return "thread" if is_topic else "group"
+    return "thread" if is_topic or chat.is_forum else "group"
 
 
 def display_name(user: tg.User | tg.Chat | None) -> str:

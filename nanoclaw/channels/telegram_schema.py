@@ -27,6 +27,7 @@ class Chat(Model):
     id: int
     type: str | None = None
     title: str | None = None
+    is_forum: bool | None = None
     first_name: str | None = None
     last_name: str | None = None
     username: str | None = None

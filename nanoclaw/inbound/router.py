@@ -111,6 +111,13 @@ def is_sticky(session) -> bool:
     return session is not None and session.status == "active" and session.engaged_at is not None
 
 
+def thread_of(kind: str, thread_id: str | None, thread_root: str | None) -> str | None:
+    """The thread a message belongs to: its own, or in a threaded chat (kind 'thread') the one a
+    top-level message starts, so the answer goes under it (Discord: a thread made from a message
+    has the message's id)."""
+    return thread_id or (thread_root if kind == "thread" else None)
+
+
 def session_thread(kind: str, thread_id: str | None) -> str:
     """Threads of a thread-capable chat get sessions of their own; elsewhere one per chat."""
     return (thread_id or "") if kind == "thread" else ""
@@ -333,8 +340,9 @@ def _route(event: InboundEvent, settings, wake=None, *, replay: bool = False, ac
 def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], settings, wake, replay: bool
              ) -> RouteResult:
     result = RouteResult()
-    thread = session_thread(mg.kind, event.thread_id)
-    target = store.Target(event.channel, event.chat_id, event.thread_id)
+    thread_id = thread_of(mg.kind, event.thread_id, event.thread_root)
+    thread = session_thread(mg.kind, thread_id)
+    target = store.Target(event.channel, event.chat_id, thread_id)
     message_id = f"{event.channel}:{event.event_id}"
     command = commands.parse(event.text)
     refused_sender = refused_command = None

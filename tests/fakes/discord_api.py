@@ -21,6 +21,7 @@ _MESSAGES = re.compile(r"^/channels/(\d+)/messages$")
 _MESSAGE = re.compile(r"^/channels/(\d+)/messages/(\d+)$")
 _REACTION = re.compile(r"^/channels/(\d+)/messages/(\d+)/reactions/(.+)/@me$")
 _TYPING = re.compile(r"^/channels/(\d+)/typing$")
+_START_THREAD = re.compile(r"^/channels/(\d+)/messages/(\d+)/threads$")
 _CDN = re.compile(r"^/attachments/(\d+)/(\d+)/([^/]+)$")
 
 BOT_USER = {"id": BOT_ID, "username": "andy", "discriminator": "6110", "global_name": None, "avatar": None,
@@ -50,6 +51,13 @@ class FakeDiscord(FakePlatform):
         self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji)
         self.typing: list[str] = []
         self.cdn: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
+        self.roots: dict[str, str] = {}     # a person's message in a guild channel -> its channel
+        self.threads: dict[str, dict] = {}  # thread id -> the thread channel object
+
+    def said(self, channel_id: str, message_id: str) -> None:
+        """A person's message in a guild channel (it came over the Gateway): a thread can be
+        started from it, and until then no channel has its id."""
+        self.roots[message_id] = channel_id
 
     def add_attachment(self, channel_id: str, filename: str, data: bytes, content_type: str,
                        attachment_id: str | None = None) -> dict:
@@ -87,7 +95,11 @@ class FakeDiscord(FakePlatform):
         if req.method == "GET" and req.path == "/oauth2/applications/@me":
             return 200, APPLICATION, {}
         if req.method == "POST" and (m := _MESSAGES.match(req.path)):
+            if m.group(1) in self.roots and m.group(1) not in self.threads:
+                return discord_error(404, 10003, "Unknown Channel")
             return self._create(m.group(1), req)
+        if req.method == "POST" and (m := _START_THREAD.match(req.path)):
+            return self._start_thread(m.group(1), m.group(2), req.json or {})
         if req.method == "PATCH" and (m := _MESSAGE.match(req.path)):
             return self._edit(m.group(1), m.group(2), req.json or {})
         if req.method == "PUT" and (m := _REACTION.match(req.path)):
@@ -96,6 +108,8 @@ class FakeDiscord(FakePlatform):
             self.reactions.append((m.group(1), m.group(2), m.group(3)))
             return 204, None, {}
         if req.method == "POST" and (m := _TYPING.match(req.path)):
+            if m.group(1) in self.roots and m.group(1) not in self.threads:
+                return discord_error(404, 10003, "Unknown Channel")
             self.typing.append(m.group(1))
             return 204, None, {}
         return discord_error(404, 0, "404: Not Found")
@@ -120,6 +134,21 @@ class FakeDiscord(FakePlatform):
                        "allowed_mentions": body.get("allowed_mentions")}
             self.messages[message_id] = message
         return 200, message, {}
+
+    def _start_thread(self, channel_id: str, message_id: str, body: dict):
+        """POST /channels/{channel.id}/messages/{message.id}/threads: the thread gets the message's id."""
+        if message_id in self.threads:
+            return discord_error(400, 160004, "A thread has already been created for this message")
+        if self.roots.get(message_id) != channel_id and self.messages.get(message_id, {}).get("channel_id") != channel_id:
+            return discord_error(404, 10008, "Unknown Message")
+        name = body.get("name")
+        if not isinstance(name, str) or not 1 <= len(name) <= 100:
+            return discord_error(400, 50035, "Invalid Form Body", {"name": {"_errors": [{"message": "1-100"}]}})
+        thread = {"id": message_id, "type": 11, "parent_id": channel_id, "name": name, "guild_id": "1349960187106246706",
+                  "owner_id": BOT_ID, "message_count": 0, "member_count": 1,
+                  "thread_metadata": {"archived": False, "auto_archive_duration": 1440, "locked": False}}
+        self.threads[message_id] = thread
+        return 201, thread, {}
 
     def _edit(self, channel_id: str, message_id: str, body: dict):
         message = self.messages.get(message_id)
