@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from nanoclaw.models import (AgentGroup, HelpRequest, MessagingGroup, PendingChannelApproval, PendingProposal,
+from nanoclaw.models import (AgentDestination, AgentGroup, HelpRequest, MessagingGroup, PendingChannelApproval, PendingProposal,
                              PendingSenderApproval, ScheduledTask, Session, UserDm, Wiring, utcnow)
 from tests.test_admin import OWNER, csrf_of, login, site  # noqa: F401  (site: the fixture)
 
@@ -23,7 +23,8 @@ LAB = ("telegram", "-100888")      # only Bea answers here
 def world(site, cli):
     for args in (("agent", "create", "Bea"), ("user", "add", ADMIN, "--role", "admin", "--agent", "bea"),
                  ("wire", "telegram", "42", "andy"), ("wire", "telegram", TEAM[1], "andy", "--kind", "group"),
-                 ("wire", "telegram", LAB[1], "bea", "--kind", "group")):
+                 ("wire", "telegram", LAB[1], "bea", "--kind", "group"),
+                 ("destination", "add", "andy", "team", "telegram", TEAM[1])):
         assert cli(*args).exit_code == 0, args
     site.test_cli_runner().invoke(args=["nanoclaw", "admin", "set-password", ADMIN, "--password-stdin"],
                                   input=PASSWORD + "\n")
@@ -58,6 +59,7 @@ def snapshot() -> str:
                   for m in MessagingGroup.select().order_by(MessagingGroup.id)],
         "agents": [(a.folder, a.container_config) for a in AgentGroup.select().order_by(AgentGroup.id)],
         "tasks": [(t.id, t.status) for t in ScheduledTask.select()],
+        "destinations": [(d.agent_group.folder, d.name, d.platform_id) for d in AgentDestination.select()],
         "pending": [PendingSenderApproval.select().count(), PendingChannelApproval.select().count(),
                     [(h.state, h.answer) for h in HelpRequest.select()],
                     [(p.state, p.payload) for p in PendingProposal.select()]],
@@ -87,6 +89,8 @@ def attempts(w):
         ("remove Andy's wiring", f"/admin/wirings/{andy_wiring}/remove", {}),
         ("add a mount to Andy", "/admin/agents/andy/mounts", dict(host_path="/srv", name="srv")),
         ("remove Andy's mount", "/admin/agents/andy/mounts/notes/remove", {}),
+        ("add a destination to Andy", "/admin/agents/andy/destinations", dict(name="x", channel="slack", chat_id="C9")),
+        ("remove Andy's destination", "/admin/agents/andy/destinations/team/remove", {}),
         ("stop Andy's sandbox", f"/admin/sessions/{w['session'].id}/stop", {}),
         ("pause Andy's task", "/admin/tasks/t-andy-1/pause", {}),
         ("let a stranger talk to Andy", "/admin/decide", dict(action_id=f"nsa-{w['sender'].token}:allow")),

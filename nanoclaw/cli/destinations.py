@@ -7,25 +7,14 @@ from __future__ import annotations
 
 import click
 
-from ..db import database
-from ..models import AgentDestination, Session, audit
-from ..sessions import destinations, store
+from ..models import AgentDestination
+from ..sessions import destinations
 from .base import CHAT_ID_ARGS, Mistake, get_agent, group, print_table, require_schema, settings
 
 
 @group("destination")
 def destination_group():
     """Named places an agent may send to (`to` of send_message, send_file, send_card)."""
-
-
-def _sync_sessions(agent) -> int:
-    done = 0
-    for session in Session.select().where(Session.agent_group == agent.id):
-        path = store.session_path(settings().sessions_dir, agent.folder, session.id)
-        if store.inbound_db(path).exists():
-            destinations.sync(path, agent.id)
-            done += 1
-    return done
 
 
 @destination_group.command("add", context_settings=CHAT_ID_ARGS)
@@ -42,21 +31,11 @@ def destination_add(agent_folder, name, channel, chat_id, thread):
     """
     require_schema()
     agent = get_agent(agent_folder)
-    problem = destinations.name_problem(name)
-    if problem:
-        raise Mistake(problem)
-    if not channel.isidentifier():
-        raise Mistake(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
-    with database.atomic():
-        row = AgentDestination.get_or_none(AgentDestination.agent_group == agent, AgentDestination.name == name)
-        if row is None:
-            AgentDestination.create(agent_group=agent, name=name, channel_type=channel, platform_id=chat_id,
-                                    thread_id=thread, created_by="cli")
-        else:
-            AgentDestination.update(channel_type=channel, platform_id=chat_id, thread_id=thread).where(
-                AgentDestination.id == row.id).execute()
-        audit("cli", "destination.add", f"{agent.folder}:{name}", chat=f"{channel}:{chat_id}", thread=thread)
-    synced = _sync_sessions(agent)
+    try:
+        destinations.add("cli", agent, name, channel, chat_id, thread)
+    except destinations.DestinationError as exc:
+        raise Mistake(str(exc)) from None
+    synced = destinations.sync_agent(settings().sessions_dir, agent)
     click.echo(f"{agent.folder} may send to {name} ({channel}:{chat_id}{' thread ' + thread if thread else ''}); "
                f"{synced} session(s) updated")
 
@@ -88,10 +67,9 @@ def destination_remove(agent_folder, name):
     """Remove a destination you added (a wired chat stays one until it is unwired)."""
     require_schema()
     agent = get_agent(agent_folder)
-    deleted = AgentDestination.delete().where(AgentDestination.agent_group == agent,
-                                              AgentDestination.name == name).execute()
-    if not deleted:
-        raise Mistake(f"{agent.folder} has no added destination {name!r} (see `destination list {agent.folder}`)")
-    audit("cli", "destination.remove", f"{agent.folder}:{name}")
-    synced = _sync_sessions(agent)
+    try:
+        destinations.remove("cli", agent, name)
+    except destinations.DestinationError as exc:
+        raise Mistake(f"{exc} (see `destination list {agent.folder}`)") from None
+    synced = destinations.sync_agent(settings().sessions_dir, agent)
     click.echo(f"removed {name} from {agent.folder}; {synced} session(s) updated")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..models import AgentDestination, MessagingGroup, Wiring
+from ..db import database
+from ..models import AgentDestination, MessagingGroup, Session, Wiring, audit
 from ..security import slugify
 from . import store
 from .store import Target
@@ -59,3 +60,52 @@ def sync(path: Path, agent_group_id: int) -> None:
                          "VALUES (?, ?, ?, ?, ?)",
                          [(name, t.channel_type, t.platform_id, t.thread_id, label)
                           for name, (t, label) in wanted.items()])
+
+
+class DestinationError(ValueError):
+    """A destination that cannot be added or removed; the message says why and what to do."""
+
+
+def add(actor: str, agent, name: str, channel: str, chat_id: str, thread: str | None = None,
+        why: str | None = None) -> None:
+    """Name (or re-point) a place the agent may send to, audited; the CLI and the page both use it."""
+    problem = name_problem(name)
+    if problem:
+        raise DestinationError(problem)
+    if not channel.isidentifier():
+        raise DestinationError(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
+    chat_id, thread = (chat_id or "").strip(), (thread or "").strip() or None
+    if not chat_id:
+        raise DestinationError("a chat id is needed")
+    with database.atomic():
+        row = AgentDestination.get_or_none(AgentDestination.agent_group == agent, AgentDestination.name == name)
+        before = f"{row.channel_type}:{row.platform_id}" + (f" thread {row.thread_id}" if row.thread_id else "") \
+            if row else None
+        if row is None:
+            AgentDestination.create(agent_group=agent, name=name, channel_type=channel, platform_id=chat_id,
+                                    thread_id=thread, created_by=actor)
+        else:
+            AgentDestination.update(channel_type=channel, platform_id=chat_id, thread_id=thread).where(
+                AgentDestination.id == row.id).execute()
+        audit(actor, "destination.add", f"{agent.folder}:{name}", chat=f"{channel}:{chat_id}", thread=thread,
+              **({"before": before} if before else {}), **({"why": why} if why else {}))
+
+
+def remove(actor: str, agent, name: str, why: str | None = None) -> None:
+    deleted = AgentDestination.delete().where(AgentDestination.agent_group == agent,
+                                              AgentDestination.name == name).execute()
+    if not deleted:
+        raise DestinationError(f"{agent.folder} has no added destination {name!r} (a wired chat stays one until "
+                               "it is unwired)")
+    audit(actor, "destination.remove", f"{agent.folder}:{name}", **({"why": why} if why else {}))
+
+
+def sync_agent(sessions_dir: Path, agent) -> int:
+    """Copy the agent's list into every session of it that has an inbound.db; how many."""
+    done = 0
+    for session in Session.select().where(Session.agent_group == agent.id):
+        path = store.session_path(sessions_dir, agent.folder, session.id)
+        if store.inbound_db(path).exists():
+            sync(path, agent.id)
+            done += 1
+    return done

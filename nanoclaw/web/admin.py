@@ -2,7 +2,7 @@
 
 /admin            Waiting on you: every pending item, newest first, with the chat card's buttons
                   and the item's small forms (modify a proposal, name a new agent for a chat)
-/admin/agents     agents, their extra mounts (read-only by default) and wirings
+/admin/agents     agents, their extra mounts (read-only by default), destinations and wirings
 /admin/wirings    create, change, remove wirings
 /admin/sessions   sessions with their sandbox state
 /admin/tasks      scheduled work
@@ -21,14 +21,12 @@ from flask import (Blueprint, abort, current_app, flash, g, jsonify, make_respon
 
 from ..lifecycle import runtime_setup
 from ..approvals import actions, common as approvals, pending
-from ..channels.base import Action
 from ..mounts import declared_mounts
+from ..channels.base import Action
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
-from ..mounts import AllowlistError, current_allowlist
 from . import auth, sandbox_state
-from .changes import (ChangeRefused, Forbidden, WiringForm, add_mount, clean_why, field_diff, remove_mount,
-                      remove_wiring, save_wiring)
+from .changes import ChangeRefused, Forbidden, WiringForm, clean_why, field_diff, remove_wiring, save_wiring
 from ..tasks.scheduling import TaskError, set_state
 
 bp = Blueprint("admin", __name__)
@@ -197,59 +195,6 @@ def reply():
         flash(answer or "Sent.", "ok")
         audit(g.user_id, "web.reply", f"{prefix}-{ident}")
     return redirect(url_for("admin.waiting"))
-
-
-# --- agents and their mounts ------------------------------------------------------------------
-
-@bp.get("/admin/agents")
-def agents():
-    rows = [(a, a.wirings.count(), Session.select().where(Session.agent_group == a).count(), declared_mounts(a))
-            for a in auth.visible_agents(g.user_id)]
-    return render_template("agents.html", rows=rows)
-
-
-@bp.get("/admin/agents/<folder>")
-def agent(folder: str):
-    a = agent_or_404(folder)
-    try:
-        allowlist, allowlist_error = current_allowlist(settings().mount_allowlist), None
-    except AllowlistError as exc:
-        allowlist, allowlist_error = None, str(exc)
-    wirings = (Wiring.select(Wiring, MessagingGroup).join(MessagingGroup).where(Wiring.agent_group == a)
-               .order_by(MessagingGroup.channel_type, MessagingGroup.platform_id))
-    return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
-                           allowlist=allowlist, allowlist_error=allowlist_error)
-
-
-@bp.post("/admin/agents/<folder>/mounts")
-def mount_add(folder: str):
-    a = agent_for_write(folder)
-    readwrite = request.form.get("mode") == "rw"
-    try:
-        approved = add_mount(g.user_id, settings(), a, request.form.get("host_path", ""),
-                             request.form.get("name", ""), readwrite, why=request.form.get("why"),
-                             scope=auth.scope_of(g.user_id))
-    except Forbidden as exc:
-        return forbidden(str(exc))
-    except ChangeRefused as exc:
-        flash(f"Mount refused: {exc}", "error")
-    else:
-        mode = "read-write: it can create, change and delete files there" if readwrite else "read-only"
-        flash(f"{a.folder} will see {approved.host_path} at /workspace/extra/{approved.name} ({mode}) "
-              "from its next sandbox start.", "warn" if readwrite else "ok")
-    return redirect(url_for("admin.agent", folder=folder))
-
-
-@bp.post("/admin/agents/<folder>/mounts/<name>/remove")
-def mount_remove(folder: str, name: str):
-    a = agent_for_write(folder)
-    try:
-        remove_mount(g.user_id, a, name, why=request.form.get("why"), scope=auth.scope_of(g.user_id))
-    except ChangeRefused as exc:
-        flash(str(exc), "error")
-    else:
-        flash(f"Removed mount {name!r} from {folder} (from its next sandbox start).", "ok")
-    return redirect(url_for("admin.agent", folder=folder))
 
 
 # --- wirings ----------------------------------------------------------------------------------

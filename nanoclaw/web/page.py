@@ -7,7 +7,7 @@ from flask import render_template
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from ..config import install_secret
-from . import admin, auth, chat
+from . import admin, agents_page, auth, chat  # noqa: F401  (agents_page adds routes to admin.bp)
 
 csrf = CSRFProtect()
 
@@ -36,7 +36,7 @@ def register(app, exempt=()) -> None:
     for blueprint in exempt:
         csrf.exempt(blueprint)
     app.register_blueprint(auth.bp)
-    app.register_blueprint(admin.bp)
+    app.register_blueprint(admin.bp)  # with the agent pages' routes (agents_page)
     app.register_blueprint(chat.bp)
 
     @app.errorhandler(CSRFError)
