@@ -116,7 +116,7 @@ def test_tools_refuse_what_breaks_the_rules_and_queue_the_rest(tmp_path):
     assert not error and "install apt: jq ripgrep, npm: @scope/pkg" in text
     row = json.loads(ctx.store.out.execute("SELECT content FROM messages_out").fetchone()[0])
     assert row == {"op": "proposal", "ref": row["ref"], "kind": "install_packages",
-                   "payload": {"apt": ["jq", "ripgrep"], "npm": ["@scope/pkg"]}, "reason": "tools"}
+                   "payload": {"apt": ["jq", "ripgrep"], "npm": ["@scope/pkg"], "pip": []}, "reason": "tools"}
     assert f"id={row['ref']}" in text
     ctx.store.close()
 
@@ -263,18 +263,31 @@ def test_create_agent_is_checked_again_when_it_is_applied(app, tg):
     assert "applying it failed: only an admin's agent may create agents" in system_texts(dm_path)[-1]
 
 
-def test_install_packages_on_bwrap_fails_readably(app, tg):
+def test_apt_under_bubblewrap_is_refused_before_a_card_with_the_way_to_get_it(app, tg):
     path = session_path(app)
     propose(app, path, "install_packages", {"apt": ["jq"], "npm": []})
+    assert cards(tg) == []
+    said = system_texts(path)[-1]
+    assert "apt packages need the Docker runtime" in said and "NANOCLAW_RUNTIME=docker" in said
+    assert "npm and pip packages work here" in said
+
+
+def test_pip_and_npm_under_bubblewrap_go_into_the_agents_prefix(app, tg):
+    """The host installs the union of what was approved into the prefix (no image); the card says where."""
+    installed = []
+    path = session_path(app)
+    propose(app, path, "install_packages", {"apt": [], "npm": ["left-pad"], "pip": ["requests"]})
     [card] = cards(tg)
-    assert "+ apt: jq" in shown(card)
-    post(app, click(buttons(card)["✅ Approve"], OWNER, card))
-    from nanoclaw.operator.proposals import wait_for_workers
-    wait_for_workers(30)
-    p = PendingProposal.get()
-    assert p.state == "failed" and "bubblewrap" in p.note
-    assert "applying it failed" in system_texts(path)[-1]
-    assert AgentGroup.get(AgentGroup.folder == "andy").container_config.get("image") is None
+    assert "+ npm: left-pad" in shown(card) and "+ pip: requests" in shown(card) and "+ image" not in shown(card)
+    from nanoclaw.operator import apply as apply_mod
+    agent = AgentGroup.get(AgentGroup.folder == "andy")
+    outcome = apply_mod.apply_packages(app.config["NANOCLAW"], agent, {"apt": [], "npm": ["left-pad"], "pip": ["requests"]},
+                                       install=lambda prefix, pip, npm: installed.append((prefix.name, pip, npm)))
+    assert installed == [("andy", ["requests"], ["left-pad"])]
+    assert outcome.restart and "+ into /workspace/packages (PATH, PYTHONPATH, NODE_PATH)" in outcome.diff
+    assert AgentGroup.get_by_id(agent.id).container_config["packages"] == {"apt": [], "npm": ["left-pad"],
+                                                                           "pip": ["requests"]}
+    assert "image" not in AgentGroup.get_by_id(agent.id).container_config
 
 
 def test_mcp_server_goes_into_the_sandbox_spec(app, tg):

@@ -212,36 +212,77 @@ def test_ask_operator_answered_late_arrives_as_the_next_message(make_settings, s
 
 # --- install_packages ---------------------------------------------------------------------------
 
-def test_install_packages_checked_then_proposed_and_approved(make_settings, sqlite_url):
+def probe_wheel(folder) -> None:
+    """A real wheel of a tiny PyPI project `nanoclaw-probe`, in a folder pip takes as its index."""
+    import base64
+    import hashlib
+    import zipfile
+    files = {"nanoclaw_probe/__init__.py": b"def hello():\n    return 'probe says hello'\n",
+             "nanoclaw_probe-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nanoclaw-probe\nVersion: 1.0\n",
+             "nanoclaw_probe-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  b"Tag: py3-none-any\n"}
+    record = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for name, data in files.items()) + "nanoclaw_probe-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(folder / "nanoclaw_probe-1.0-py3-none-any.whl", "w") as whl:
+        for name, data in {**files, "nanoclaw_probe-1.0.dist-info/RECORD": record.encode()}.items():
+            whl.writestr(name, data)
+
+
+def test_install_packages_under_bubblewrap_pip_into_the_agents_prefix_apt_refused(make_settings, sqlite_url,
+                                                                                   tmp_path, monkeypatch):
+    """A bad name is refused by the tool; apt by the host (bubblewrap runs the host's programs: it
+    says to use Docker); a pip package the owner approves is installed by the host into the agent's
+    own prefix, the sandbox restarts, and the agent imports it."""
+    index = tmp_path / "index"
+    index.mkdir()
+    probe_wheel(index)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")           # pip's own settings: the local index stands in for PyPI
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    probe = "python3 -c 'import nanoclaw_probe; print(nanoclaw_probe.hello())' 2>&1 | tail -1"
+
     def brain(req):
         prompt, results = req.current_prompt(), req.turn_tool_results()
         if "need jq" in prompt:
             if not results:
                 return Reply.call("mcp__nanoclaw__install_packages", apt=["jq; rm -rf /"], reason="json")
             if len(results) == 1:
-                return Reply.call("mcp__nanoclaw__install_packages", apt=["jq", "ripgrep"], npm=["@scope/tool"],
-                                  reason="to read JSON")
+                return Reply.call("mcp__nanoclaw__install_packages", apt=["jq"], reason="to read JSON")
             return Reply.say("Asked for jq.")
-        if "proposal" in prompt:
-            return Reply.say("Noted: " + ("failed" if "applying it failed" in prompt else "done"))
+        if "refused by the host" in prompt:
+            return Reply.say("Refused: " + ("docker" if "need the Docker runtime" in prompt else "?"))
+        if "need the probe" in prompt:
+            if not results:
+                return Reply.call("Bash", command=probe)
+            if len(results) == 1:
+                return Reply.call("mcp__nanoclaw__install_packages", pip=["nanoclaw-probe"], reason="probing")
+            return Reply.say("Asked for the probe.")
+        if "approved your proposal" in prompt:
+            if not results:
+                return Reply.call("Bash", command=probe + "; touch /workspace/packages/python/mine 2>&1 | tail -1")
+            return Reply.say("after: " + " | ".join(results[-1].text.strip().splitlines()))
         return Reply.say("?")
 
     with sandbox_service(make_settings, sqlite_url, brain) as svc:
         setup(svc)
         svc.post(message(111, OWNER, "we need jq"))
-        card = wait_card(svc)
+        svc.wait(lambda: any(t.startswith("Refused:") for t in texts(svc.tg, 111)), what="the refusal")
         first = [r for call in svc.model.model_calls() for r in call.tool_results()][0]
         assert first.is_error and "'jq; rm -rf /' is not a Debian package name" in first.text
-        assert "+ apt: jq ripgrep" in shown(card) and "+ npm: @scope/tool" in shown(card)
-        assert "+ image nanoclaw-agent-andy (nanoclaw-agent:latest + the packages)" in shown(card)
+        assert "Refused: docker" in texts(svc.tg, 111) and cards(svc.tg) == []  # no card for what cannot work
+
+        svc.post(message(111, OWNER, "we need the probe"))
+        card = wait_card(svc)
+        assert "No module named" in bash_results(svc.model)[-2]
+        assert "+ pip: nanoclaw-probe" in shown(card) and "package folder, /workspace/packages" in shown(card)
         svc.post(click(buttons(card)["✅ Approve"], OWNER, card))
         from nanoclaw.operator.proposals import wait_for_workers
-        wait_for_workers(60)
-        svc.wait(lambda: any(t.startswith("Noted:") for t in texts(svc.tg, 111)), what="the outcome")
-        assert texts(svc.tg, 111)[-1] == "Noted: failed"  # bwrap runs the host's programs: no image to build
-        p = PendingProposal.get()
-        assert p.state == "failed" and "bubblewrap" in p.note
-        assert "could not be applied" in edits(svc.tg)[-1]["text"]
+        wait_for_workers(120)
+        assert PendingProposal.get().state == "approved", PendingProposal.get().note
+        svc.wait(lambda: any(t.startswith("after:") for t in texts(svc.tg, 111)), timeout=120, what="the new turn")
+        said = texts(svc.tg, 111)[-1]
+        assert said.startswith("after: probe says hello | ") and "Read-only file system" in said  # not the agent's to change
+        prefix = svc.settings.data_dir / "packages" / "andy" / "python" / "nanoclaw_probe"
+        assert prefix.is_dir() and prefix.stat().st_mode & 0o777 == 0o755
 
 
 def test_install_packages_rebuilds_the_image_and_the_conversation_goes_on(make_settings, sqlite_url):

@@ -251,7 +251,7 @@ def test_packages_mcp_and_route_changes_keep_the_tools_rules(app, owner, monkeyp
     refused = modify(owner, pkgs, apt=too_many, npm="", reason="json")
     assert refused.status_code == 422 and "at most 20 packages" in refused.get_data(as_text=True)
     assert modify(owner, pkgs, apt="jq, curl", npm="left-pad", reason="json and downloads").status_code == 302
-    assert PendingProposal.get_by_id(pkgs.id).payload == {"apt": ["curl", "jq"], "npm": ["left-pad"]}
+    assert PendingProposal.get_by_id(pkgs.id).payload == {"apt": ["curl", "jq"], "npm": ["left-pad"], "pip": []}
     assert PendingProposal.get_by_id(pkgs.id).reason == "json and downloads"
     assert modify(owner, mcp, name="fetch", command="python3", args="-m\r\nfetcher\r\n\r\n--root /data",
                   env="TZ").status_code == 302

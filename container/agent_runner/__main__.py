@@ -69,6 +69,16 @@ async def _amain(config: RunnerConfig, base_url: str, started: float) -> int:
     return 0
 
 
+def use_packages(env, root) -> None:
+    """The owner-approved pip and npm packages (installed by the host into a prefix mounted here
+    read-only) for everything the agent runs: its shell, scripts and MCP servers."""
+    if not root.is_dir():
+        return
+    env["PATH"] = f"{root}/npm/node_modules/.bin:{root}/python/bin:" + env.get("PATH", "/usr/bin:/bin")
+    env["PYTHONPATH"] = ":".join(p for p in (f"{root}/python", env.get("PYTHONPATH")) if p)
+    env["NODE_PATH"] = ":".join(p for p in (f"{root}/npm/node_modules", env.get("NODE_PATH")) if p)
+
+
 def main() -> int:
     started = time.monotonic()
     _setup_logging()
@@ -93,6 +103,7 @@ def main() -> int:
         os.environ["NANOCLAW_PROXY_URL"] = base_url  # credential routes by path: $NANOCLAW_PROXY_URL/<prefix>/...
         for var in ("NO_PROXY", "no_proxy"):
             os.environ[var] = "127.0.0.1,localhost"
+    use_packages(os.environ, config.workspace_dir / "packages")
     log.info("runner start: session=%s inbound=%s group=%s", config.session_dir, config.inbound_dir, config.group_dir)
     try:
         return asyncio.run(_amain(config, base_url, started))

@@ -23,6 +23,7 @@ PATH_PREFIX_RE = re.compile(rf"^/(?:{_PATH_SEG}/)+$")
 SECRET_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]{1,63}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,63}$")
+PIP_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")  # a PyPI project name, no version
 NPM_RE = re.compile(r"^(?:@[a-z0-9][a-z0-9._-]{0,99}/)?[a-z0-9][a-z0-9._-]{0,113}$")
 MCP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -175,20 +176,23 @@ def check_secret_name(raw: str) -> str:
     return name
 
 
-def check_packages(apt, npm) -> tuple[list[str], list[str]]:
-    apt_list, npm_list = _names(apt, "apt"), _names(npm, "npm")
-    if not apt_list and not npm_list:
-        raise RuleError("name at least one apt or npm package")
-    if len(apt_list) + len(npm_list) > MAX_PACKAGES:
-        raise RuleError(f"at most {MAX_PACKAGES} packages per request "
-                        f"({len(apt_list) + len(npm_list)} given)")
+def check_packages(apt, npm, pip=None) -> tuple[list[str], list[str], list[str]]:
+    apt_list, npm_list, pip_list = _names(apt, "apt"), _names(npm, "npm"), _names(pip, "pip")
+    count = len(apt_list) + len(npm_list) + len(pip_list)
+    if not count:
+        raise RuleError("name at least one apt, npm or pip package")
+    if count > MAX_PACKAGES:
+        raise RuleError(f"at most {MAX_PACKAGES} packages per request ({count} given)")
     for name in apt_list:
         if not APT_RE.match(name):
             raise RuleError(f"{name!r} is not a Debian package name (lower case letters, digits, '+', '-', '.')")
     for name in npm_list:
         if not NPM_RE.match(name):
             raise RuleError(f"{name!r} is not an npm package name (lower case, optionally @scope/name)")
-    return sorted(set(apt_list)), sorted(set(npm_list))
+    for name in pip_list:
+        if not PIP_RE.match(name):
+            raise RuleError(f"{name!r} is not a PyPI package name (letters, digits, '.', '_', '-'; no version)")
+    return sorted(set(apt_list)), sorted(set(npm_list)), sorted(set(pip_list))
 
 
 def _names(value, kind: str) -> list[str]:

@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import peewee
 
@@ -78,6 +79,7 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         runner_dir=RUNNER_DIR,
         proxy_dir=settings.proxy_dir / folder,
         extra_mounts=extra_mounts,
+        packages_dir=packages if (packages := package_prefix(settings, folder)).is_dir() else None,
         env=env,
         labels={"nanoclaw.install": settings.install_id, "nanoclaw.folder": folder,
                 "nanoclaw.session": session_id},
@@ -89,6 +91,11 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
     if mcp_servers:
         env["NANOCLAW_MCP_SERVERS"] = json.dumps(mcp_servers, sort_keys=True)
     return SandboxSpec(**kwargs)
+
+
+def package_prefix(settings, folder: str) -> Path:
+    """Where the host installs an agent's approved pip and npm packages (python/, npm/)."""
+    return settings.data_dir / "packages" / folder
 
 
 def agent_capabilities(folder: str) -> dict:

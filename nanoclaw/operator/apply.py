@@ -16,7 +16,9 @@ from ..models import AgentGroup
 from ..proxy.credentials import HostSecrets
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
-from . import checks
+from . import checks, packages
+from ..lifecycle.sandboxes import package_prefix
+from ..runtime.base import PACKAGES_TARGET
 from ..approvals.common import create_agent
 from ..proxy.policy import check_route
 from ..runtime import docker as docker_rt
@@ -52,9 +54,14 @@ def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict
         return {}
     if kind == "install_packages":
         have = config.get("packages") or {}
-        return {"apt": have.get("apt", []), "npm": have.get("npm", []),
-                "image": config.get("image") or settings.agent_image,
-                "new_image": f"{group_image_repo(agent.folder)} ({settings.agent_image} + the packages)"}
+        state = {m: have.get(m, []) for m in checks.PACKAGE_MANAGERS}
+        docker = docker_available(settings) is None
+        if docker and (payload.get("apt") or payload.get("npm")):
+            state.update(image=config.get("image") or settings.agent_image,
+                         new_image=f"{group_image_repo(agent.folder)} ({settings.agent_image} + the packages)")
+        if payload.get("pip") or (payload.get("npm") and not docker):
+            state["prefix"] = f"(into this agent's own package folder, {PACKAGES_TARGET}; the sandbox restarts)"
+        return state
     if kind == "mcp_server":
         return {"servers": config.get("mcp_servers") or {}}
     return {}
@@ -83,47 +90,62 @@ def apply_route(settings, agent: AgentGroup, payload: dict) -> Outcome:
 
 
 def docker_available(settings) -> str | None:
-    """None if package installs can work here, else why not."""
+    """None if an agent's own image can be built and used here, else why not."""
     if settings.runtime == "bwrap":
-        return ("this host runs sandboxes with bubblewrap, which uses the host's own programs; packages need "
-                "the Docker runtime (or install them on the host yourself)")
+        return ("this host runs sandboxes with bubblewrap, which uses the host's own programs (set "
+                "NANOCLAW_RUNTIME=docker, with Docker installed, for apt packages)")
     client, where = docker_rt.connect()
     if client is None:
-        return f"no Docker engine answers ({where}); packages need the Docker runtime"
+        return f"no Docker engine answers ({where}); start Docker for apt packages"
     return None
 
 
-def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None) -> Outcome:
+def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None, install=None) -> Outcome:
+    """apt (and npm, on Docker) into the agent's own image; pip (and npm, on bubblewrap) into its
+    package prefix. apt without Docker is refused (bubblewrap runs the host's own programs)."""
     why_not = docker_available(settings)
-    if why_not:
-        raise ApplyError(why_not)
+    docker = why_not is None
+    if payload["apt"] and not docker:
+        raise ApplyError(f"apt packages need the Docker runtime: {why_not}")
     config = dict(agent.container_config or {})
     have = config.get("packages") or {}
-    apt = sorted(set(have.get("apt", [])) | set(payload["apt"]))
-    npm = sorted(set(have.get("npm", [])) | set(payload["npm"]))
+    union = {m: sorted(set(have.get(m, [])) | set(payload.get(m, []))) for m in checks.PACKAGE_MANAGERS}
     try:
-        checks.check_payload("install_packages", {"apt": apt, "npm": npm})  # the union obeys the rules too
+        checks.check_payload("install_packages", union)  # the union obeys the rules too
     except RuleError as exc:
         raise ApplyError(f"together with what is installed already: {exc}") from None
-    lines: list[str] = []
-    try:
-        tag = (build or build_group_image)(settings, agent.folder, apt, npm, progress=lambda l: lines.append(l))
-    except ImageBuildError as exc:
-        raise ApplyError(f"the image build failed: {str(exc).splitlines()[0]}") from None
+    into_image = docker and bool(payload["apt"] or payload["npm"])
+    into_prefix = bool(payload.get("pip")) or (bool(payload["npm"]) and not docker)
+    tag = None
+    if into_image:
+        try:
+            tag = (build or build_group_image)(settings, agent.folder, union["apt"], union["npm"], progress=lambda _l: None)
+        except ImageBuildError as exc:
+            raise ApplyError(f"the image build failed: {str(exc).splitlines()[0]}") from None
+    if into_prefix:
+        try:
+            (install or packages.install)(package_prefix(settings, agent.folder), union["pip"],
+                                          [] if docker else union["npm"])
+        except packages.InstallError as exc:
+            raise ApplyError(f"installing failed: {exc}") from None
     old = config.get("image") or settings.agent_image
     with database.atomic():
         fresh = AgentGroup.get_by_id(agent.id)
         config = dict(fresh.container_config or {})
-        config["packages"] = {"apt": apt, "npm": npm}
-        config["image"] = tag
+        config["packages"] = union
+        if tag:
+            config["image"] = tag
         AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
-    if build is None:
+    if tag and build is None:
         _prune_older(agent.folder, tag)
-    diff = [f"+ {m}: {p}" for m, new in (("apt", payload["apt"]), ("npm", payload["npm"])) for p in new
-            if p not in have.get(m, [])] + [f"- image {old}", f"+ image {tag}"]
-    what = " ".join(payload["apt"] + payload["npm"])
-    return Outcome(f"Your image was rebuilt with {what} and your sandbox restarted on the same conversation.",
-                   diff, restart=True, extra={"image": tag})
+    diff = [f"+ {m}: {p}" for m in checks.PACKAGE_MANAGERS for p in payload.get(m, []) if p not in have.get(m, [])]
+    diff += [f"- image {old}", f"+ image {tag}"] if tag else []
+    diff += [f"+ into {PACKAGES_TARGET} (PATH, PYTHONPATH, NODE_PATH)"] if into_prefix else []
+    what = " ".join(payload["apt"] + payload["npm"] + payload.get("pip", []))
+    where = "Your image was rebuilt with" if tag and not into_prefix else "You now have"
+    return Outcome(f"{where} {what} and your sandbox restarted on the same conversation"
+                   + (f" (npm/pip packages are under {PACKAGES_TARGET}, on PATH, NODE_PATH and PYTHONPATH)."
+                      if into_prefix else "."), diff, restart=True, extra={"image": tag} if tag else {})
 
 
 def _prune_older(folder: str, current: str) -> None:

@@ -16,6 +16,8 @@ KINDS = {
     "create_agent": "New agent",
 }
 
+PACKAGE_MANAGERS = ("apt", "npm", "pip")
+
 
 def check_payload(kind: str, payload) -> dict:
     """The normalised payload, or RuleError."""
@@ -30,8 +32,8 @@ def check_payload(kind: str, payload) -> dict:
                 "upstream": check_upstream(str(payload.get("upstream") or "")),
                 "secret": check_secret_name(str(payload.get("secret") or ""))}
     if kind == "install_packages":
-        apt, npm = check_packages(payload.get("apt"), payload.get("npm"))
-        return {"apt": apt, "npm": npm}
+        apt, npm, pip = check_packages(payload.get("apt"), payload.get("npm"), payload.get("pip"))
+        return {"apt": apt, "npm": npm, "pip": pip}
     if kind == "mcp_server":
         return check_mcp_server(payload.get("name"), payload.get("command"), payload.get("args"),
                                 payload.get("env"))
@@ -89,8 +91,7 @@ def summary(kind: str, payload: dict) -> str:
     if kind == "credential_route":
         return f"a credential route {payload['match']} -> {payload['upstream']} (token ${payload['secret']})"
     if kind == "install_packages":
-        parts = [f"apt {' '.join(payload['apt'])}"] * bool(payload["apt"]) + \
-                [f"npm {' '.join(payload['npm'])}"] * bool(payload["npm"])
+        parts = [f"{m} {' '.join(payload.get(m, []))}" for m in PACKAGE_MANAGERS if payload.get(m)]
         return "install " + "; ".join(parts)
     if kind == "mcp_server":
         return f"add the MCP server {payload['name']}"
@@ -109,9 +110,9 @@ def diff(kind: str, payload: dict, current: dict) -> list[str]:
         return [f"- {r}" for r in same] + [f"+ {route_line(payload)}"]
     if kind == "install_packages":
         lines = []
-        for manager in ("apt", "npm"):
+        for manager in PACKAGE_MANAGERS:
             have = set(current.get(manager, []))
-            new = [p for p in payload[manager] if p not in have]
+            new = [p for p in payload.get(manager, []) if p not in have]
             if new:
                 lines.append(f"+ {manager}: {' '.join(new)}")
             kept = sorted(have)
@@ -120,6 +121,8 @@ def diff(kind: str, payload: dict, current: dict) -> list[str]:
         if current.get("image") and current.get("new_image"):
             lines.append(f"- image {current['image']}")
             lines.append(f"+ image {current['new_image']} (rebuilt; the sandbox restarts)")
+        if current.get("prefix"):
+            lines.append(f"  {current['prefix']}")
         return lines
     if kind == "mcp_server":
         old = current.get("servers", {}).get(payload["name"])

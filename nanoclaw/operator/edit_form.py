@@ -29,6 +29,7 @@ def fields(kind: str, payload: dict, reason: str) -> tuple[FormField, ...]:
     elif kind == "install_packages":
         own = (FormField("apt", "apt packages", " ".join(payload["apt"]), "space-separated"),
                FormField("npm", "npm packages", " ".join(payload["npm"]), "space-separated"),
+               FormField("pip", "pip packages", " ".join(payload.get("pip", [])), "space-separated PyPI names"),
                FormField("reason", "Reason", reason, multiline=True))
     elif kind == "mcp_server":
         own = (FormField("name", "Name", payload["name"], required=True),
@@ -50,7 +51,7 @@ def parse(kind: str, values: dict[str, str]) -> tuple[dict, str | None]:
     if kind == "credential_route":
         return {"match": get("match"), "upstream": get("upstream"), "secret": get("secret")}, None
     if kind == "install_packages":
-        return {"apt": names("apt"), "npm": names("npm")}, get("reason")
+        return {"apt": names("apt"), "npm": names("npm"), "pip": names("pip")}, get("reason")
     if kind == "mcp_server":
         args = [line.rstrip("\r") for line in (values.get("args") or "").split("\n")]
         return {"name": get("name"), "command": get("command"), "args": [a for a in args if a.strip()],

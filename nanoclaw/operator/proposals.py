@@ -33,7 +33,7 @@ from ..outbound.delivery import register_op
 from ..proposal_rules import RuleError
 from ..sessions.store import Target
 from . import checks
-from .apply import ApplyError, apply, current_state
+from .apply import ApplyError, apply, current_state, docker_available
 from .common import card_place, connected, edit_card, replied_card, send_card, session_for, tell_agent
 from .restart import current_manager, runtime_for, stop_group
 
@@ -126,6 +126,8 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
             reason = checks.check_reason(op.get("reason"))
             if kind == "create_agent" and not is_admin_agent(session):
                 raise RuleError("only an admin's agent may create agents")
+            if kind == "install_packages" and payload["apt"] and (why := docker_available(settings)):
+                raise RuleError(f"apt packages need the Docker runtime ({why}); npm and pip packages work here")
         except RuleError as exc:
             audit(f"agent:{session.agent_group.folder}", "proposal.refused", f"proposal:{ref}", kind=kind,
                   error=str(exc))

@@ -25,6 +25,7 @@ SESSION_TARGET = "/workspace/session"
 INBOUND_TARGET = "/workspace/inbound"
 GROUP_TARGET = "/workspace/group"
 GLOBAL_TARGET = "/workspace/global"
+PACKAGES_TARGET = "/workspace/packages"  # the agent's approved pip/npm packages (read-only)
 EXTRA_ROOT = "/workspace/extra"
 RUNNER_TARGET = "/opt/nanoclaw/agent_runner"
 PROXY_TARGET = "/run/nanoclaw-proxy"
@@ -63,6 +64,7 @@ class SandboxSpec:
     runner_dir: Path
     proxy_dir: Path
     extra_mounts: tuple[Mount, ...] = ()
+    packages_dir: Path | None = None  # the host-installed prefix of approved pip/npm packages
     env: Mapping[str, str] = field(default_factory=dict)
     command: Sequence[str] = ("python3", "-m", "agent_runner")
     memory_mb: int = 2048

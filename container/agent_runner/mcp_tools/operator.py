@@ -116,11 +116,12 @@ def propose_credential_route(ctx: ToolContext, host_or_path: str, upstream: str,
                     f"{how} with the host's ${secret} added as the token")
 
 
-def install_packages(ctx: ToolContext, apt=None, npm=None, reason: str | None = None) -> str:
-    apt_list, npm_list = _checked(rules.check_packages, apt, npm)
-    what = ", ".join([f"apt: {' '.join(apt_list)}"] * bool(apt_list) + [f"npm: {' '.join(npm_list)}"] * bool(npm_list))
-    return _propose(ctx, "install_packages", {"apt": apt_list, "npm": npm_list}, reason,
-                    f"install {what} into this agent's image (the sandbox restarts; the conversation goes on)")
+def install_packages(ctx: ToolContext, apt=None, npm=None, pip=None, reason: str | None = None) -> str:
+    apt_list, npm_list, pip_list = _checked(rules.check_packages, apt, npm, pip)
+    what = ", ".join(f"{m}: {' '.join(names)}" for m, names in (("apt", apt_list), ("npm", npm_list), ("pip", pip_list))
+                     if names)
+    return _propose(ctx, "install_packages", {"apt": apt_list, "npm": npm_list, "pip": pip_list}, reason,
+                    f"install {what} for this agent (the sandbox restarts; the conversation goes on)")
 
 
 def add_mcp_server(ctx: ToolContext, name: str, command: str, args=None, env=None, reason: str | None = None) -> str:
@@ -168,11 +169,13 @@ SPECS = [
          "reason": _REASON},
       "required": ["host_or_path", "upstream", "secret_name"]}),
     (install_packages, "install_packages",
-     f"Ask the owner to add Debian (apt) and/or npm packages to your image, at most {rules.MAX_PACKAGES} per "
-     "request. After approval your image is rebuilt and your sandbox restarts; the conversation continues.",
+     f"Ask the owner to install Debian (apt), npm and/or Python (pip) packages for you, at most "
+     f"{rules.MAX_PACKAGES} per request. After approval your sandbox restarts with them (npm and pip packages "
+     "on PATH, NODE_PATH and PYTHONPATH; apt needs the Docker runtime); the conversation continues.",
      {"type": "object", "properties": {
          "apt": {"type": "array", "items": {"type": "string"}},
          "npm": {"type": "array", "items": {"type": "string"}},
+         "pip": {"type": "array", "items": {"type": "string"}, "description": "PyPI project names, no versions"},
          "reason": _REASON},
       "required": []}),
     (add_mcp_server, "add_mcp_server",
