@@ -2,5 +2,5 @@
 actions, system ops, housekeeping jobs and page items. Core code never imports a capability by
 name; this list is the one place that names them."""
 from .approvals import agent_cards, chats, pairing, questions, senders  # noqa: F401  (cards; approvals; pairing)
-from .operator import help_requests, proposals, waiting  # noqa: F401  (ask_operator, proposals)
+from .operator import expiry, help_requests, proposals, waiting  # noqa: F401  (ask_operator, proposals)
 from .tasks import ops  # noqa: F401  (the agent's scheduling tools)

@@ -121,7 +121,10 @@ class Settings:
     secret_key: str | None = None
     attachment_max_bytes: int = 20 * 1024 * 1024   # a bigger file a user sends is not downloaded
     isolated_retention_hours: int = 24  # an isolated task run's finished session is removed after this
-    approval_expiry_hours: int = 72     # a sender/chat approval nobody decided expires after this
+    approval_expiry_hours: int = 72     # an approval, proposal or help request nobody decided expires after this
+    keep_events_days: int = 14      # routed webhook events and dropped-message records
+    keep_decided_days: int = 90     # decided proposals, answered help requests, past questions
+    keep_audit_days: int = 365      # the audit log
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
     max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
@@ -217,6 +220,9 @@ class Settings:
                                           get("NANOCLAW_ISOLATED_RETENTION_HOURS", "24"), 0, 24 * 365),
             approval_expiry_hours=_int("NANOCLAW_APPROVAL_EXPIRY_HOURS", get("NANOCLAW_APPROVAL_EXPIRY_HOURS", "72"),
                                        1, 24 * 365),
+            keep_events_days=_int("NANOCLAW_KEEP_EVENTS_DAYS", get("NANOCLAW_KEEP_EVENTS_DAYS", "14"), 1, 36500),
+            keep_decided_days=_int("NANOCLAW_KEEP_DECIDED_DAYS", get("NANOCLAW_KEEP_DECIDED_DAYS", "90"), 1, 36500),
+            keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),
             max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)

@@ -489,3 +489,29 @@ def test_only_the_owner_grants_a_host_secret_the_agents_admins_were_not_given(ap
     assert proposals.decide(p2.token, "approve", "telegram:555", settings).startswith("Approved")
     listing = runner.invoke(args=["nanoclaw", "credentials", "list", "andy"]).output
     assert "/gh/ -> https://api.github.com" in listing and "$JIRA_TOKEN" in listing and "ghp_" not in listing
+
+
+def test_a_proposal_and_a_help_request_nobody_decided_expire_and_the_agent_is_told(app, tg):
+    from datetime import timedelta
+    from nanoclaw.models import utcnow
+    from nanoclaw.operator import expiry
+    path = session_path(app)
+    propose(app, path, "egress", {"host": "api.github.com"}, reason="to read issues", ref="r1")
+    [card] = cards(tg)
+    settings = app.config["NANOCLAW"]
+    assert expiry.expire_open(settings, now=utcnow() + timedelta(hours=71)) == 0  # not yet
+    assert expiry.expire_open(settings, now=utcnow() + timedelta(hours=73)) == 1
+    p = PendingProposal.get()
+    assert p.state == "expired" and p.decided_by == "system"
+    assert edits(tg)[-1]["text"].startswith("⏱ Expired: nobody decided within 72 h: allow HTTPS to api.github.com")
+    assert "Your proposal id=r1 (allow HTTPS to api.github.com) expired" in system_texts(path)[-1]
+    post(app, click(buttons(card)["✅ Approve"], OWNER, card))  # a late click changes nothing
+    assert toasts(tg)[-1] == "This proposal expired: nobody decided in time, and the agent was told."
+    assert not (settings.data_dir / "policy" / "andy" / "egress.json").exists()
+    assert AuditLog.select().where(AuditLog.action == "proposal.expire").count() == 1
+
+    HelpRequest.create(session=Session.get(), agent_group=AgentGroup.get(AgentGroup.folder == "andy"), ref="h1",
+                       text="where is the wiki?", created_at=utcnow() - timedelta(hours=80))
+    assert expiry.expire_open(settings) == 1
+    assert HelpRequest.get().state == "expired"
+    assert "question to the operator id=h1 expired" in system_texts(path)[-1]

@@ -19,5 +19,5 @@ for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, age
                  agents.wirings, mounts.mount_group, service.proxy_cmd, platforms.discord_gateway_cmd, platforms.slack_cli,
                  service.chat_cmd, image.image_group, platforms.telegram_cli, admin.admin_group, tasks.tasks_group,
                  credentials.credentials_group, pairing.pair_cmd, doctor.doctor_cmd,
-                 destinations.destination_group, backup.backup_cmd, backup.restore_cmd):
+                 destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd):
     nanoclaw_group.add_command(_command)

@@ -63,3 +63,18 @@ def restore_cmd(archive, force):
     counts = manifest.get("counts", {})
     click.echo(f"restored {archive.name} (taken {manifest.get('created_at')}): {counts.get('agents', 0)} agent(s), "
                f"{counts.get('sessions', 0)} session(s)")
+
+
+@command("prune")
+def prune_cmd():
+    """Remove records past their keeping time now (the service does this once a day).
+
+    \b
+    NANOCLAW_KEEP_EVENTS_DAYS (14)   routed webhook events, dropped-message records
+    NANOCLAW_KEEP_DECIDED_DAYS (90)  decided proposals, closed help requests, past questions
+    NANOCLAW_KEEP_AUDIT_DAYS (365)   the audit log
+    """
+    from ..lifecycle.records import prune
+    require_schema()
+    removed = prune(settings())
+    click.echo("removed " + ", ".join(f"{n} {what}" for what, n in removed.items()))

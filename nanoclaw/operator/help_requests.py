@@ -80,6 +80,8 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
     h = HelpRequest.get_or_none(HelpRequest.token == ident)
     if h is None:
         return "This help request no longer exists."
+    if h.state == "expired":
+        return "This request expired: nobody answered in time, and the agent was told."
     if h.state != "open":
         return f"Already answered by {display(h.answered_by)}."
     if not may_decide(user_id, h.approver_user_id or "", h.agent_group_id):

@@ -165,6 +165,8 @@ register_op("proposal", deliver_proposal)
 # --- deciding ----------------------------------------------------------------------------------
 
 def earlier(p: PendingProposal) -> str:
+    if p.state == "expired":
+        return "This proposal expired: nobody decided in time, and the agent was told."
     verb = {"approved": "approved", "rejected": "rejected", "failed": "approved (applying failed)",
             "applying": "approved (being applied)"}.get(p.state, p.state)
     return f"Already {verb} by {display(p.decided_by)}."

@@ -1,0 +1,64 @@
+"""How long the central database keeps its records, so it never grows without bound.
+
+Once a day (and by `flask … nanoclaw prune`) rows past their keeping time go, and the pass logs
+what it removed:
+- routed webhook events and dropped-message records: NANOCLAW_KEEP_EVENTS_DAYS (14); an event not
+  yet routed is never removed (intake recovery still needs it);
+- decided proposals, answered or expired help requests, questions past their expiry:
+  NANOCLAW_KEEP_DECIDED_DAYS (90);
+- audit entries: NANOCLAW_KEEP_AUDIT_DAYS (365).
+Open items are not removed here: they expire (operator/expiry.py, approvals, questions) and are
+removed once they have been expired that long. `cutoffs` is the pure decision.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..models import (AuditLog, DroppedMessage, HelpRequest, InboundEvent, PendingProposal, PendingQuestion,
+                      utcnow)
+from .housekeeping import register_job
+
+log = logging.getLogger("nanoclaw.retention")
+
+DAILY_S = 24 * 3600.0
+FIRST_AFTER_S = 600.0  # not during start-up
+DECIDED = ("approved", "rejected", "failed", "expired")
+
+
+@dataclass(frozen=True)
+class Cutoffs:
+    events: datetime
+    decided: datetime
+    audit: datetime
+
+
+def cutoffs(settings, now: datetime) -> Cutoffs:
+    """Rows older than these go (pure)."""
+    return Cutoffs(events=now - timedelta(days=settings.keep_events_days),
+                   decided=now - timedelta(days=settings.keep_decided_days),
+                   audit=now - timedelta(days=settings.keep_audit_days))
+
+
+def prune(settings, now: datetime | None = None) -> dict[str, int]:
+    """Remove what is past its keeping time; how many of each."""
+    c = cutoffs(settings, now or utcnow())
+    removed = {
+        "routed webhook events": InboundEvent.delete().where(InboundEvent.routed_at.is_null(False),
+                                                             InboundEvent.routed_at < c.events).execute(),
+        "dropped-message records": DroppedMessage.delete().where(DroppedMessage.created_at < c.events).execute(),
+        "decided proposals": PendingProposal.delete().where(PendingProposal.state.in_(DECIDED),
+                                                            PendingProposal.decided_at < c.decided).execute(),
+        "closed help requests": HelpRequest.delete().where(HelpRequest.state != "open",
+                                                           HelpRequest.answered_at < c.decided).execute(),
+        "past questions": PendingQuestion.delete().where(PendingQuestion.expires_at < c.decided).execute(),
+        "audit entries": AuditLog.delete().where(AuditLog.at < c.audit).execute(),
+    }
+    log.info("retention: removed %s", ", ".join(f"{n} {what}" for what, n in removed.items()))
+    return removed
+
+
+@register_job("retention.records", every_s=DAILY_S, first_after_s=FIRST_AFTER_S)
+def prune_job(settings, _manager=None) -> None:
+    prune(settings)

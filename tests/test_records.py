@@ -1,0 +1,61 @@
+"""Nothing in the central database grows without bound: on a back-dated install, `prune` (the daily
+job's pass) removes exactly what is past its keeping time, says what, and keeps the rest."""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from nanoclaw.models import (AgentGroup, AuditLog, DroppedMessage, HelpRequest, InboundEvent, MessagingGroup,
+                             PendingProposal, PendingQuestion, Session, utcnow)
+
+
+def days_ago(n: float):
+    return utcnow() - timedelta(days=n)
+
+
+def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog):
+    assert cli("agent", "create", "Andy").exit_code == 0
+    agent = AgentGroup.get()
+    mg = MessagingGroup.create(channel_type="telegram", platform_id="42", kind="dm")
+    session = Session.create(id="s1", agent_group=agent, messaging_group=mg)
+    InboundEvent.create(channel="telegram", event_id="old", received_at=days_ago(20), routed_at=days_ago(20))
+    InboundEvent.create(channel="telegram", event_id="new", received_at=days_ago(1), routed_at=days_ago(1))
+    InboundEvent.create(channel="telegram", event_id="unrouted", received_at=days_ago(30), payload="{}")
+    DroppedMessage.create(channel_type="telegram", platform_id="9", reason="no_agent_wired", created_at=days_ago(20))
+    DroppedMessage.create(channel_type="telegram", platform_id="9", reason="no_agent_wired", created_at=days_ago(2))
+    AuditLog.create(actor="cli", action="old", at=days_ago(400))
+    AuditLog.create(actor="cli", action="kept", at=days_ago(300))
+    for ref, state, decided in (("p-old", "approved", 100), ("p-new", "rejected", 10), ("p-open", "pending", None)):
+        PendingProposal.create(session=session, agent_group=agent, ref=ref, kind="egress", payload={"host": "a.b"},
+                               state=state, decided_at=days_ago(decided) if decided else None, created_at=days_ago(100))
+    HelpRequest.create(session=session, agent_group=agent, ref="h-old", text="?", state="answered",
+                       answered_at=days_ago(100))
+    HelpRequest.create(session=session, agent_group=agent, ref="h-open", text="?", created_at=days_ago(100))
+    PendingQuestion.create(session=session, question_id="q-old", question="?", options=[], channel_type="telegram",
+                           platform_id="42", expires_at=days_ago(100))
+    PendingQuestion.create(session=session, question_id="q-new", question="?", options=[], channel_type="telegram",
+                           platform_id="42", expires_at=days_ago(1))
+
+    with caplog.at_level(logging.INFO, logger="nanoclaw.retention"):
+        result = cli("prune")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == ("removed 1 routed webhook events, 1 dropped-message records, 1 decided proposals, "
+                                     "1 closed help requests, 1 past questions, 1 audit entries")
+    assert "retention: removed 1 routed webhook events" in caplog.text
+    assert sorted(e.event_id for e in InboundEvent.select()) == ["new", "unrouted"]  # recovery still needs it
+    assert DroppedMessage.select().count() == 1
+    assert [p.ref for p in PendingProposal.select().order_by(PendingProposal.ref)] == ["p-new", "p-open"]
+    assert [h.ref for h in HelpRequest.select()] == ["h-open"]  # open ones expire first, then go
+    assert [q.question_id for q in PendingQuestion.select()] == ["q-new"]
+    assert {a.action for a in AuditLog.select()} >= {"kept"} and not AuditLog.select().where(
+        AuditLog.action == "old").exists()
+    assert cli("prune").output.strip().startswith("removed 0 routed webhook events")
+
+
+def test_keeping_times_are_settings(make_settings):
+    from nanoclaw.lifecycle.records import cutoffs
+    settings = make_settings(NANOCLAW_KEEP_EVENTS_DAYS="3", NANOCLAW_KEEP_AUDIT_DAYS="30")
+    now = utcnow()
+    c = cutoffs(settings, now)
+    assert (now - c.events, now - c.decided, now - c.audit) == (timedelta(days=3), timedelta(days=90),
+                                                                timedelta(days=30))
