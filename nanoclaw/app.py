@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 from . import capabilities, logs  # noqa: F401  (the capability modules register themselves)
 from .cli import nanoclaw_group
 from .config import Settings
@@ -44,6 +45,13 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     app.register_blueprint(webhooks.bp)
     app.session_interface = webhooks.PageSessions()
     page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
+
+    if settings.trusted_proxies:
+        # behind Caddy or nginx every request comes from 127.0.0.1: the client's address (login
+        # throttling, the audit log) and scheme come from the proxy's headers, and only from as many
+        # proxies as the operator said are there (a client's own X-Forwarded-For is not believed)
+        n = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n, x_host=n)
 
     app.cli.add_command(nanoclaw_group)
     return app

@@ -126,6 +126,7 @@ class Settings:
     keep_decided_days: int = 90     # decided proposals, answered help requests, past questions
     keep_audit_days: int = 365      # the audit log
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
+    trusted_proxies: int = 0  # reverse proxies in front (Caddy, nginx): their X-Forwarded-For/-Proto is believed
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
     max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
     log_format: str = "text"  # text | json (one object per line)
@@ -225,6 +226,7 @@ class Settings:
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),
+            trusted_proxies=_int("NANOCLAW_TRUSTED_PROXIES", get("NANOCLAW_TRUSTED_PROXIES", "0"), 0, 5),
             max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)
             if (raw := get("NANOCLAW_MAX_TURN_MINUTES")) else None,
             log_format=log_format,
