@@ -65,7 +65,11 @@ def main() -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     (settings.data_dir / "logs").mkdir(exist_ok=True)
     ensure_runtime(settings)
+    metrics_dir = settings.data_dir / "metrics"  # prometheus-client's multiprocess files, fresh per start
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir()
     env = dict(os.environ,
+               PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
                NANOCLAW_DATA_DIR=str(settings.data_dir),
                NANOCLAW_PORT=str(settings.port),
                NANOCLAW_VENV_BIN=str(Path(sys.executable).parent),

@@ -120,3 +120,39 @@ def test_the_chat_shows_typing_while_the_agent_thinks(service):
     assert all(str(p["chat_id"]) == "111222333" and p["action"] == "typing" for p in typing)
     time.sleep(5)
     assert len(tg.calls("sendChatAction")) == len(typing)  # the turn is over: no more typing
+
+
+def test_metrics_of_every_program_after_real_traffic(service):
+    """/metrics under `make run`: the web program's counts and the proxy program's model requests
+    (another process: prometheus-client's multiprocess mode), matching what was sent."""
+    from prometheus_client.parser import text_string_to_metric_families
+    port, model, tg, _ = service
+    base = json.loads((FIXTURES / "private_message.json").read_text())
+    for i in range(3):
+        update = json.loads(json.dumps(base))
+        update["update_id"] += 100 + i
+        update["message"]["message_id"] += 100 + i
+        update["message"]["text"] = f"question {i}"
+        assert post_update(port, update)[0] == 200
+        tg.wait_for(lambda r, n=i + 1: len(tg.calls("sendMessage")) >= n, timeout=90)
+    assert post_update(port, base, secret="forged")[0] == 401
+
+    def samples() -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+    answered = ("nanoclaw_answer_seconds_count", (("channel", "telegram"),))
+    sent = ("nanoclaw_replies_out_total", (("channel", "telegram"), ("result", "sent")))
+    deadline = time.monotonic() + 10
+    while (got := samples()).get(answered, 0) < 3 or got.get(sent, 0) < 3:  # counted just after the send
+        assert time.monotonic() < deadline, f"not counted: {got.get(answered)} answers, {got.get(sent)} sent"
+        time.sleep(0.2)
+    assert got[answered] == 3
+    assert got[("nanoclaw_messages_in_total", (("channel", "telegram"), ("outcome", "written"), ("reason", "")))] == 3
+    assert got[sent] == 3
+    assert got[("nanoclaw_webhooks_refused_total", (("channel", "telegram"), ("status", "401")))] == 1
+    assert got[("nanoclaw_model_requests_total", (("status", "2xx"),))] == len(model.model_calls()) >= 3
+    assert got[("nanoclaw_model_request_seconds_count", ())] == len(model.model_calls())
+    assert got[("nanoclaw_sandboxes", (("state", "running"),))] == 1
+    assert got[("nanoclaw_waiting_for_decision", (("kind", "proposal"),))] == 0

@@ -45,27 +45,30 @@ class SessionStore:
     def inbound(self) -> sqlite3.Connection | None:
         """The host creates inbound.db; until it exists there is nothing to read."""
         if self._in is None and self.inbound_path.exists():
-            # no busy handler: SQLite's sleeps 1, 2, 5, 10 ms… while the host commits, which
-            # overshoots a commit of well under a millisecond; _read retries at a finer grain
-            self._in = schema.connect(self.inbound_path, readonly=True, timeout=0)
+            self._in = schema.connect(self.inbound_path, readonly=True)
         return self._in
 
     def _read(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row] | None:
         """All rows of a query on inbound.db (None when it does not exist yet), waiting out the
-        host's commit in short steps (up to READ_PATIENCE_S)."""
+        host's commit in short steps (up to READ_PATIENCE_S): SQLite's own busy handler sleeps 1, 2,
+        5, 10 ms…, which overshoots a commit of well under a millisecond on the answer's path."""
         conn = self.inbound()
         if conn is None:
             return None
         deadline = time.monotonic() + READ_PATIENCE_S
         pause = 0.0002
-        while True:
-            try:
-                return conn.execute(sql, args).fetchall()
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.004)
+        conn.execute("PRAGMA busy_timeout=0")
+        try:
+            while True:
+                try:
+                    return conn.execute(sql, args).fetchall()
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.004)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(READ_PATIENCE_S * 1000)}")
 
     def inbound_stamp(self) -> tuple | None:
         """A cheap change detector: the file's (inode, mtime, size) and SQLite's data_version

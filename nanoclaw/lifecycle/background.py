@@ -34,6 +34,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from .. import metrics
 from ..channels.base import get_adapter
 from ..db import database
 from ..inbound import intake
@@ -41,7 +42,6 @@ from ..outbound.watcher import DeliveryLoop
 from ..runtime.base import RuntimeUnavailable
 from ..runtime.select import image_to_build, select_runtime
 from ..runtime.switching import SwitchingRuntime
-from ..sessions import session_schema as schema
 from ..sessions import store
 from ..sessions.store import SessionRef
 from ..tasks.timer import TaskTimer
@@ -211,6 +211,10 @@ class Background:
                                   skip=self.active.woken_ids() if full and skip_woken else frozenset(),
                                   stop=(manager.stop if manager else lambda *_: None), wake=wake)
         self.last_sweep = result
+        for action, n in (("stopped", len(result.stopped)), ("reset", result.resets), ("failed", result.failed),
+                          ("woken", len(result.woken))):
+            if n:
+                metrics.SWEEP_ACTIONS.labels(action).inc(n)
         took = time.monotonic() - started
         if full or result.stopped or result.resets or result.failed or took > 1:
             log.info("sweep%s: %d session(s) in %.0f ms; stopped %d, retries %d, failed %d, woken %d",

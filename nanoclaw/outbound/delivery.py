@@ -97,10 +97,27 @@ def open_session(path: Path) -> sqlite3.Connection | None:
 
 
 def sync_acks(conn: sqlite3.Connection) -> None:
-    """Copy the agent's finished claims into messages_in.status (the host's record)."""
+    """Copy the agent's finished claims into messages_in.status (the host's record), and time each
+    triggering message the agent completed (nanoclaw_answer_seconds, by the host's clock)."""
+    done = conn.execute("SELECT m.channel_type, m.timestamp, m.process_after FROM messages_in m JOIN ob.processing_ack a "
+                        "ON a.message_id = m.id WHERE m.status = 'pending' AND m.trigger = 1 AND a.status = 'completed' "
+                        "AND m.kind IN ('chat', 'task')").fetchall()
+    now = datetime.now(timezone.utc)
+    for channel, said, due in done:
+        started = _parse_iso(max(said or "", due or ""))
+        if started is not None:
+            metrics.ANSWER_SECONDS.labels(channel or "task").observe(max(0.0, (now - started).total_seconds()))
     conn.execute("UPDATE messages_in SET status = (SELECT a.status FROM ob.processing_ack a "
                  "WHERE a.message_id = messages_in.id) WHERE status = 'pending' AND id IN "
                  "(SELECT message_id FROM ob.processing_ack WHERE status IN ('completed', 'failed'))")
+
+
+def _parse_iso(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:

@@ -8,11 +8,13 @@ held back waiting for a buffer to fill.
 from __future__ import annotations
 
 import os
+import time
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from .. import metrics
 from .door import Reply, Request
 from .headers import credential_headers, downstream_response_headers, upstream_request_headers
 
@@ -63,13 +65,17 @@ class ModelApi:
     def __call__(self, request: Request, reply: Reply) -> int:
         url = self.upstream + request.path + (f"?{request.query}" if request.query else "")
         headers = upstream_request_headers(request.headers, self.credential)
+        started = time.monotonic()
         try:
             resp = self.session.request(
                 request.method, url, data=request.body if request.body or request.method not in ("GET", "HEAD") else None,
                 headers=headers, stream=True, allow_redirects=False,
                 timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
         except requests.RequestException as exc:
+            metrics.MODEL_REQUESTS.labels("unreachable").inc()
             return reply.error(502, f"nanoclaw proxy: model API upstream unreachable: {_short(exc)}")
+        metrics.MODEL_REQUEST_SECONDS.observe(time.monotonic() - started)
+        metrics.MODEL_REQUESTS.labels(metrics.status_class(resp.status_code)).inc()
         try:
             return self._relay(request, resp, reply)
         finally:

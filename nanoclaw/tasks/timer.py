@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta, timezone
 
+from .. import metrics
 from . import runs, scheduling
 
 log = logging.getLogger("nanoclaw.task_timer")
@@ -88,6 +89,8 @@ class TaskTimer:
         run = runs.fire(self.settings, task_id, due)
         if run is None:
             return
+        metrics.TASK_RUNS.inc()
+        metrics.TASK_LATENESS_SECONDS.observe(max(0.0, (datetime.now(UTC) - due).total_seconds()))
         self.watch(run.ref)
         self.wake(run.ref.folder, run.ref.session_id, task=True)
         if run.next_run is not None and run.next_run <= datetime.now(UTC) + HORIZON:

@@ -1,13 +1,18 @@
 """GET /healthz: is the database reachable, which schema and app version run.
-GET /metrics: the web program's counters in Prometheus text format (prometheus-client). Only from
-loopback with no proxy header (a reverse proxy in front forwards with one), or with
-NANOCLAW_METRICS_TOKEN as a bearer token; never public by default. The proxy program's own model
-requests are not in it (another process)."""
+GET /metrics: every program's counters and histograms in Prometheus text format (prometheus-client;
+under `make run` in multiprocess mode, so the proxy's model requests are there too), plus what is
+read at scrape time: sandboxes running and queued, items waiting for a decision. Only from loopback
+with no proxy header (a reverse proxy in front forwards with one), or with NANOCLAW_METRICS_TOKEN as
+a bearer token; never public by default."""
 import hmac
 import ipaddress
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+import os
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from .. import __version__
 from ..db import database, is_reachable
@@ -51,4 +56,37 @@ def metrics():
     refusal = metrics_refusal(request.remote_addr, request.headers, current_app.config["NANOCLAW"].metrics_token)
     if refusal is not None:
         return jsonify(error=refusal[1]), refusal[0]
-    return Response(generate_latest(REGISTRY), mimetype=CONTENT_TYPE_LATEST)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        recorded = CollectorRegistry()
+        MultiProcessCollector(recorded)
+    else:
+        recorded = REGISTRY
+    now = CollectorRegistry()
+    now.register(AtScrape(current_app.extensions.get("nanoclaw.background")))
+    return Response(generate_latest(recorded) + generate_latest(now), mimetype=CONTENT_TYPE_LATEST)
+
+
+class AtScrape:
+    """Gauges read when /metrics is asked for (no process has to keep them up to date)."""
+
+    def __init__(self, background):
+        self.background = background
+
+    def collect(self):
+        manager = getattr(self.background, "manager", None)
+        sandboxes = GaugeMetricFamily("nanoclaw_sandboxes", "Sandboxes of this install, by state.", labels=["state"])
+        sandboxes.add_metric(["running"], len(manager.running()) if manager is not None else 0)
+        sandboxes.add_metric(["queued"], len(manager.queue) if manager is not None else 0)
+        yield sandboxes
+        from ..models import (HelpRequest, PendingChannelApproval, PendingProposal, PendingQuestion,
+                              PendingSenderApproval, utcnow)
+        waiting = GaugeMetricFamily("nanoclaw_waiting_for_decision", "Items waiting for the owner or an admin.",
+                                    labels=["kind"])
+        for kind, count in (("sender", PendingSenderApproval.select().count()),
+                            ("chat", PendingChannelApproval.select().count()),
+                            ("question", PendingQuestion.select().where(PendingQuestion.answered_at.is_null(),
+                                                                        PendingQuestion.expires_at > utcnow()).count()),
+                            ("help", HelpRequest.select().where(HelpRequest.state == "open").count()),
+                            ("proposal", PendingProposal.select().where(PendingProposal.state == "pending").count())):
+            waiting.add_metric([kind], count)
+        yield waiting
