@@ -17,6 +17,7 @@ ADMIN, PASSWORD = "slack:U1", "bea admin password"
 OWNER_DM = ("telegram", "42")
 TEAM = ("telegram", "-100777")     # Andy answers here
 LAB = ("telegram", "-100888")      # only Bea answers here
+POLICY: list = []                  # the policy folder of the world under test
 
 
 @pytest.fixture
@@ -24,10 +25,13 @@ def world(site, cli):
     for args in (("agent", "create", "Bea"), ("user", "add", ADMIN, "--role", "admin", "--agent", "bea"),
                  ("wire", "telegram", "42", "andy"), ("wire", "telegram", TEAM[1], "andy", "--kind", "group"),
                  ("wire", "telegram", LAB[1], "bea", "--kind", "group"),
-                 ("destination", "add", "andy", "team", "telegram", TEAM[1])):
+                 ("destination", "add", "andy", "team", "telegram", TEAM[1]),
+                 ("egress", "add", "andy", "api.github.com"),
+                 ("credentials", "add", "andy", "/reports/", "https://reports.example.com", "REPORT_TOKEN")):
         assert cli(*args).exit_code == 0, args
     site.test_cli_runner().invoke(args=["nanoclaw", "admin", "set-password", ADMIN, "--password-stdin"],
                                   input=PASSWORD + "\n")
+    POLICY[:] = [site.config["NANOCLAW"].data_dir / "policy"]
     andy = AgentGroup.get(AgentGroup.folder == "andy")
     AgentGroup.update(container_config={"mounts": [{"host_path": "/srv/notes", "name": "notes",
                                                     "readwrite": False}]}).where(AgentGroup.id == andy.id).execute()
@@ -60,6 +64,8 @@ def snapshot() -> str:
         "agents": [(a.folder, a.container_config) for a in AgentGroup.select().order_by(AgentGroup.id)],
         "tasks": [(t.id, t.status) for t in ScheduledTask.select()],
         "destinations": [(d.agent_group.folder, d.name, d.platform_id) for d in AgentDestination.select()],
+        "policy": sorted((str(p.relative_to(POLICY[0])), p.read_text()) for p in POLICY[0].rglob("*.json"))
+        if POLICY else [],
         "pending": [PendingSenderApproval.select().count(), PendingChannelApproval.select().count(),
                     [(h.state, h.answer) for h in HelpRequest.select()],
                     [(p.state, p.payload) for p in PendingProposal.select()]],
@@ -91,6 +97,11 @@ def attempts(w):
         ("remove Andy's mount", "/admin/agents/andy/mounts/notes/remove", {}),
         ("add a destination to Andy", "/admin/agents/andy/destinations", dict(name="x", channel="slack", chat_id="C9")),
         ("remove Andy's destination", "/admin/agents/andy/destinations/team/remove", {}),
+        ("allow Andy a host", "/admin/agents/andy/egress", dict(host="evil.example")),
+        ("revoke Andy's host", "/admin/agents/andy/egress/remove", dict(host="api.github.com")),
+        ("give Andy a route", "/admin/agents/andy/routes", dict(match="/x/", upstream="https://x.example",
+                                                               secret="X_TOKEN")),
+        ("remove Andy's route", "/admin/agents/andy/routes/remove", dict(match="/reports/")),
         ("stop Andy's sandbox", f"/admin/sessions/{w['session'].id}/stop", {}),
         ("pause Andy's task", "/admin/tasks/t-andy-1/pause", {}),
         ("let a stranger talk to Andy", "/admin/decide", dict(action_id=f"nsa-{w['sender'].token}:allow")),
@@ -139,3 +150,14 @@ def test_the_owner_is_not_limited(site, world):
     assert login(owner).status_code == 302
     assert post(owner, "/admin/wirings", **wiring_form("bea", *TEAM, kind="group")).status_code == 302
     assert Wiring.select().join(MessagingGroup).where(MessagingGroup.platform_id == TEAM[1]).count() == 2
+
+
+def test_an_admin_grants_their_agent_only_the_secrets_delegated_to_them(world, cli):
+    client = world["client"]
+    route = dict(match="/lab/", upstream="https://lab.example", secret="LAB_TOKEN")
+    refused = post(client, "/admin/agents/bea/routes", **route)
+    assert refused.status_code == 403 and "only the owner grants $LAB_TOKEN" in refused.get_data(as_text=True)
+    assert post(client, "/admin/agents/bea/egress", host="lab.example").status_code == 302  # hosts are theirs to give
+    assert cli("credentials", "delegate", "bea", "LAB_TOKEN").exit_code == 0
+    assert post(client, "/admin/agents/bea/routes", **route).status_code == 302
+    assert "/lab/ -> https://lab.example" in cli("credentials", "list", "bea").output

@@ -414,3 +414,46 @@ def test_create_agent_is_offered_to_the_owners_dm_agent_and_not_to_a_group_agent
         svc.wait(lambda: texts(svc.tg, 111) and texts(svc.tg, -100200), what="both answers")
         assert texts(svc.tg, -100200) == ["create_agent withheld"]
         assert texts(svc.tg, 111) == ["create_agent offered"]
+
+
+# --- the operator's own changes: the agent's page and the CLI ---------------------------------------
+
+def test_the_page_allows_a_host_and_revokes_it_and_the_agents_next_request_follows(make_settings, sqlite_url, cert):
+    """The owner allows a host on the agent's page: the agent's next request through the proxy passes,
+    in the same sandbox; revoked, the next one is refused. Each change is audited with its why."""
+    from tests.test_admin import PASSWORD, csrf_of, login
+    with HttpsServer(cert) as site:
+        host = f"127.0.0.1:{site.port}"
+        fetch = f"{CURL} https://{host}/report 2>&1 | tail -n 25"
+
+        def brain(req):
+            if not req.turn_tool_results():
+                return Reply.call("Bash", command=fetch)
+            return Reply.say("ok" if '"ok": true' in req.turn_tool_results()[-1].text else "refused")
+
+        with sandbox_service(make_settings, sqlite_url, brain) as svc:
+            setup(svc, cert)
+            svc.app.test_cli_runner().invoke(args=["nanoclaw", "admin", "set-password", "telegram:111"],
+                                             input=f"{PASSWORD}\n{PASSWORD}\n")
+            page = svc.app.test_client()
+            assert login(page, "telegram:111").status_code == 302
+
+            def change(path, **form):
+                token = csrf_of(page.get("/admin/agents/andy").get_data(as_text=True))
+                return page.post(path, data={"csrf_token": token, **form})
+
+            def ask(text, n):
+                svc.post(message(111, OWNER, text))
+                svc.wait(lambda: len(texts(svc.tg, 111)) >= n, what=f"answer {n}")
+                return texts(svc.tg, 111)[-1]
+            assert ask("fetch the report", 1) == "refused"
+            assert change("/admin/agents/andy/egress", host=host, why="the weekly report").status_code == 302
+            assert f"<code>{host}</code>" in page.get("/admin/agents/andy").get_data(as_text=True)
+            assert ask("fetch it now", 2) == "ok"
+            assert change("/admin/agents/andy/egress/remove", host=host, why="done with it").status_code == 302
+            assert ask("and once more", 3) == "refused"
+            assert [r["path"] for r in site.requests] == ["/report"]
+            added, removed = (AuditLog.get(AuditLog.action == a) for a in ("egress.add", "egress.remove"))
+            assert (added.actor, added.detail["why"], added.detail["diff"]) == ("telegram:111", "the weekly report",
+                                                                                [f"+ {host}"])
+            assert (removed.detail["why"], removed.detail["diff"]) == ("done with it", [f"- {host}"])

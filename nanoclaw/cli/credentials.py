@@ -82,3 +82,42 @@ def credentials_list(folder):
         click.echo("no credential routes and no delegated secrets")
         return
     print_table(["AGENT", "KIND", "WHAT"], rows)
+
+
+@credentials_group.command("add")
+@click.argument("folder")
+@click.argument("match")
+@click.argument("upstream")
+@click.argument("secret_name")
+@click.option("--why", help="Why (kept in the audit log with the change).")
+def credentials_add(folder, match, upstream, secret_name, why):
+    """Give agent FOLDER a credential route: requests to MATCH (a /path/ prefix on $NANOCLAW_PROXY_URL,
+    or a host name reached through http_proxy) go to UPSTREAM with the host's $SECRET_NAME added.
+
+    \b
+    Example: flask --app app nanoclaw credentials add andy /github/ https://api.github.com GITHUB_TOKEN
+    """
+    from ..operator import policy_edits as edits
+    require_schema()
+    agent = get_agent(folder)
+    try:
+        edits.put(settings(), "cli", agent, match, upstream, _secret(secret_name), why)
+    except edits.EditRefused as exc:
+        raise Mistake(str(exc)) from None
+    click.echo(f"{folder}: {match} -> {upstream} with ${secret_name}, from its next request")
+
+
+@credentials_group.command("remove")
+@click.argument("folder")
+@click.argument("match")
+@click.option("--why", help="Why (kept in the audit log with the change).")
+def credentials_remove(folder, match, why):
+    """Remove agent FOLDER's credential route MATCH (its next request there is refused)."""
+    from ..operator import policy_edits as edits
+    require_schema()
+    agent = get_agent(folder)
+    try:
+        edits.remove_route(settings(), "cli", agent, match, why)
+    except edits.EditRefused as exc:
+        raise Mistake(str(exc)) from None
+    click.echo(f"{folder} no longer has the route {match}")

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import sys
 
+import functools
+
 import click
 
 from .. import migrate as migrations
 from ..db import database
 from ..models import AgentGroup
 from ..proxy import serve_forever
-from ..proxy.policy_files import audit_change
+from ..proxy.policy_files import audit_change, policy_root
 from .base import Mistake, command, require_schema, settings
 from .chat import ChatError, chat
 
@@ -45,7 +47,8 @@ def proxy_cmd():
     def list_folders():
         with database.connection_context():
             return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
-    serve_forever(settings(), list_folders, on_policy_change=audit_change)
+    serve_forever(settings(), list_folders,
+                  on_policy_change=functools.partial(audit_change, root=policy_root(settings())))
 
 
 @command("chat")

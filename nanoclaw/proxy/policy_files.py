@@ -17,17 +17,21 @@ reads half a file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import tempfile
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import peewee
+
 from ..db import database
-from ..models import audit
+from ..models import AuditLog, audit
 from ..proposal_rules import RuleError, check_host_entry
 from ..security import validate_folder
 from .policy import GroupPolicy, check_route, parse_credentials, parse_egress
@@ -169,15 +173,25 @@ class PolicyStore:
 
 # --- writing (the host) --------------------------------------------------------------------
 
+def content_digest(text: bytes) -> str:
+    return hashlib.sha256(text).hexdigest()
+
+
 def write_json(path: Path, data: dict) -> None:
-    """Atomic: the proxy sees the old file or the new one, never a mix."""
+    """Atomic: the proxy sees the old file or the new one, never a mix. Each write is recorded
+    (`policy.write`, the content's digest), so the proxy can tell NanoClaw's writes from hand edits."""
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent.parent, 0o700)
+    body = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    try:
+        with (database.connection_context() if database.is_closed() else nullcontext()):
+            audit("nanoclaw", "policy.write", path.parent.name, file=path.name, sha256=content_digest(body))
+    except Exception as exc:  # noqa: BLE001 - a write without its record reads as a hand edit, no worse
+        log.warning("could not record the write of %s: %s", path, exc)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(body)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)
@@ -247,11 +261,23 @@ def describe(policy_part) -> list[str]:
     return [r.describe() for r in getattr(policy_part, "routes", ())]
 
 
-def audit_change(folder: str, name: str, old, new, error: str | None) -> None:
+def audit_change(folder: str, name: str, old, new, error: str | None, root: Path | None = None) -> None:
     """The proxy program's on_change: every reload (or refused file) in the audit log, as a diff of
-    names (hosts, routes, variable names), never a value."""
+    names (hosts, routes, variable names), never a value; a file NanoClaw did not write (its digest
+    matches no `policy.write`) is recorded as a hand edit."""
     with database.connection_context():
         if error:
             audit("proxy", "policy.invalid", folder, file=name, error=error[:500], kept="the previous policy")
-        else:
-            audit("proxy", "policy.reload", folder, file=name, diff=diff_lines(describe(old), describe(new)))
+            return
+        action = "policy.reload" if root is None or written_by_us(root, folder, name) else "policy.hand_edit"
+        audit("proxy", action, folder, file=name, diff=diff_lines(describe(old), describe(new)))
+
+
+def written_by_us(root: Path, folder: str, name: str) -> bool:
+    try:
+        digest = content_digest(group_file(root, folder, name).read_bytes())
+    except OSError:
+        return True  # gone: nothing was edited by hand
+    holds = peewee.NodeList((AuditLog.detail, peewee.SQL("LIKE"),
+                             peewee.Value(f'%"sha256": "{digest}"%', converter=False)))
+    return AuditLog.select().where(AuditLog.action == "policy.write", AuditLog.target == folder, holds).exists()

@@ -7,6 +7,8 @@ from flask import flash, g, redirect, render_template, request, url_for
 
 from ..mounts import AllowlistError, current_allowlist, declared_mounts
 from ..models import AgentDestination, MessagingGroup, Session, Wiring
+from ..inbound import lookups
+from ..operator import policy_edits
 from ..sessions import destinations
 from . import auth
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
@@ -35,9 +37,13 @@ def agent(folder: str):
                .order_by(MessagingGroup.channel_type, MessagingGroup.platform_id))
     added = {r.name for r in AgentDestination.select().where(AgentDestination.agent_group == a)}
     places = [(name, target, label, name in added) for name, (target, label) in destinations.destinations_of(a.id).items()]
+    try:
+        hosts, routes, policy_error = *policy_edits.current(settings(), a), None
+    except policy_edits.EditRefused as exc:
+        hosts, routes, policy_error = [], [], str(exc)
     return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
-                           channels=PLATFORMS)
+                           channels=PLATFORMS, hosts=hosts, routes=routes, policy_error=policy_error)
 
 
 @bp.post("/admin/agents/<folder>/destinations")
@@ -98,3 +104,50 @@ def mount_remove(folder: str, name: str):
     else:
         flash(f"Removed mount {name!r} from {folder} (from its next sandbox start).", "ok")
     return redirect(url_for("admin.agent", folder=folder))
+
+
+# --- what the agent may reach: egress hosts and credential routes ------------------------------------
+
+def _policy_change(folder: str, change, done: str):
+    a = agent_for_write(folder)
+    try:
+        diff = change(a)
+    except policy_edits.EditRefused as exc:
+        flash(f"Not changed: {exc}", "error")
+    else:
+        flash(done if diff else "Nothing to change: it was so already.", "ok")
+    return redirect(url_for("admin.agent", folder=folder) + "#reach")
+
+
+@bp.post("/admin/agents/<folder>/egress")
+def egress_add(folder: str):
+    host, why = request.form.get("host", "").strip(), clean_why(request.form.get("why"))
+    return _policy_change(folder, lambda a: policy_edits.allow_host(settings(), g.user_id, a, host, why),
+                          f"{folder} may reach {host} from its next request.")
+
+
+@bp.post("/admin/agents/<folder>/egress/remove")
+def egress_remove(folder: str):
+    host, why = request.form.get("host", "").strip(), clean_why(request.form.get("why"))
+    return _policy_change(folder, lambda a: policy_edits.revoke_host(settings(), g.user_id, a, host, why),
+                          f"{folder} may no longer reach {host}.")
+
+
+@bp.post("/admin/agents/<folder>/routes")
+def route_add(folder: str):
+    f = request.form
+    match, upstream, secret = f.get("match", "").strip(), f.get("upstream", "").strip(), f.get("secret", "").strip()
+    a = agent_for_write(folder)
+    delegated = (a.container_config or {}).get("admin_secrets", [])
+    if secret not in delegated and not lookups.is_owner(g.user_id):
+        return forbidden(f"only the owner grants ${secret}: it is a host secret this agent's admins were not given")
+    return _policy_change(folder, lambda a: policy_edits.put(settings(), g.user_id, a, match, upstream, secret,
+                                                             clean_why(f.get("why"))),
+                          f"{folder}: {match} goes to {upstream} with ${secret} from its next request.")
+
+
+@bp.post("/admin/agents/<folder>/routes/remove")
+def route_remove(folder: str):
+    match, why = request.form.get("match", "").strip(), clean_why(request.form.get("why"))
+    return _policy_change(folder, lambda a: policy_edits.remove_route(settings(), g.user_id, a, match, why),
+                          f"{folder} no longer has the route {match}.")
