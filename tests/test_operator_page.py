@@ -390,3 +390,25 @@ def test_a_public_url_that_is_not_a_url_stops_start_up(tmp_path):
     with pytest.raises(SettingsError, match="NANOCLAW_PUBLIC_URL"):
         Settings.load(environ={"NANOCLAW_DATA_DIR": str(tmp_path), "NANOCLAW_PUBLIC_URL": "claw.example.net"},
                       dotenv_path=tmp_path / "none.env")
+
+
+def test_a_help_request_leads_to_the_agents_reach_section_and_a_change_there_works(app, owner):
+    """Answering "can you let me reach X?": from the request on Waiting on you to the agent's page,
+    where allowing the host is one form (audited with its why)."""
+    from nanoclaw.models import HelpRequest
+    from nanoclaw.proxy.policy_files import EGRESS_FILE, group_file, policy_root, read_policy_file
+    path = session_path(app)
+    HelpRequest.create(session=Session.get(), agent_group=AgentGroup.get(AgentGroup.folder == "andy"), ref="h1",
+                       text="Can I reach api.github.com?", approver_user_id="telegram:111")
+    page = page_of(owner)
+    link = re.search(r'<a href="([^"]+)">Allow a host or a credential\s+route for andy</a>', page)
+    assert link and link.group(1) == "/admin/agents/andy#reach"
+    agent_page = owner.get("/admin/agents/andy").get_data(as_text=True)
+    assert 'id="reach"' in agent_page
+    answer = owner.post("/admin/agents/andy/egress", data={"csrf_token": csrf_of(agent_page), "host": "api.github.com",
+                                                          "why": "asked in h1"})
+    assert answer.status_code == 302 and answer.headers["Location"].endswith("#reach")
+    root = policy_root(app.config["NANOCLAW"])
+    assert read_policy_file(group_file(root, "andy", EGRESS_FILE)).as_list() == ["api.github.com"]
+    assert AuditLog.get(AuditLog.action == "egress.add").detail["why"] == "asked in h1"
+    assert path.exists()
