@@ -155,3 +155,33 @@ def test_create_an_agent_for_an_unknown_chat_on_the_page_and_the_message_is_repl
     page.goto(base + "/admin/audit?q=approval.channel.create")
     assert "approval.channel.create" in page.content()
     page.close()
+
+
+def test_allow_and_revoke_a_host_on_the_agents_page_on_a_phone(served):  # noqa: F811
+    """The agent's page, "What it may reach", in a real browser on a phone-sized screen: allow a
+    host with a why, see it listed, revoke it; the proxy's file follows each click."""
+    from nanoclaw.proxy.policy_files import EGRESS_FILE, group_file, policy_root, read_policy_file
+    base, browser, _model, _tg, settings = served
+    egress = group_file(policy_root(settings), "andy", EGRESS_FILE)
+    context, page = phone_page(browser, base)
+    try:
+        page.goto(base + "/admin/agents/andy#reach")
+        reach = page.locator("#reach")
+        allow = reach.locator("form", has=page.locator("button:has-text('Allow host')"))
+        allow.locator("input[name=host]").fill("reports.example.org")
+        allow.locator("input[name=why]").fill("weekly report")
+        allow.locator("button:has-text('Allow host')").click()
+        page.wait_for_url(base + "/admin/agents/andy#reach")
+        assert "andy may reach reports.example.org from its next request." in page.content()
+        assert reach.locator("code", has_text="reports.example.org").count() == 1
+        assert read_policy_file(egress).as_list() == ["reports.example.org"]
+        assert no_sideways_scroll(page) <= 0
+
+        row = reach.locator("li", has_text="reports.example.org")
+        row.locator("input[name=why]").fill("not needed any more")
+        row.locator("button:has-text('Revoke')").click()
+        page.wait_for_url(base + "/admin/agents/andy#reach")
+        assert "andy may no longer reach reports.example.org." in page.content()
+        assert read_policy_file(egress).as_list() == []
+    finally:
+        context.close()
