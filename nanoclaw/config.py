@@ -125,6 +125,7 @@ class Settings:
     keep_events_days: int = 14      # routed webhook events and dropped-message records
     keep_decided_days: int = 90     # decided proposals, answered help requests, past questions
     keep_audit_days: int = 365      # the audit log
+    keep_messages_days: int = 30    # a session's finished messages and delivered replies
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     trusted_proxies: int = 0  # reverse proxies in front (Caddy, nginx): their X-Forwarded-For/-Proto is believed
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
@@ -223,6 +224,8 @@ class Settings:
                                        1, 24 * 365),
             keep_events_days=_int("NANOCLAW_KEEP_EVENTS_DAYS", get("NANOCLAW_KEEP_EVENTS_DAYS", "14"), 1, 36500),
             keep_decided_days=_int("NANOCLAW_KEEP_DECIDED_DAYS", get("NANOCLAW_KEEP_DECIDED_DAYS", "90"), 1, 36500),
+            keep_messages_days=_int("NANOCLAW_KEEP_MESSAGES_DAYS", get("NANOCLAW_KEEP_MESSAGES_DAYS", "30"), 1,
+                                    36500),
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),

@@ -40,7 +40,8 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
         result = cli("prune")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == ("removed 1 routed webhook events, 1 dropped-message records, 1 decided proposals, "
-                                     "1 closed help requests, 1 past questions, 1 audit entries")
+                                     "1 closed help requests, 1 past questions, 1 audit entries; from session "
+                                     "databases 0 finished messages, 0 delivery records")
     assert "retention: removed 1 routed webhook events" in caplog.text
     assert sorted(e.event_id for e in InboundEvent.select()) == ["new", "unrouted"]  # recovery still needs it
     assert DroppedMessage.select().count() == 1
@@ -59,3 +60,47 @@ def test_keeping_times_are_settings(make_settings):
     c = cutoffs(settings, now)
     assert (now - c.events, now - c.decided, now - c.audit) == (timedelta(days=3), timedelta(days=90),
                                                                 timedelta(days=30))
+
+
+def test_a_sessions_finished_rows_go_on_both_sides_and_nothing_undelivered(tmp_path, make_settings):
+    """A back-dated session: the runner (at its start) removes replies the host delivered, the host
+    removes messages the agent finished and the delivery records of removed replies; what is recent,
+    still pending, or waiting for delivery stays."""
+    import time as _time
+    from agent_runner.store import SessionStore
+    from nanoclaw.lifecycle.records import prune_session
+    from nanoclaw.outbound import delivery
+    from nanoclaw.sessions import store
+    from nanoclaw.sessions.store import Target
+    chat = Target("cli", "c")
+    folder = tmp_path / "s1"
+    store.prepare(folder, chat)
+    old, new = "2026-01-01T10:00:00.000Z", store.schema.utc_now_iso()
+    ids = {name: store.write_message(folder, content={"text": name}, target=chat, timestamp=ts)
+           for name, ts in (("old-done", old), ("old-pending", old), ("new-done", new), ("old-reply-waiting", old))}
+    runner = SessionStore.of_session(folder)
+    runner.complete([ids["old-done"], ids["new-done"], ids["old-reply-waiting"]])
+    for text, to in (("answer-old", "old-done"), ("answer-new", "new-done"), ("answer-waiting", "old-reply-waiting"),
+                     ("newest", "new-done")):
+        runner.write_out({"op": "text", "text": text}, chat, in_reply_to=ids[to])
+    runner.out.execute("UPDATE messages_out SET timestamp = ? WHERE json_extract(content, '$.text') IN "
+                       "('answer-old', 'answer-waiting')", (old,))
+    conn = delivery.open_session(folder)
+    delivery.sync_acks(conn)
+    for text in ("answer-old", "answer-new", "newest"):  # delivered; answer-waiting is not (the platform is down)
+        row_id = runner.out.execute("SELECT id FROM messages_out WHERE json_extract(content, '$.text') = ?",
+                                    (text,)).fetchone()[0]
+        conn.execute("INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'delivered', 1)", (row_id,))
+    conn.close()
+
+    assert runner.prune(30) == (1, 0)           # answer-old only
+    texts = [r[0] for r in runner.out.execute("SELECT json_extract(content, '$.text') FROM messages_out ORDER BY seq")]
+    assert texts == ["answer-new", "answer-waiting", "newest"]
+    cutoff = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(_time.time() - 30 * 86400))
+    assert prune_session(folder, cutoff) == (1, 1)  # old-done, and answer-old's delivery record
+    inbound = store.schema.connect(store.inbound_db(folder), readonly=True)
+    left = {r[0] for r in inbound.execute("SELECT json_extract(content, '$.text') FROM messages_in")}
+    assert left == {"old-pending", "new-done", "old-reply-waiting"}
+    inbound.close()
+    assert runner.prune(30) == (0, 1)           # the outcome of the message the host removed
+    runner.close()

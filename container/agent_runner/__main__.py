@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import time
 
@@ -36,6 +37,13 @@ async def _amain(config: RunnerConfig, base_url: str, started: float) -> int:
     dropped = store.forget_stale_claims()
     if dropped:
         log.info("forgot %d stale processing claim(s) of a previous runner", dropped)
+    try:
+        replies, outcomes = store.prune(config.keep_messages_days)
+        if replies or outcomes:
+            log.info("pruned %d delivered repl(ies) and %d outcome(s) older than %g days", replies, outcomes,
+                     config.keep_messages_days)
+    except sqlite3.Error as e:  # never what keeps the agent from answering
+        log.warning("could not prune old rows: %s", e)
     store.set_tool(None)
     store.touch_heartbeat()
     ctx = ToolContext(store=store, config=config)

@@ -125,6 +125,26 @@ class SessionStore:
         return {r[0] for r in self.out.execute(
             f"SELECT message_id FROM processing_ack WHERE message_id IN ({marks})", ids)}
 
+    def prune(self, days: float, now: float | None = None) -> tuple[int, int]:
+        """At start: our rows the host has finished with, older than `days` — replies it delivered
+        (or gave up on), never the newest (its seq numbers the next), and outcomes of messages the
+        host has removed. (replies, outcomes) removed. The host prunes its side (lifecycle/records.py)."""
+        if days <= 0 or self.inbound() is None:
+            return 0, 0
+        cutoff = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((now or time.time()) - days * 86400))
+        finished = {r[0] for r in self._read("SELECT message_out_id FROM delivered WHERE status IN "
+                                             "('delivered', 'failed')") or []}
+        replies = [r[0] for r in self.out.execute(
+            "SELECT id FROM messages_out WHERE timestamp < ? AND seq < (SELECT MAX(seq) FROM messages_out)", (cutoff,))
+            if r[0] in finished]
+        present = {r[0] for r in self._read("SELECT id FROM messages_in") or []}
+        outcomes = [r[0] for r in self.out.execute("SELECT message_id FROM processing_ack WHERE status != 'processing'")
+                    if r[0] not in present]
+        with self._tx():
+            self.out.executemany("DELETE FROM messages_out WHERE id = ?", [(i,) for i in replies])
+            self.out.executemany("DELETE FROM processing_ack WHERE message_id = ?", [(i,) for i in outcomes])
+        return len(replies), len(outcomes)
+
     def forget_stale_claims(self) -> int:
         """At start: a `processing` claim can only be a dead predecessor's."""
         return self.out.execute("DELETE FROM processing_ack WHERE status = 'processing'").rowcount

@@ -73,8 +73,11 @@ def prune_cmd():
     NANOCLAW_KEEP_EVENTS_DAYS (14)   routed webhook events, dropped-message records
     NANOCLAW_KEEP_DECIDED_DAYS (90)  decided proposals, closed help requests, past questions
     NANOCLAW_KEEP_AUDIT_DAYS (365)   the audit log
+    NANOCLAW_KEEP_MESSAGES_DAYS (30) each session's finished messages and delivered replies
     """
-    from ..lifecycle.records import prune
+    from ..lifecycle.records import prune, prune_sessions
     require_schema()
     removed = prune(settings())
-    click.echo("removed " + ", ".join(f"{n} {what}" for what, n in removed.items()))
+    messages, records = prune_sessions(settings())
+    click.echo("removed " + ", ".join(f"{n} {what}" for what, n in removed.items())
+               + f"; from session databases {messages} finished messages, {records} delivery records")

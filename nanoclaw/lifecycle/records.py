@@ -13,11 +13,14 @@ removed once they have been expired that long. `cutoffs` is the pure decision.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..models import (AuditLog, DroppedMessage, HelpRequest, InboundEvent, PendingProposal, PendingQuestion,
                       utcnow)
+from ..outbound import delivery
+from .active import everything
 from .housekeeping import register_job
 
 log = logging.getLogger("nanoclaw.retention")
@@ -59,6 +62,44 @@ def prune(settings, now: datetime | None = None) -> dict[str, int]:
     return removed
 
 
+def prune_session(path, cutoff_iso: str) -> tuple[int, int]:
+    """The host's side of one session: messages the agent finished before the cutoff (unless a
+    reply to one still waits for delivery), and delivery records of replies the agent removed
+    (its side: SessionStore.prune, at sandbox start). (messages, records) removed."""
+    conn = delivery.open_session(path)
+    if conn is None:
+        return 0, 0
+    try:
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            messages = conn.execute(
+                "DELETE FROM messages_in WHERE status IN ('completed', 'failed') AND timestamp < ? AND id NOT IN "
+                "(SELECT o.in_reply_to FROM ob.messages_out o LEFT JOIN delivered d ON d.message_out_id = o.id "
+                " WHERE o.in_reply_to IS NOT NULL AND (d.status IS NULL OR d.status NOT IN ('delivered', 'failed')))",
+                (cutoff_iso,)).rowcount
+            records = conn.execute("DELETE FROM delivered WHERE message_out_id NOT IN "
+                                   "(SELECT id FROM ob.messages_out)").rowcount
+        return messages, records
+    finally:
+        conn.close()
+
+
+def prune_sessions(settings, now: datetime | None = None) -> tuple[int, int]:
+    cutoff = ((now or utcnow()) - timedelta(days=settings.keep_messages_days)).strftime("%Y-%m-%dT%H:%M:%S")
+    messages = records = 0
+    for ref in everything(settings):
+        try:
+            m, r = prune_session(ref.path, cutoff)
+        except sqlite3.Error as exc:  # busy or broken: next time
+            log.warning("could not prune %s: %s", ref.path, exc)
+            continue
+        messages, records = messages + m, records + r
+    log.info("retention: removed %d finished messages and %d delivery records from session databases", messages,
+             records)
+    return messages, records
+
+
 @register_job("retention.records", every_s=DAILY_S, first_after_s=FIRST_AFTER_S)
 def prune_job(settings, _manager=None) -> None:
     prune(settings)
+    prune_sessions(settings)
