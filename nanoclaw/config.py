@@ -71,6 +71,12 @@ def resolve_timezone(env_tz: str | None, dotenv_tz: str | None) -> str:
     return system_timezone() or "UTC"
 
 
+def _choice(name: str, raw: str, choices: tuple[str, ...]) -> str:
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r} is unknown; it accepts {' or '.join(choices)}")
+    return raw
+
+
 def _int(name: str, raw: str, lo: int, hi: int) -> int:
     try:
         value = int(raw)
@@ -126,6 +132,8 @@ class Settings:
     keep_decided_days: int = 90     # decided proposals, answered help requests, past questions
     keep_audit_days: int = 365      # the audit log
     keep_messages_days: int = 30    # a session's finished messages and delivered replies
+    silent_session_days: int = 180  # a chat's session folder (and transcript) goes after this much silence
+    silent_sessions: str = "archive"  # archive | remove
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     trusted_proxies: int = 0  # reverse proxies in front (Caddy, nginx): their X-Forwarded-For/-Proto is believed
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
@@ -226,6 +234,10 @@ class Settings:
             keep_decided_days=_int("NANOCLAW_KEEP_DECIDED_DAYS", get("NANOCLAW_KEEP_DECIDED_DAYS", "90"), 1, 36500),
             keep_messages_days=_int("NANOCLAW_KEEP_MESSAGES_DAYS", get("NANOCLAW_KEEP_MESSAGES_DAYS", "30"), 1,
                                     36500),
+            silent_session_days=_int("NANOCLAW_SILENT_SESSION_DAYS", get("NANOCLAW_SILENT_SESSION_DAYS", "180"), 1,
+                                     36500),
+            silent_sessions=_choice("NANOCLAW_SILENT_SESSIONS", get("NANOCLAW_SILENT_SESSIONS", "archive"),
+                                    ("archive", "remove")),
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),

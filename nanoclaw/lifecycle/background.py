@@ -46,7 +46,7 @@ from ..sessions import store
 from ..sessions.store import SessionRef
 from ..tasks.timer import TaskTimer
 from . import housekeeping, runtime_setup, sweep
-from . import image_prune, records, retention  # noqa: F401  (their housekeeping jobs register themselves)
+from . import image_prune, records, retention, silent  # noqa: F401  (their housekeeping jobs register themselves)
 from .active import ActiveSet, everything, session_ids_of
 from .sandboxes import SandboxManager, mounts_for
 
