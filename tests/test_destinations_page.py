@@ -85,3 +85,13 @@ def test_an_admin_of_another_agent_cannot_add_or_remove_andys_destinations(site,
     ok = bea.post("/admin/agents/bea/destinations", data={"csrf_token": token, "name": "lab", "channel": "slack",
                                                            "chat_id": "C123"})
     assert ok.status_code == 302 and AgentDestination.select().where(AgentDestination.name == "lab").exists()
+
+
+def test_the_agents_page_shows_its_approved_packages_and_mcp_servers(site, owner):  # noqa: F811
+    AgentGroup.update(container_config={"packages": {"apt": ["jq"], "npm": [], "pip": ["requests"]},
+                                        "mcp_servers": {"glossary": {"command": "python3", "args": ["glossary.py"]}}}
+                      ).where(AgentGroup.folder == "andy").execute()
+    page = owner.get("/admin/agents/andy").get_data(as_text=True)
+    section = page[page.index('id="capabilities"'):page.index('id="destinations"')]
+    assert "<code>jq</code>" in section and "<code>requests</code>" in section
+    assert "<code>glossary</code>" in section and "python3 glossary.py" in section
