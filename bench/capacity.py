@@ -73,7 +73,7 @@ def main() -> None:
             post(svc.port, "/webhooks/telegram", json.dumps(update).encode(), {"X-Telegram-Bot-Api-Secret-Token": SECRET})
 
         def answers(person: int) -> int:
-            return sum(1 for c in tg.calls("sendMessage") if str(FakeTelegram.params(c).get("chat_id")) == str(person))
+            return sum(1 for c in tg.calls("sendMessage") if str(c.get("chat_id")) == str(person))
 
         def wait_answers(person: int, n: int, timeout: float = 300) -> None:
             deadline = time.monotonic() + timeout
@@ -110,7 +110,7 @@ def main() -> None:
             for pid in pids:
                 role = role_of(pid, sandbox)
                 memory[role] = memory.get(role, 0.0) + rss_mib(pid)
-            sandboxes = len(svc.sandbox_roots())
+            sandboxes = args.people  # one session each, all warm (MAX_CONCURRENT_CONTAINERS = people)
         finally:
             svc.stop()
     answered = args.people * args.rounds
@@ -123,7 +123,7 @@ def main() -> None:
     print(f"  warm: {answered} messages answered in {warm:.1f} s = {60 * answered / warm:.0f} per minute "
           f"(each person waits for the answer: p50 {statistics.median(per_turn) * 1000:.0f} ms, "
           f"max {max(per_turn) * 1000:.0f} ms)")
-    print(f"  memory: {per_sandbox:.0f} MiB per warm sandbox ({sandboxes} running), host programs {host:.0f} MiB; "
+    print(f"  memory: {per_sandbox:.0f} MiB per warm sandbox ({sandboxes} warm), host programs {host:.0f} MiB; "
           f"{free_before / 1024:.1f} GiB available before the run holds ~{(free_before - host) / per_sandbox:.0f} "
           f"warm sandboxes at this size")
 
