@@ -33,8 +33,10 @@ def world(site, cli):
                                   input=PASSWORD + "\n")
     POLICY[:] = [site.config["NANOCLAW"].data_dir / "policy"]
     andy = AgentGroup.get(AgentGroup.folder == "andy")
-    AgentGroup.update(container_config={"mounts": [{"host_path": "/srv/notes", "name": "notes",
-                                                    "readwrite": False}]}).where(AgentGroup.id == andy.id).execute()
+    AgentGroup.update(container_config={"mounts": [{"host_path": "/srv/notes", "name": "notes", "readwrite": False}],
+                                        "mcp_servers": {"glossary": {"name": "glossary", "command": "python3",
+                                                                     "args": [], "env": []}}}
+                      ).where(AgentGroup.id == andy.id).execute()
     team = MessagingGroup.get(MessagingGroup.platform_id == TEAM[1])
     session = Session.create(id="s-andy-1", agent_group=andy, messaging_group=team)
     ScheduledTask.create(id="t-andy-1", agent_group=andy, session=session, prompt="water the plants",
@@ -102,6 +104,7 @@ def attempts(w):
         ("give Andy a route", "/admin/agents/andy/routes", dict(match="/x/", upstream="https://x.example",
                                                                secret="X_TOKEN")),
         ("remove Andy's route", "/admin/agents/andy/routes/remove", dict(match="/reports/")),
+        ("remove Andy's MCP server", "/admin/agents/andy/mcp/glossary/remove", {}),
         ("stop Andy's sandbox", f"/admin/sessions/{w['session'].id}/stop", {}),
         ("pause Andy's task", "/admin/tasks/t-andy-1/pause", {}),
         ("let a stranger talk to Andy", "/admin/decide", dict(action_id=f"nsa-{w['sender'].token}:allow")),

@@ -95,3 +95,20 @@ def test_the_agents_page_shows_its_approved_packages_and_mcp_servers(site, owner
     section = page[page.index('id="capabilities"'):page.index('id="destinations"')]
     assert "<code>jq</code>" in section and "<code>requests</code>" in section
     assert "<code>glossary</code>" in section and "python3 glossary.py" in section
+
+
+def test_the_owner_removes_an_mcp_server_with_a_why(site, owner):  # noqa: F811
+    from nanoclaw.models import AuditLog
+    AgentGroup.update(container_config={"mcp_servers": {"glossary": {"name": "glossary", "command": "python3",
+                                                                      "args": ["glossary.py"], "env": []}}}
+                      ).where(AgentGroup.folder == "andy").execute()
+    page = owner.get("/admin/agents/andy").get_data(as_text=True)
+    resp = owner.post("/admin/agents/andy/mcp/glossary/remove", data={"csrf_token": csrf_of(page),
+                                                                     "why": "it leaked drafts"})
+    assert resp.status_code == 302
+    assert AgentGroup.get(AgentGroup.folder == "andy").container_config["mcp_servers"] == {}
+    entry = AuditLog.get(AuditLog.action == "mcp.remove")
+    assert entry.detail["why"] == "it leaked drafts" and entry.detail["diff"] == ["- glossary: python3 glossary.py"]
+    again = owner.post("/admin/agents/andy/mcp/glossary/remove", data={"csrf_token": csrf_of(page)})
+    assert again.status_code == 302
+    assert "has no MCP server" in owner.get("/admin/agents/andy").get_data(as_text=True)

@@ -151,3 +151,12 @@ def route_remove(folder: str):
     match, why = request.form.get("match", "").strip(), clean_why(request.form.get("why"))
     return _policy_change(folder, lambda a: policy_edits.remove_route(settings(), g.user_id, a, match, why),
                           f"{folder} no longer has the route {match}.")
+
+
+@bp.post("/admin/agents/<folder>/mcp/<name>/remove")
+def mcp_remove(folder: str, name: str):
+    from .admin import manager
+    why = clean_why(request.form.get("why"))
+    return _policy_change(folder, lambda a: policy_edits.remove_mcp_server(settings(), g.user_id, a, name, why,
+                                                                          manager()),
+                          f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.")
