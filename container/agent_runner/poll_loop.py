@@ -166,6 +166,7 @@ class PollLoop:
             while not stop.is_set():
                 wake.clear()  # before looking: a commit from here on wakes the next sleep
                 now = time.monotonic()
+                pause = interval
                 stamp = self.store.inbound_stamp()
                 if stamp != last_stamp or now - last_full >= FULL_CHECK_S:
                     last_stamp, last_full = stamp, now
@@ -173,7 +174,7 @@ class PollLoop:
                         plan = self.next_turn()
                     except sqlite3.Error as e:  # the host mid-write or mid-create: look again soon
                         log.warning("inbound.db not readable now: %s", e)
-                        plan = None
+                        plan, last_stamp, pause = None, None, FALLBACK_POLL_S
                     if plan:
                         await self.run_turn(plan)
                         last_full = last_beat = 0.0  # look again at once: more may have come meanwhile
@@ -181,7 +182,7 @@ class PollLoop:
                 if now - last_beat >= IDLE_HEARTBEAT_S:
                     self.store.touch_heartbeat()
                     last_beat = now
-                await _first(stop, wake, interval)
+                await _first(stop, wake, pause)
         finally:
             if watcher is not None:
                 asyncio.get_running_loop().remove_reader(watcher.fileno())

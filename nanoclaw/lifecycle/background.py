@@ -100,10 +100,9 @@ class Background:
         if isinstance(ref, Path):
             ref = SessionRef(ref.parent.name, ref.name, ref)
         self.active.woke(ref)
-        if ref.path not in self.live:
-            self.live.setdefault(ref.path, ())
-            if self.delivery is not None:
-                self.delivery.interrupt()  # watch its nudges before its runner's first commit
+        self.live.setdefault(ref.path, ())
+        if self.delivery is not None:
+            self.delivery.interrupt()  # watch its nudges before its runner's first commit
 
     def wake(self, folder: str, session_id: str, *, task: bool = False) -> None:
         """Start the session's sandbox off the caller's thread (or queue it: capacity, start-up)."""
@@ -138,8 +137,11 @@ class Background:
         for path in list(self.live):
             if path not in paths:
                 self.live.pop(path, None)
+        added = paths - self.live.keys()
         for path in paths:
             self.live.setdefault(path, ())
+        if added and self.delivery is not None:
+            self.delivery.interrupt()  # the sweep's refresh found them: watch their nudges now
         return refs
 
     # --- jobs ------------------------------------------------------------------------------------

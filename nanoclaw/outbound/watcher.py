@@ -72,6 +72,7 @@ class DeliveryLoop:
         self.stop = stop
         self.deliver = deliver or (lambda path: delivery.deliver_session(path, settings))
         self._r, self._w = os.pipe()
+        self._fd_lock = threading.Lock()  # interrupt() from request threads never writes to a closed fd
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         try:
@@ -84,21 +85,23 @@ class DeliveryLoop:
 
     def interrupt(self) -> None:
         """Wake the loop now (a new live session to watch, or shutdown)."""
-        if self._w < 0:
-            return
-        try:
-            os.write(self._w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # one is already pending
+        with self._fd_lock:
+            if self._w < 0:
+                return
+            try:
+                os.write(self._w, b"x")
+            except (BlockingIOError, OSError):
+                pass  # one is already pending
 
     def close(self) -> None:
         """After the thread ended."""
         if self.watcher:
             self.watcher.close()
-        fds, self._r, self._w = (self._r, self._w), -1, -1
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
+        with self._fd_lock:
+            fds, self._r, self._w = (self._r, self._w), -1, -1
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
 
     def _sync_watches(self) -> None:
         wanted = {store.agent_part(p): p for p in list(self.live)}
@@ -123,46 +126,48 @@ class DeliveryLoop:
                 pass
 
     def run(self) -> None:
-        next_refresh = next_full = 0.0
-        last_wake = 0.0
-        try:
-            while not self.stop.is_set():
-                now = time.monotonic()
-                if now >= next_refresh:
-                    try:
-                        self.refresh()
-                    except Exception as exc:
-                        log.warning("could not list sessions: %s", exc)
-                    next_refresh = now + LIVE_REFRESH_S
-                    delivery.clock_driven.intersection_update(list(self.live))
-                if self.watcher:
-                    self._sync_watches()
-                full = now >= next_full
-                if full:
-                    next_full = now + FULL_PASS_S
-                nudged_dirs = self.watcher.drain() if self.watcher else set()
-                nudged = {p for p in list(self.live) if store.agent_part(p) in nudged_dirs}
-                full = full or self.watcher is None
-                for path, sig in to_deliver(self.live, nudged, full, delivery.clock_driven, outbound_signature):
-                    if self.stop.is_set():
-                        break  # shutting down: the delivery in flight finished, the rest waits for the next start
-                    try:
-                        self.deliver(path)
-                        if path in self.live:
-                            self.live[path] = sig
-                    except Exception as exc:  # keep the loop alive; the row stays for the next pass
-                        log.exception("delivery for %s failed: %s", path, exc)
-                self.passes += 1
-                if self.stop.is_set():
-                    break
-                if self.watcher is None:
-                    self._sleep(POLL_S)
-                    continue
-                gap = MIN_WAKE_GAP_S - (time.monotonic() - last_wake)
-                if gap > 0:
-                    time.sleep(gap)
-                self._sleep(min(next_full, next_refresh) - time.monotonic())
-                last_wake = time.monotonic()
-        except Exception as exc:  # never silently: delivery stopping means no answers go out
-            log.exception("the delivery loop stopped: %s", exc)
-            raise
+        self._next_refresh = self._next_full = self._last_wake = 0.0
+        while not self.stop.is_set():
+            try:
+                self._pass()
+            except Exception as exc:  # never silently, never for good: delivery stopping means no answers
+                log.exception("the delivery loop failed a pass (trying again in a second): %s", exc)
+                self.stop.wait(1.0)
+
+    def _pass(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            try:
+                self.refresh()
+            except Exception as exc:
+                log.warning("could not list sessions: %s", exc)
+            self._next_refresh = now + LIVE_REFRESH_S
+            delivery.clock_driven.intersection_update(list(self.live))
+        if self.watcher:
+            self._sync_watches()
+        full = now >= self._next_full
+        if full:
+            self._next_full = now + FULL_PASS_S
+        nudged_dirs = self.watcher.drain() if self.watcher else set()
+        nudged = {p for p in list(self.live) if store.agent_part(p) in nudged_dirs}
+        for path, sig in to_deliver(self.live, nudged, full or self.watcher is None, delivery.clock_driven,
+                                    outbound_signature):
+            if self.stop.is_set():
+                return  # shutting down: the delivery in flight finished, the rest waits for the next start
+            try:
+                self.deliver(path)
+                if path in self.live:
+                    self.live[path] = sig
+            except Exception as exc:  # keep the loop alive; the row stays for the next pass
+                log.exception("delivery for %s failed: %s", path, exc)
+        self.passes += 1
+        if self.stop.is_set():
+            return
+        if self.watcher is None:
+            self._sleep(POLL_S)
+            return
+        gap = MIN_WAKE_GAP_S - (time.monotonic() - self._last_wake)
+        if gap > 0:
+            time.sleep(gap)
+        self._sleep(min(self._next_full, self._next_refresh) - time.monotonic())
+        self._last_wake = time.monotonic()
