@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import tarfile
 import time
-from datetime import timedelta
 
 from nanoclaw.lifecycle.silent import clear_silent
 from nanoclaw.models import AuditLog, ScheduledTask, Session, utcnow
@@ -14,13 +13,6 @@ from tests.fakes.model_api import Reply
 from tests.tg_flow import message, person, sandbox_service, texts
 
 OWNER = person(111, "Olivia")
-
-
-def back_date(path, days: float) -> None:
-    old = time.time() - days * 86400
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            os.utime(os.path.join(root, name), (old, old), follow_symlinks=False)
 
 
 def test_a_silent_chats_folder_is_archived_and_its_next_message_starts_afresh(make_settings, sqlite_url):
@@ -41,14 +33,13 @@ def test_a_silent_chats_folder_is_archived_and_its_next_message_starts_afresh(ma
         svc.wait(lambda: not bg.manager.is_running("andy", session.id), what="the sandbox to stop")
 
         assert clear_silent(svc.settings, bg.manager) == []  # not silent yet
-        Session.update(last_active_at=utcnow() - timedelta(days=200)).where(Session.id == session.id).execute()
-        back_date(path, 200)
+        later = time.time() + 200 * 86400  # 200 days on: the chat has been silent since
         task = ScheduledTask.create(id="t1", agent_group=session.agent_group, session=session, prompt="x",
                                     schedule_kind="cron", schedule_value="0 9 * * *", next_run_at=utcnow())
-        assert clear_silent(svc.settings, bg.manager) == []  # it has a task of its own
+        assert clear_silent(svc.settings, bg.manager, now=later) == []  # it has a task of its own
         task.delete_instance()
 
-        assert clear_silent(svc.settings, bg.manager) == [session.id]
+        assert clear_silent(svc.settings, bg.manager, now=later) == [session.id]
         assert not path.exists()
         entry = AuditLog.get(AuditLog.action == "session.archive")
         with tarfile.open(entry.detail["archive"]) as tar:
