@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..models import AgentGroup, audit
 from ..proposal_rules import RuleError
-from ..proxy.policy_files import (EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, group_file, load_for_edit,
-                                  policy_root, put_route, read_policy_file, remove_egress, write_json)
-from ..proxy.policy import check_route
+from ..proxy import policy_files
+from ..proxy.policy_files import (EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, group_file, policy_root, put_route,
+                                  read_policy_file, remove_egress)
 
 
 class EditRefused(ValueError):
@@ -63,18 +63,13 @@ def put(settings, actor: str, agent: AgentGroup, match: str, upstream: str, secr
 
 
 def remove_route(settings, actor: str, agent: AgentGroup, match: str, why: str | None = None) -> list[str]:
-    root = policy_root(settings)
     try:
-        data = load_for_edit(root, agent.folder, ROUTES_FILE)
-        existing = [check_route(r) for r in data.get("routes", [])]
+        before, after = policy_files.remove_route(policy_root(settings), agent.folder, match)
     except RuleError as exc:
         raise EditRefused(f"the credential routes of {agent.folder} are invalid, fix them first: {exc}") from None
-    kept = [r for r in existing if r.match != match]
-    if len(kept) == len(existing):
+    if before == after:
         raise EditRefused(f"{agent.folder} has no credential route {match!r} (see `credentials list {agent.folder}`)")
-    write_json(group_file(root, agent.folder, ROUTES_FILE), {**data, "routes": [r.as_dict() for r in kept]})
-    return _done(actor, "credentials.route_remove", agent, [r.describe() for r in existing],
-                 [r.describe() for r in kept], why, match=match)
+    return _done(actor, "credentials.route_remove", agent, before, after, why, match=match)
 
 
 def remove_mcp_server(settings, actor: str, agent: AgentGroup, name: str, why: str | None = None,

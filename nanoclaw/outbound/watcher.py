@@ -81,7 +81,6 @@ class DeliveryLoop:
             log.warning("no inotify (%s): delivery looks at every session's outbound.db every %.0f ms instead",
                         exc, POLL_S * 1000)
             self.watcher = None
-        self.passes = 0
 
     def interrupt(self) -> None:
         """Wake the loop now (a new live session to watch, or shutdown)."""
@@ -160,7 +159,6 @@ class DeliveryLoop:
                     self.live[path] = sig
             except Exception as exc:  # keep the loop alive; the row stays for the next pass
                 log.exception("delivery for %s failed: %s", path, exc)
-        self.passes += 1
         if self.stop.is_set():
             return
         if self.watcher is None:

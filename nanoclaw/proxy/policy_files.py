@@ -249,6 +249,16 @@ def put_route(root: Path, folder: str, route: dict) -> tuple[list[str], list[str
     return before, after
 
 
+def remove_route(root: Path, folder: str, match: str) -> tuple[list[str], list[str]]:
+    """Remove the route with this `match`; returns (before, after) readable lines."""
+    data = load_for_edit(root, folder, ROUTES_FILE)
+    existing = [check_route(r) for r in data.get("routes", [])]
+    kept = [r for r in existing if r.match != match]
+    if len(kept) != len(existing):
+        write_json(group_file(root, folder, ROUTES_FILE), {**data, "routes": [r.as_dict() for r in kept]})
+    return [r.describe() for r in existing], [r.describe() for r in kept]
+
+
 def diff_lines(before: list[str], after: list[str]) -> list[str]:
     """'+ added' / '- removed' lines, in a stable order. Policies hold names, never secret values."""
     return [f"- {x}" for x in before if x not in after] + [f"+ {x}" for x in after if x not in before]
