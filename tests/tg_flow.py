@@ -190,7 +190,9 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
             background.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
             bg = background.start(app, manager)
             try:
-                yield Service(app, tg, model, settings)
+                svc = Service(app, tg, model, settings)
+                svc.runtime = sandbox_runtime
+                yield svc
             finally:
                 background.stop_intake(app)
                 bg.shutdown()

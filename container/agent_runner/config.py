@@ -47,6 +47,7 @@ class RunnerConfig:
     turn_timeout_s: float | None   # None: no cap (long work is allowed; the host's sweep stops a stuck turn)
     poll_interval_s: float         # the safety net: inbound.db is looked at this often without a nudge
     nudges: bool                   # wake on the host's commits (inotify); off only to test the net
+    freeze_idle_s: float           # stop the idle CLI after this many quiet seconds (0: never)
     withheld_tools: frozenset[str]  # tools of ours the host does not offer this agent (it checks anyway)
     keep_messages_days: float      # delivered replies older than this go at start (the host prunes its side)
     cli_max_retries: str
@@ -68,6 +69,7 @@ class RunnerConfig:
             turn_timeout_s=_optional_float(env, "NANOCLAW_TURN_TIMEOUT_S"),
             poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 1.0),
             nudges=env.get("NANOCLAW_NUDGES", "1") != "0",
+            freeze_idle_s=_float(env, "NANOCLAW_FREEZE_IDLE_S", 10.0),
             keep_messages_days=_float(env, "NANOCLAW_KEEP_MESSAGES_DAYS", 30.0),
             withheld_tools=frozenset(t for t in (env.get("NANOCLAW_TOOLS_WITHHELD") or "").split(",") if t),
             # The CLI retries failed model calls for minutes by default; a chat user should hear

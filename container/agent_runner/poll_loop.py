@@ -14,7 +14,7 @@ import sqlite3
 import time
 from typing import Any
 
-from . import nudge
+from . import freezer, nudge
 from . import session_schema as schema
 from .attachments import attachment_line
 from .config import RunnerConfig
@@ -160,6 +160,7 @@ class PollLoop:
     async def run(self, stop: asyncio.Event) -> None:
         last_stamp: tuple | None = None
         last_full = last_beat = 0.0
+        idle_since = time.monotonic()
         wake = asyncio.Event()
         watcher, interval = self._watch_inbound(wake)
         try:
@@ -176,9 +177,13 @@ class PollLoop:
                         log.warning("inbound.db not readable now: %s", e)
                         plan, last_stamp, pause = None, None, FALLBACK_POLL_S
                     if plan:
+                        self.provider.freezer.thaw()  # first: the CLI catches up while the prompt is built
                         await self.run_turn(plan)
                         last_full = last_beat = 0.0  # look again at once: more may have come meanwhile
+                        idle_since = time.monotonic()
                         continue
+                if freezer.is_due(idle_since, now, self.config.freeze_idle_s, self.provider.freezer.frozen):
+                    self.provider.rest()
                 if now - last_beat >= IDLE_HEARTBEAT_S:
                     self.store.touch_heartbeat()
                     last_beat = now

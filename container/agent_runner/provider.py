@@ -18,6 +18,7 @@ from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKCli
 
 from .config import PLACEHOLDER_API_KEY, RunnerConfig
 from .extra_servers import extra_mcp_servers
+from .freezer import Freezer
 from .hooks import BLOCKED_TOOLS, make_hooks
 from .mcp_tools import SERVER_NAME, ToolContext, build_server
 from .reasons import short_reason
@@ -72,6 +73,7 @@ class ClaudeProvider:
         self.on_event = on_event
         self.client: ClaudeSDKClient | None = None
         self.session_id: str | None = store.get_state(SDK_SESSION_KEY)
+        self.freezer = Freezer()
 
     def options(self, resume: str | None) -> ClaudeAgentOptions:
         return ClaudeAgentOptions(
@@ -147,7 +149,16 @@ class ClaudeProvider:
         elif isinstance(msg, ResultMessage) and msg.session_id:
             self._remember_session(msg.session_id)
 
+    def rest(self) -> None:
+        """Stop the idle CLI (freezer.py); run_turn and close continue it."""
+        self.freezer.freeze(self.cli_pid())
+
+    def cli_pid(self) -> int | None:
+        transport = getattr(self.client, "_transport", None)  # the SDK names no public handle
+        return getattr(getattr(transport, "_process", None), "pid", None)
+
     async def run_turn(self, prompt: str) -> TurnResult:
+        self.freezer.thaw()
         if self.client is None:
             try:
                 await self.connect()
@@ -213,6 +224,7 @@ class ClaudeProvider:
             await self._drop_client()
 
     async def _drop_client(self) -> None:
+        self.freezer.thaw()
         client, self.client = self.client, None
         if client is None:
             return

@@ -65,6 +65,7 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_MAX_MESSAGES_PER_PROMPT": str(settings.max_messages_per_prompt),
         "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
         "NANOCLAW_KEEP_MESSAGES_DAYS": str(settings.keep_messages_days),
+        "NANOCLAW_FREEZE_IDLE_S": str(settings.freeze_idle_s),
         "TZ": settings.timezone,
     }
     if withheld_tools:
