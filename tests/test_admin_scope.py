@@ -35,7 +35,8 @@ def world(site, cli):
     andy = AgentGroup.get(AgentGroup.folder == "andy")
     AgentGroup.update(container_config={"mounts": [{"host_path": "/srv/notes", "name": "notes", "readwrite": False}],
                                         "mcp_servers": {"glossary": {"name": "glossary", "command": "python3",
-                                                                     "args": [], "env": []}}}
+                                                                     "args": [], "env": []}},
+                                        "packages": {"apt": [], "npm": [], "pip": ["rich"]}}
                       ).where(AgentGroup.id == andy.id).execute()
     team = MessagingGroup.get(MessagingGroup.platform_id == TEAM[1])
     session = Session.create(id="s-andy-1", agent_group=andy, messaging_group=team)
@@ -105,6 +106,9 @@ def attempts(w):
                                                                secret="X_TOKEN")),
         ("remove Andy's route", "/admin/agents/andy/routes/remove", dict(match="/reports/")),
         ("remove Andy's MCP server", "/admin/agents/andy/mcp/glossary/remove", {}),
+        ("add an MCP server to Andy", "/admin/agents/andy/mcp", dict(name="evil", command="sh", args="-c id")),
+        ("install a package for Andy", "/admin/agents/andy/packages", dict(manager="pip", names="requests")),
+        ("remove Andy's package", "/admin/agents/andy/packages/remove", dict(manager="pip", name="rich")),
         ("stop Andy's sandbox", f"/admin/sessions/{w['session'].id}/stop", {}),
         ("pause Andy's task", "/admin/tasks/t-andy-1/pause", {}),
         ("let a stranger talk to Andy", "/admin/decide", dict(action_id=f"nsa-{w['sender'].token}:allow")),

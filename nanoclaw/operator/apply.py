@@ -9,6 +9,7 @@ the group's container_config. Both take effect in a restarted sandbox on the sam
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass, field
 
 from ..db import database
@@ -103,41 +104,13 @@ def docker_available(settings) -> str | None:
 def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None, install=None) -> Outcome:
     """apt (and npm, on Docker) into the agent's own image; pip (and npm, on bubblewrap) into its
     package prefix. apt without Docker is refused (bubblewrap runs the host's own programs)."""
-    why_not = docker_available(settings)
-    docker = why_not is None
-    if payload["apt"] and not docker:
-        raise ApplyError(f"apt packages need the Docker runtime: {why_not}")
-    config = dict(agent.container_config or {})
-    have = config.get("packages") or {}
+    have = (agent.container_config or {}).get("packages") or {}
     union = {m: sorted(set(have.get(m, [])) | set(payload.get(m, []))) for m in checks.PACKAGE_MANAGERS}
     try:
         checks.check_payload("install_packages", union)  # the union obeys the rules too
     except RuleError as exc:
         raise ApplyError(f"together with what is installed already: {exc}") from None
-    into_image = docker and bool(payload["apt"] or payload["npm"])
-    into_prefix = bool(payload.get("pip")) or (bool(payload["npm"]) and not docker)
-    tag = None
-    if into_image:
-        try:
-            tag = (build or build_group_image)(settings, agent.folder, union["apt"], union["npm"], progress=lambda _l: None)
-        except ImageBuildError as exc:
-            raise ApplyError(f"the image build failed: {str(exc).splitlines()[0]}") from None
-    if into_prefix:
-        try:
-            (install or packages.install)(package_prefix(settings, agent.folder), union["pip"],
-                                          [] if docker else union["npm"])
-        except packages.InstallError as exc:
-            raise ApplyError(f"installing failed: {exc}") from None
-    old = config.get("image") or settings.agent_image
-    with database.atomic():
-        fresh = AgentGroup.get_by_id(agent.id)
-        config = dict(fresh.container_config or {})
-        config["packages"] = union
-        if tag:
-            config["image"] = tag
-        AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
-    if tag and build is None:
-        _prune_older(agent.folder, tag)
+    tag, into_prefix, old = set_packages(settings, agent, union, payload, build=build, install=install)
     diff = [f"+ {m}: {p}" for m in checks.PACKAGE_MANAGERS for p in payload.get(m, []) if p not in have.get(m, [])]
     diff += [f"- image {old}", f"+ image {tag}"] if tag else []
     diff += [f"+ into {PACKAGES_TARGET} (PATH, PYTHONPATH, NODE_PATH)"] if into_prefix else []
@@ -146,6 +119,50 @@ def apply_packages(settings, agent: AgentGroup, payload: dict, *, build=None, in
     return Outcome(f"{where} {what} and your sandbox restarted on the same conversation"
                    + (f" (npm/pip packages are under {PACKAGES_TARGET}, on PATH, NODE_PATH and PYTHONPATH)."
                       if into_prefix else "."), diff, restart=True, extra={"image": tag} if tag else {})
+
+
+def set_packages(settings, agent: AgentGroup, wanted: dict, touched: dict, *, build=None,
+                 install=None) -> tuple[str | None, bool, str]:
+    """Make the agent's packages exactly `wanted`, redoing only the places `touched` names change in:
+    its image (apt, and npm on Docker) and its prefix (pip, and npm on bubblewrap). An image with
+    nothing left to add goes back to the common one; an empty prefix is removed.
+    Returns (the new image tag or None, whether the prefix changed, the image before)."""
+    why_not = docker_available(settings)
+    docker = why_not is None
+    if wanted["apt"] and not docker:
+        raise ApplyError(f"apt packages need the Docker runtime: {why_not}")
+    into_image = docker and bool(touched.get("apt") or touched.get("npm"))
+    into_prefix = bool(touched.get("pip")) or (bool(touched.get("npm")) and not docker)
+    tag = None
+    if into_image and (wanted["apt"] or wanted["npm"]):
+        try:
+            tag = (build or build_group_image)(settings, agent.folder, wanted["apt"], wanted["npm"],
+                                               progress=lambda _l: None)
+        except ImageBuildError as exc:
+            raise ApplyError(f"the image build failed: {str(exc).splitlines()[0]}") from None
+    if into_prefix:
+        prefix = package_prefix(settings, agent.folder)
+        npm = [] if docker else wanted["npm"]
+        if wanted["pip"] or npm:
+            try:
+                (install or packages.install)(prefix, wanted["pip"], npm)
+            except packages.InstallError as exc:
+                raise ApplyError(f"installing failed: {exc}") from None
+        else:
+            shutil.rmtree(prefix, ignore_errors=True)
+    old = (agent.container_config or {}).get("image") or settings.agent_image
+    with database.atomic():
+        fresh = AgentGroup.get_by_id(agent.id)
+        config = dict(fresh.container_config or {})
+        config["packages"] = wanted
+        if tag:
+            config["image"] = tag
+        elif into_image:  # nothing left for an image of its own
+            config.pop("image", None)
+        AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
+    if tag and build is None:
+        _prune_older(agent.folder, tag)
+    return tag, into_prefix, old
 
 
 def _prune_older(folder: str, current: str) -> None:

@@ -70,31 +70,3 @@ def remove_route(settings, actor: str, agent: AgentGroup, match: str, why: str |
     if before == after:
         raise EditRefused(f"{agent.folder} has no credential route {match!r} (see `credentials list {agent.folder}`)")
     return _done(actor, "credentials.route_remove", agent, before, after, why, match=match)
-
-
-def remove_mcp_server(settings, actor: str, agent: AgentGroup, name: str, why: str | None = None,
-                      manager=None) -> list[str]:
-    """Take an approved MCP server away: its sandboxes restart without it (the conversation goes on,
-    and the agent is told why it is gone)."""
-    from ..db import database
-    from .common import tell_agent
-    from .restart import runtime_for, stop_group
-    with database.atomic():
-        fresh = AgentGroup.get_by_id(agent.id)
-        config = dict(fresh.container_config or {})
-        servers = dict(config.get("mcp_servers") or {})
-        old = servers.pop(name, None)
-        if old is None:
-            raise EditRefused(f"{agent.folder} has no MCP server {name!r}")
-        config["mcp_servers"] = servers
-        AgentGroup.update(container_config=config).where(AgentGroup.id == agent.id).execute()
-    before = [f"{name}: {old.get('command', '')} {' '.join(old.get('args', []))}".rstrip()]
-    diff = _done(actor, "mcp.remove", agent, before, [], why, server=name)
-    try:
-        restarted = stop_group(settings, agent, runtime_for(settings, manager))
-    except Exception:  # noqa: BLE001 - no runtime here: the next start is without it anyway
-        restarted = []
-    for session in restarted:
-        tell_agent(settings, session, f"The owner removed the MCP server {name}; your sandbox restarted without "
-                                      "it" + (f" ({why})." if why else "."), message_id=f"mcp-removed:{name}:{session.id}")
-    return diff

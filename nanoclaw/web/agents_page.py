@@ -1,14 +1,16 @@
 """The operator's page, per agent: /admin/agents (the list) and /admin/agents/<folder> (its
-instructions, extra mounts, destinations and wirings), with the writes of the mounts and
-destinations. Routes of the admin blueprint (admin.py), each write limited to the person's scope."""
+instructions, extra mounts, destinations, wirings, what it may reach, its packages and MCP servers),
+with their writes. Routes of the admin blueprint (admin.py), each write limited to the person's scope."""
 from __future__ import annotations
+
+import shlex
 
 from flask import flash, g, redirect, render_template, request, url_for
 
 from ..mounts import AllowlistError, current_allowlist, declared_mounts
 from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
-from ..operator import policy_edits
+from ..operator import capability_edits, policy_edits
 from ..sessions import destinations
 from . import auth
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
@@ -108,15 +110,15 @@ def mount_remove(folder: str, name: str):
 
 # --- what the agent may reach: egress hosts and credential routes ------------------------------------
 
-def _policy_change(folder: str, change, done: str):
+def _policy_change(folder: str, change, done: str, section: str = "reach"):
     a = agent_for_write(folder)
     try:
         diff = change(a)
-    except policy_edits.EditRefused as exc:
+    except (policy_edits.EditRefused, capability_edits.CapabilityRefused) as exc:
         flash(f"Not changed: {exc}", "error")
     else:
         flash(done if diff else "Nothing to change: it was so already.", "ok")
-    return redirect(url_for("admin.agent", folder=folder) + "#reach")
+    return redirect(url_for("admin.agent", folder=folder) + f"#{section}")
 
 
 @bp.post("/admin/agents/<folder>/egress")
@@ -153,10 +155,49 @@ def route_remove(folder: str):
                           f"{folder} no longer has the route {match}.")
 
 
+# --- packages and MCP servers: installed or started inside its sandboxes, which restart -----------------
+
+@bp.post("/admin/agents/<folder>/packages")
+def packages_add(folder: str):
+    from .admin import manager
+    f = request.form
+    kind, names, why = f.get("manager", ""), f.get("names", ""), clean_why(f.get("why"))
+    return _policy_change(folder, lambda a: capability_edits.add_packages(settings(), g.user_id, a, kind, names, why,
+                                                                          manager()),
+                          f"Installed for {folder}; its sandboxes restart with them.", "capabilities")
+
+
+@bp.post("/admin/agents/<folder>/packages/remove")
+def packages_remove(folder: str):
+    from .admin import manager
+    f = request.form
+    kind, name, why = f.get("manager", ""), f.get("name", "").strip(), clean_why(f.get("why"))
+    return _policy_change(folder, lambda a: capability_edits.remove_package(settings(), g.user_id, a, kind, name, why,
+                                                                            manager()),
+                          f"Removed {name} from {folder}; its sandboxes restart without it.", "capabilities")
+
+
+@bp.post("/admin/agents/<folder>/mcp")
+def mcp_add(folder: str):
+    from .admin import manager
+    f = request.form
+    name, command = f.get("name", "").strip(), f.get("command", "").strip()
+    try:
+        args = shlex.split(f.get("args", ""))
+    except ValueError as exc:
+        flash(f"Not changed: the arguments do not parse ({exc}); quote them as in a shell.", "error")
+        return redirect(url_for("admin.agent", folder=folder) + "#capabilities")
+    env = f.get("env", "").replace(",", " ").split()
+    return _policy_change(folder, lambda a: capability_edits.add_mcp_server(
+        settings(), g.user_id, a, name, command, args, env, clean_why(f.get("why")), manager()),
+        f"{folder} has the MCP server {name}; its sandboxes restart with it.", "capabilities")
+
+
 @bp.post("/admin/agents/<folder>/mcp/<name>/remove")
 def mcp_remove(folder: str, name: str):
     from .admin import manager
     why = clean_why(request.form.get("why"))
-    return _policy_change(folder, lambda a: policy_edits.remove_mcp_server(settings(), g.user_id, a, name, why,
-                                                                          manager()),
-                          f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.")
+    return _policy_change(folder, lambda a: capability_edits.remove_mcp_server(settings(), g.user_id, a, name, why,
+                                                                              manager()),
+                          f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.",
+                          "capabilities")
