@@ -8,6 +8,10 @@ web/health.py.
 """
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 from prometheus_client import Counter, Histogram
 
 WEBHOOKS_MALFORMED = Counter(
@@ -39,6 +43,10 @@ MODEL_REQUESTS = Counter(
 MODEL_REQUEST_SECONDS = Histogram(
     "nanoclaw_model_request_seconds", "Model API requests through the proxy: until the upstream's response "
     "headers (the start of the stream).", buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+FIRST_MODEL_REQUEST_SECONDS = Histogram(
+    "nanoclaw_first_model_request_seconds", "From the host's commit of a message or task that starts a turn "
+    "to the next model request from that agent's sandboxes (a cold start included).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 SWEEP_ACTIONS = Counter(
     "nanoclaw_sweep_actions_total", "What the sweep did: stopped (idle or stuck), reset (stuck claims given "
     "back), failed (given up), woken (due work).", ["action"])
@@ -50,3 +58,42 @@ TASK_LATENESS_SECONDS = Histogram(
 
 def status_class(status: int) -> str:
     return "429" if status == 429 else f"{status // 100}xx"
+
+
+# --- time to the first model request ---------------------------------------------------------------
+# Both ends are the host's own records, never the agent's: the writer of a message that starts a turn
+# leaves a mark per agent folder (the commit's time, in a host-only folder), and the proxy's first
+# model request through that folder's door takes it. The mark of the oldest unserved message stays.
+
+def awaiting_dir(data_dir) -> Path:
+    return Path(data_dir) / "run" / "awaiting-model"
+
+
+def mark_awaiting(data_dir, folder: str, at: float) -> None:
+    marks = awaiting_dir(data_dir)
+    try:
+        fd = os.open(marks / folder, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        marks.mkdir(parents=True, exist_ok=True)
+        return mark_awaiting(data_dir, folder, at)
+    with os.fdopen(fd, "w") as f:
+        f.write(repr(at))
+
+
+def take_awaiting(data_dir, folder: str) -> float | None:
+    """The mark's time, once: the request that unlinks it observes it."""
+    mark = awaiting_dir(data_dir) / folder
+    try:
+        at = float(mark.read_text())
+        mark.unlink()
+    except (OSError, ValueError):
+        return None
+    return at
+
+
+def observe_first_request(data_dir, folder: str) -> None:
+    at = take_awaiting(data_dir, folder)
+    if at is not None:
+        FIRST_MODEL_REQUEST_SECONDS.observe(max(0.0, time.time() - at))

@@ -78,3 +78,13 @@ def test_only_loopback_or_the_token(make_settings, sqlite_url, tg):  # noqa: F81
         assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
         samples(client, headers={"Authorization": "Bearer metrics-token-0123456789",
                                  "X-Forwarded-For": "203.0.113.5"})
+
+
+def test_the_first_model_request_takes_the_oldest_mark_once(tmp_path):
+    from nanoclaw import metrics
+    metrics.mark_awaiting(tmp_path, "andy", 100.0)
+    metrics.mark_awaiting(tmp_path, "andy", 105.0)  # a second message before any request: the first counts
+    metrics.mark_awaiting(tmp_path, "bea", 200.0)
+    assert metrics.take_awaiting(tmp_path, "andy") == 100.0
+    assert metrics.take_awaiting(tmp_path, "andy") is None  # the turn's later requests observe nothing
+    assert metrics.take_awaiting(tmp_path, "bea") == 200.0

@@ -154,5 +154,9 @@ def test_metrics_of_every_program_after_real_traffic(service):
     assert got[("nanoclaw_webhooks_refused_total", (("channel", "telegram"), ("status", "401")))] == 1
     assert got[("nanoclaw_model_requests_total", (("status", "2xx"),))] == len(model.model_calls()) >= 3
     assert got[("nanoclaw_model_request_seconds_count", ())] == len(model.model_calls())
+    # each message's first model request, in the proxy program, measured from the router's commit:
+    # the first includes the sandbox's cold start (over a quarter of a second on any machine)
+    assert got[("nanoclaw_first_model_request_seconds_count", ())] == 3
+    assert got[("nanoclaw_first_model_request_seconds_bucket", (("le", "0.25"),))] <= 2
     assert got[("nanoclaw_sandboxes", (("state", "running"),))] == 1
     assert got[("nanoclaw_waiting_for_decision", (("kind", "proposal"),))] == 0

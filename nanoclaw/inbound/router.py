@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -387,6 +388,8 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
             content["attachments"] = files.save_into(path)
         store.write_message(path, content=content, target=target, trigger=engaged,
                             timestamp=event.timestamp, message_id=message_id)
+        if engaged:
+            metrics.mark_awaiting(settings.data_dir, session.agent_group.folder, time.time())
         now = utcnow()
         if not session.last_active_at or (now - session.last_active_at).total_seconds() >= ACTIVITY_RESOLUTION_S:
             lookups.touch_session(session.id, now)  # a burst of messages stamps it once a second, not each time

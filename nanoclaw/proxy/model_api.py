@@ -50,14 +50,16 @@ def make_session(upstream_url: str) -> requests.Session:
 
 
 class ModelApi:
-    def __init__(self, upstream_url: str, api_key: str | None, oauth_token: str | None):
+    def __init__(self, upstream_url: str, api_key: str | None, oauth_token: str | None, data_dir=None):
         self.upstream = upstream_url.rstrip("/")
+        self.data_dir = data_dir  # for the time-to-first-request marks (metrics.mark_awaiting)
         self.credential = credential_headers(api_key, oauth_token)
         self.session = make_session(self.upstream)
 
     @classmethod
     def from_settings(cls, settings) -> "ModelApi":
-        return cls(settings.anthropic_upstream_url, settings.anthropic_api_key, settings.claude_code_oauth_token)
+        return cls(settings.anthropic_upstream_url, settings.anthropic_api_key, settings.claude_code_oauth_token,
+                   settings.data_dir)
 
     def close(self) -> None:
         self.session.close()
@@ -65,6 +67,8 @@ class ModelApi:
     def __call__(self, request: Request, reply: Reply) -> int:
         url = self.upstream + request.path + (f"?{request.query}" if request.query else "")
         headers = upstream_request_headers(request.headers, self.credential)
+        if self.data_dir is not None and request.method == "POST" and request.path.startswith("/v1/messages"):
+            metrics.observe_first_request(self.data_dir, request.folder)
         started = time.monotonic()
         try:
             resp = self.session.request(

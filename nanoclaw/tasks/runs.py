@@ -3,11 +3,13 @@ starts it, and the move to its next time. The timer (timer.py) calls these at th
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from peewee import fn
 
+from .. import metrics
 from ..db import database
 from ..models import ScheduledTask, Session, utcnow
 from ..sessions import session_schema as schema
@@ -90,6 +92,7 @@ def fire(settings, task_id: str, due: datetime, now: datetime | None = None) -> 
                                                "task_id": task.id, "context": task.context_mode},
                             target=routing, kind="task", trigger=True, timestamp=schema.utc_now_iso(),
                             message_id=f"task:{task.id}:{due_key(due)}")
+        metrics.mark_awaiting(settings.data_dir, ref.folder, time.time())
         nxt = recurrence.next_run(task.schedule_kind, task.schedule_value, due, now, settings.timezone)
         moved = ScheduledTask.update(next_run_at=to_db(nxt), last_run_at=to_db(now), runs=ScheduledTask.runs + 1,
                                      status="done" if nxt is None else "active", updated_at=to_db(now)).where(
