@@ -93,7 +93,11 @@ def take_awaiting(data_dir, folder: str) -> float | None:
     return at
 
 
+AWAITING_STALE_S = 600  # a mark no request took this long (a turn that never asked the model, e.g.
+#                        /clear) would turn the next message's figure into hours: it is dropped
+
+
 def observe_first_request(data_dir, folder: str) -> None:
     at = take_awaiting(data_dir, folder)
-    if at is not None:
-        FIRST_MODEL_REQUEST_SECONDS.observe(max(0.0, time.time() - at))
+    if at is not None and (waited := time.time() - at) <= AWAITING_STALE_S:
+        FIRST_MODEL_REQUEST_SECONDS.observe(max(0.0, waited))

@@ -88,3 +88,19 @@ def test_the_first_model_request_takes_the_oldest_mark_once(tmp_path):
     assert metrics.take_awaiting(tmp_path, "andy") == 100.0
     assert metrics.take_awaiting(tmp_path, "andy") is None  # the turn's later requests observe nothing
     assert metrics.take_awaiting(tmp_path, "bea") == 200.0
+
+
+def test_a_mark_no_request_took_for_long_is_dropped_not_observed(tmp_path):
+    import time
+
+    from nanoclaw import metrics
+    count = lambda: metrics.FIRST_MODEL_REQUEST_SECONDS.collect()[0].samples  # noqa: E731
+    before = {s.name: s.value for s in count() if s.name.endswith(("_count", "_sum"))}
+    metrics.mark_awaiting(tmp_path, "andy", time.time() - 3600)  # a /clear an hour ago never asked the model
+    metrics.observe_first_request(tmp_path, "andy")
+    metrics.mark_awaiting(tmp_path, "andy", time.time() - 2)
+    metrics.observe_first_request(tmp_path, "andy")
+    after = {s.name: s.value for s in count() if s.name.endswith(("_count", "_sum"))}
+    name = "nanoclaw_first_model_request_seconds"
+    assert after[f"{name}_count"] == before[f"{name}_count"] + 1  # the stale mark was not observed
+    assert 2 <= after[f"{name}_sum"] - before[f"{name}_sum"] < 60
