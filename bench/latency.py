@@ -4,11 +4,16 @@
 
 warm overhead = (message accepted by the router → reply handed to the channel adapter)
                 minus the fake model's own time. The path: router writes inbound.db → the
-                runner notices → real SDK + CLI → bridge → proxy → fake model → outbound.db →
-                background delivery thread → adapter.
+                runner notices → real SDK + CLI → proxy → fake model → outbound.db →
+                background delivery thread → adapter. The proxy is its own program
+                (`flask … nanoclaw proxy`, as under `make run`); --proxy-in-process runs it in
+                the bench's process instead, as this bench did before 2026-11-25.
 cold start    = wake (sandbox start) → first model request at the fake.
 baseline      = the same fake, called by a bare ClaudeSDKClient on the host (no sandbox, no proxy,
-                no databases): the floor the SDK itself costs, measured in this run.
+                no databases, no tools): the floor the SDK itself costs, measured in this run.
+same agent    = a ClaudeSDKClient on the host with the runner's own options (ClaudeProvider.options:
+                the built-in tools, NanoClaw's MCP tools, hooks, the system prompt, partial messages):
+                what the agent costs the CLI before any pipe, so the ratio against it is the pipe's.
 Targets on this machine: warm overhead p50 ≤ 300 ms, cold start p50 ≤ 3 s.
 """
 from __future__ import annotations
@@ -37,6 +42,7 @@ from nanoclaw.db import database  # noqa: E402
 from nanoclaw.migrate import apply_pending  # noqa: E402
 from nanoclaw.models import AgentGroup, MessagingGroup, Wiring  # noqa: E402
 from nanoclaw.proxy import ProxyServer  # noqa: E402
+from nanoclaw.proxy.sockets import socket_path  # noqa: E402
 from nanoclaw.runtime import bwrap as bwrap_rt  # noqa: E402
 from nanoclaw.runtime import docker as docker_rt  # noqa: E402
 from nanoclaw.runtime.image import image_exists  # noqa: E402
@@ -100,7 +106,75 @@ def baseline(model: FakeModel, n: int) -> list[float]:
     return asyncio.run(run())
 
 
-def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int) -> dict:
+def same_agent(model: FakeModel, n: int) -> list[float]:
+    """Warm turns of the runner's own SDK configuration on the host (no sandbox, proxy or host
+    databases; the runner's store in a throw-away session folder), minus the fake's time."""
+    sys.path.insert(0, str(ROOT / "container"))
+    from claude_agent_sdk import ClaudeSDKClient, ResultMessage
+
+    from agent_runner.config import RunnerConfig
+    from agent_runner.mcp_tools import ToolContext
+    from agent_runner.provider import ClaudeProvider
+    from agent_runner.store import SessionStore
+    from agent_runner.targets import Target
+    from nanoclaw.sessions import store as host_store
+
+    tmp = Path(tempfile.mkdtemp(prefix="nanoclaw-bench-agent-"))
+    folder = tmp / "session"
+    host_store.prepare(folder, Target("bench", "b"))
+    for d in ("group", "global"):
+        (tmp / d).mkdir()
+    config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(host_store.agent_part(folder)),
+                                    "NANOCLAW_INBOUND_DIR": str(folder / "host"), "NANOCLAW_WORKSPACE_DIR": str(tmp),
+                                    "NANOCLAW_GROUP_DIR": str(tmp / "group"), "NANOCLAW_GLOBAL_DIR": str(tmp / "global")})
+    runner_store = SessionStore.of_session(folder)
+    provider = ClaudeProvider(config, runner_store, ToolContext(store=runner_store, config=config), model.url,
+                              on_event=lambda: None)
+    options = provider.options(None)
+    options.env = {**options.env, "IS_SANDBOX": "1"}  # the CLI refuses bypassPermissions as root otherwise
+
+    async def run():
+        out = []
+        async with ClaudeSDKClient(options) as client:
+            for i in range(n + 1):
+                before = len(model.requests)
+                started = time.monotonic()
+                await client.query(f"same agent {i}")
+                async for msg in client.receive_response():
+                    if isinstance(msg, ResultMessage):
+                        break
+                took = time.monotonic() - started - sum(r.handled_s for r in model.requests[before:])
+                if i:
+                    out.append(took)
+        return out
+    try:
+        return asyncio.run(run())
+    finally:
+        runner_store.close()
+
+
+class ProxyProgram:
+    """The proxy as `make run` runs it: `flask --app app nanoclaw proxy`, its own process."""
+
+    def __init__(self, env: dict, folder: str, socket: Path):
+        import subprocess
+        self.proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "flask"), "--app", "app", "nanoclaw", "proxy"],
+                                     cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        from nanoclaw.proxy.sockets import is_live
+        deadline = time.monotonic() + 20
+        while not (socket.exists() and is_live(socket)):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"the proxy program did not open {socket}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, proxy_env: dict | None = None) -> dict:
     app = create_app(settings)
     database.connect(reuse_if_open=True)
     apply_pending(database.obj, log=lambda _l: None)
@@ -108,9 +182,12 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int) -> d
     mg = MessagingGroup.create(channel_type="bench", platform_id=agent.folder, kind="dm",
                                unknown_sender_policy="public")
     Wiring.create(messaging_group=mg, agent_group=agent, engage_mode="pattern", engage_pattern=".")
-    door = ProxyServer(settings, lambda: [agent.folder]).start()
-    door.ensure_socket(agent.folder)
-    door.wait_ready(agent.folder, timeout=10)
+    if proxy_env is None:
+        door = ProxyServer(settings, lambda: [agent.folder]).start()
+        door.ensure_socket(agent.folder)
+        door.wait_ready(agent.folder, timeout=10)
+    else:
+        door = ProxyProgram(proxy_env, agent.folder, socket_path(settings.proxy_dir, agent.folder))
     manager = SandboxManager(settings, runtime)
     bg = start_background(app, manager)
     woken: list = []
@@ -172,7 +249,9 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int) -> d
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    in_process = "--proxy-in-process" in sys.argv
+    n = int(args[0]) if args else 50
     tmp = Path(tempfile.mkdtemp(prefix="nanoclaw-bench-"))
     def script(req):  # the reply names the message it answers, so the adapter can tell them apart
         tags = re.findall(r">([^<>]+)</message>", req.last_user_text())
@@ -187,18 +266,23 @@ def main() -> None:
               f"p95 {pct(base, .95)*1000:6.0f} ms")
         print(f"            of which: query -> first model request p50 {pct(BASE_SPLIT['to_model'], .5)*1000:4.0f} ms, "
               f"last model byte -> result p50 {pct(BASE_SPLIT['back'], .5)*1000:4.0f} ms")
+        agent = same_agent(model, min(n, 20))
+        print(f"same agent  the runner's SDK options on the host (its tools and prompt, no pipe): p50 "
+              f"{pct(agent, .5)*1000:6.0f} ms  p95 {pct(agent, .95)*1000:6.0f} ms")
         runtimes = [("bwrap", lambda s: bwrap_rt.BwrapRuntime(s.data_dir / "run" / "bwrap"))]
         client, _ = docker_rt.connect()
         probe = Settings.load(environ=env, dotenv_path=tmp / "none")
         if client is not None and image_exists(probe, client=client):
             runtimes.append(("docker", lambda s: docker_rt.DockerRuntime(client, image=s.agent_image)))
         for name, make in runtimes:
-            settings = Settings.load(environ={**env, "DATABASE_URL": f"sqlite:///{tmp / name / 'nc.db'}",
-                                              "NANOCLAW_DATA_DIR": str(tmp / name)}, dotenv_path=tmp / "none")
-            result = measure(name, make(settings), settings, model, n)
+            run_env = {**env, "DATABASE_URL": f"sqlite:///{tmp / name / 'nc.db'}", "NANOCLAW_DATA_DIR": str(tmp / name),
+                       "NANOCLAW_ENV_FILE": str(tmp / "none")}
+            settings = Settings.load(environ=run_env, dotenv_path=tmp / "none")
+            result = measure(name, make(settings), settings, model, n, None if in_process else run_env)
             warm, cold = result["warm"], result["cold"]
             print(f"{name:7s}  warm overhead: p50 {pct(warm, .5)*1000:6.0f} ms  p95 {pct(warm, .95)*1000:6.0f} ms  "
-                  f"(x{pct(warm, .5)/pct(base, .5):.2f} of the bare SDK; target p50 <= 300 ms)")
+                  f"(x{pct(warm, .5)/pct(base, .5):.2f} of the bare SDK, x{pct(warm, .5)/pct(agent, .5):.2f} of the "
+                  f"same agent; p95 x{pct(warm, .95)/pct(base, .95):.2f} / x{pct(warm, .95)/pct(agent, .95):.2f})")
             print(f"{name:7s}    of which: accepted -> first model request p50 {pct(result['to_model'], .5)*1000:4.0f} ms, "
                   f"last model byte -> reply handed p50 {pct(result['back'], .5)*1000:4.0f} ms, "
                   f"model requests per turn {statistics.median(result['requests']):.0f}; "
