@@ -52,6 +52,8 @@ HANDED: dict[str, float] = {}
 ROUTED: list[float] = []
 BASE_SPLIT: dict[str, list[float]] = {'to_model': [], 'back': []}
 ARRIVED = threading.Condition()
+AFTER_STOP = 5  # messages sent after a quiet spell, in which the runner stopped its idle CLI
+QUIET_S = 2.5   # with NANOCLAW_FREEZE_IDLE_S=1 (set below; 0 in the environment measures the same without stopping)
 
 
 @register("bench")
@@ -238,8 +240,16 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, prox
             to_model.append(calls[0].received_mono - accepted)
             back.append(handed - calls[-1].received_mono - calls[-1].handled_s)
             requests.append(len(calls))
+        # after a quiet spell: the runner stopped its CLI (NANOCLAW_FREEZE_IDLE_S) and continues it
+        stopped = []
+        for i in range(AFTER_STOP):
+            time.sleep(QUIET_S)
+            tag = f"stopped{i}-{runtime_name}"
+            accepted, before = send(tag)
+            handed = wait_reply(tag)
+            stopped.append(handed - accepted - sum(r.handled_s for r in model.requests[before:]))
         return {"cold": cold, "warm": warm, "to_model": to_model, "back": back, "requests": requests,
-                "routed": list(ROUTED)}
+                "routed": list(ROUTED), "stopped": stopped}
     finally:
         bg.shutdown()
         for name in manager.running():
@@ -259,7 +269,7 @@ def main() -> None:
     with FakeModel(script=script) as model:
         env = {"NANOCLAW_DATA_DIR": str(tmp / "data"), "NANOCLAW_GROUPS_DIR": str(tmp / "groups"), "TZ": "UTC",
                "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-bench-not-a-key",
-               "NANOCLAW_INSTALL_ID": f"bench-{os.getpid()}"}
+               "NANOCLAW_INSTALL_ID": f"bench-{os.getpid()}", "NANOCLAW_FREEZE_IDLE_S": os.environ.get("NANOCLAW_FREEZE_IDLE_S", "1")}
         print(f"NanoClaw latency, {n} warm messages per runtime, fake model on 127.0.0.1")
         base = baseline(model, min(n, 20))
         print(f"baseline  bare SDK warm turn (host, no sandbox/proxy/DB): p50 {pct(base, .5)*1000:6.0f} ms  "
@@ -287,6 +297,9 @@ def main() -> None:
                   f"last model byte -> reply handed p50 {pct(result['back'], .5)*1000:4.0f} ms, "
                   f"model requests per turn {statistics.median(result['requests']):.0f}; "
                   f"router.route itself p50 {pct(result['routed'], .5)*1000:.1f} ms")
+            print(f"{name:7s}  after {QUIET_S:.1f} s quiet (CLI stopped after {settings.freeze_idle_s} s; 0 = never): "
+                  f"p50 {pct(result['stopped'], .5)*1000:6.0f} ms  max {max(result['stopped'])*1000:6.0f} ms  "
+                  f"({len(result['stopped'])} messages)")
             print(f"{name:7s}  cold start:    p50 {pct(cold, .5):6.2f} s   max {max(cold):6.2f} s   "
                   f"(target p50 <= 3 s)")
 
