@@ -37,6 +37,11 @@ ANSWER_SECONDS = Histogram(
     "From a triggering message (its time, or its due time) to the agent finishing it, as the host notices; "
     "by channel.", ["channel"],
     buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600))
+TURN_SECONDS = Histogram(
+    "nanoclaw_turn_seconds",
+    "An agent's turn on a chat message, by the host's clock: from the delivery pass that first saw the agent "
+    "claim it to the pass that saw it finished; by channel.", ["channel"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
 MODEL_REQUESTS = Counter(
     "nanoclaw_model_requests_total", "Model API requests through the proxy, by the upstream's status class "
     "(2xx, 4xx, 429, 5xx) or 'unreachable'.", ["status"])

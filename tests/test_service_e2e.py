@@ -127,6 +127,7 @@ def test_metrics_of_every_program_after_real_traffic(service):
     (another process: prometheus-client's multiprocess mode), matching what was sent."""
     from prometheus_client.parser import text_string_to_metric_families
     port, model, tg, _ = service
+    model.script = lambda req: Reply.say("Thought about it.", delay_s=0.4)  # each turn lasts at least that
     base = json.loads((FIXTURES / "private_message.json").read_text())
     for i in range(3):
         update = json.loads(json.dumps(base))
@@ -158,5 +159,8 @@ def test_metrics_of_every_program_after_real_traffic(service):
     # the first includes the sandbox's cold start (over a quarter of a second on any machine)
     assert got[("nanoclaw_first_model_request_seconds_count", ())] == 3
     assert got[("nanoclaw_first_model_request_seconds_bucket", (("le", "0.25"),))] <= 2
+    turns = ("channel", "telegram"),
+    assert got[("nanoclaw_turn_seconds_count", turns)] == 3  # each turn, by the host's clock
+    assert 3 * 0.4 <= got[("nanoclaw_turn_seconds_sum", turns)] < 30
     assert got[("nanoclaw_sandboxes", (("state", "running"),))] == 1
     assert got[("nanoclaw_waiting_for_decision", (("kind", "proposal"),))] == 0

@@ -6,6 +6,9 @@ asks the chat's adapter to show its indicator (Telegram's lasts 5 s, Discord's 1
 until the reply). A reply clears it on the platform; if the agent keeps working, the next tick
 shows it again. No turn types for longer than TYPING_MAX_S, so a stuck one stops saying it works.
 
+The same observation times each turn by the host's clock (nanoclaw_turn_seconds): from the pass that
+first saw the claim to the pass that saw it gone.
+
 The calls go out on a small pool: a slow platform never holds up a delivery, and a failed
 indicator is only logged (it is a courtesy, never retried).
 """
@@ -20,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import metrics
 from ..channels.base import get_adapter
 from ..sessions.store import Target
 
@@ -34,6 +38,10 @@ class Working:
     message_id: str
     since: float
     last_sent: float | None = None
+    channel: str = ""
+
+    def ended(self, now: float) -> None:
+        metrics.TURN_SECONDS.labels(self.channel).observe(max(0.0, now - self.since))
 
 
 def due(w: Working, now: float) -> bool:
@@ -78,12 +86,16 @@ def tick(conn: sqlite3.Connection, session_path: Path, settings, now: float | No
     found = claimed_chat_message(conn)
     with _lock:
         if found is None:
-            _working.pop(session_path, None)
+            ended = _working.pop(session_path, None)
+            if ended is not None:
+                ended.ended(now)
             return False
         message_id, target, platform_message_id = found
         w = _working.get(session_path)
         if w is None or w.message_id != message_id:
-            w = _working[session_path] = Working(message_id, now)
+            if w is not None:
+                w.ended(now)
+            w = _working[session_path] = Working(message_id, now, channel=target.channel_type)
         if not due(w, now) or session_path in _in_flight:
             return False
         w.last_sent = now
