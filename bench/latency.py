@@ -78,42 +78,43 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+async def timed_turns(options, model: FakeModel, n: int, label: str, split: dict | None = None) -> list[float]:
+    """n warm turns of one ClaudeSDKClient (after an untimed first), each minus the fake's own time."""
+    from claude_agent_sdk import ClaudeSDKClient, ResultMessage
+    out = []
+    async with ClaudeSDKClient(options) as client:
+        for i in range(n + 1):
+            before = len(model.requests)
+            started = time.monotonic()
+            await client.query(f"{label} {i}")
+            async for msg in client.receive_response():
+                if isinstance(msg, ResultMessage):
+                    break
+            ended = time.monotonic()
+            calls = model.requests[before:]
+            if i:  # the first turn warms the CLI up
+                out.append(ended - started - sum(r.handled_s for r in calls))
+                if split is not None:
+                    split["to_model"].append(calls[0].received_mono - started)
+                    split["back"].append(ended - calls[-1].received_mono - calls[-1].handled_s)
+    return out
+
+
 def baseline(model: FakeModel, n: int) -> list[float]:
     """Warm turns of a bare ClaudeSDKClient on the host, minus the fake's own time (seconds)."""
-    from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
+    from claude_agent_sdk import ClaudeAgentOptions
 
     env = {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "bench",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
-
-    async def run():
-        out = []
-        opts = ClaudeAgentOptions(tools=[], env=env, cwd=tempfile.mkdtemp())
-        async with ClaudeSDKClient(opts) as client:
-            for i in range(n + 1):
-                before = len(model.requests)
-                started = time.monotonic()
-                await client.query(f"baseline {i}")
-                async for msg in client.receive_response():
-                    if isinstance(msg, ResultMessage):
-                        break
-                ended = time.monotonic()
-                calls = model.requests[before:]
-                took = ended - started - sum(r.handled_s for r in calls)
-                if i:  # the first turn warms the CLI up
-                    out.append(took)
-                    BASE_SPLIT["to_model"].append(calls[0].received_mono - started)
-                    BASE_SPLIT["back"].append(ended - calls[-1].received_mono - calls[-1].handled_s)
-        return out
-    return asyncio.run(run())
+    options = ClaudeAgentOptions(tools=[], env=env, cwd=tempfile.mkdtemp())
+    return asyncio.run(timed_turns(options, model, n, "baseline", BASE_SPLIT))
 
 
 def same_agent(model: FakeModel, n: int) -> list[float]:
     """Warm turns of the runner's own SDK configuration on the host (no sandbox, proxy or host
     databases; the runner's store in a throw-away session folder), minus the fake's time."""
     sys.path.insert(0, str(ROOT / "container"))
-    from claude_agent_sdk import ClaudeSDKClient, ResultMessage
-
     from agent_runner.config import RunnerConfig
     from agent_runner.mcp_tools import ToolContext
     from agent_runner.provider import ClaudeProvider
@@ -135,22 +136,8 @@ def same_agent(model: FakeModel, n: int) -> list[float]:
     options = provider.options(None)
     options.env = {**options.env, "IS_SANDBOX": "1"}  # the CLI refuses bypassPermissions as root otherwise
 
-    async def run():
-        out = []
-        async with ClaudeSDKClient(options) as client:
-            for i in range(n + 1):
-                before = len(model.requests)
-                started = time.monotonic()
-                await client.query(f"same agent {i}")
-                async for msg in client.receive_response():
-                    if isinstance(msg, ResultMessage):
-                        break
-                took = time.monotonic() - started - sum(r.handled_s for r in model.requests[before:])
-                if i:
-                    out.append(took)
-        return out
     try:
-        return asyncio.run(run())
+        return asyncio.run(timed_turns(options, model, n, "same agent"))
     finally:
         runner_store.close()
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from nanoclaw.runtime.bwrap import _descendants
 from tests.test_nudges import OWNER, _script
 from tests.tg_flow import message, sandbox_service, texts
 
@@ -21,20 +22,6 @@ def test_the_cli_is_stopped_only_after_the_quiet_time_and_only_once():
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            for task in Path(f"/proc/{current}/task").iterdir():
-                children = [int(c) for c in (task / "children").read_text().split()]
-                found += children
-                todo += children
-        except OSError:
-            continue
-    return found
 
 
 def _cli_of(svc) -> int | None:
