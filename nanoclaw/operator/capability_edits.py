@@ -8,6 +8,7 @@ why and the diff. Installing runs in the request: pip wheels take seconds, an im
 from __future__ import annotations
 
 from ..db import database
+from ..inbound import lookups
 from ..models import AgentGroup, audit
 from ..proposal_rules import RuleError
 from . import checks
@@ -27,6 +28,10 @@ def _restart_and_tell(settings, agent: AgentGroup, text: str, message_id: str, s
         restarted = []
     for session in restarted:
         tell_agent(settings, session, text, message_id=f"{message_id}:{session.id}")
+
+
+def _who(actor: str) -> str:
+    return "The owner" if lookups.is_owner(actor) else "An admin"
 
 
 def _why(why: str | None) -> str:
@@ -60,7 +65,7 @@ def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: s
         raise CapabilityRefused(str(exc)) from None
     diff = [f"+ {manager}: {p}" for p in new]
     audit(actor, "packages.add", agent.folder, diff=diff, **({"why": why} if why else {}))
-    _restart_and_tell(settings, agent, f"The owner installed {manager} packages for you: {' '.join(new)}; your sandbox "
+    _restart_and_tell(settings, agent, f"{_who(actor)} installed {manager} packages for you: {' '.join(new)}; your sandbox "
                       "restarted with them" + _why(why), f"packages-added:{manager}:{' '.join(new)}", sandboxes)
     return diff
 
@@ -77,7 +82,7 @@ def remove_package(settings, actor: str, agent: AgentGroup, manager: str, name: 
         raise CapabilityRefused(str(exc)) from None
     diff = [f"- {manager}: {name}"]
     audit(actor, "packages.remove", agent.folder, diff=diff, **({"why": why} if why else {}))
-    _restart_and_tell(settings, agent, f"The owner removed the {manager} package {name}; your sandbox restarted "
+    _restart_and_tell(settings, agent, f"{_who(actor)} removed the {manager} package {name}; your sandbox restarted "
                       "without it" + _why(why), f"package-removed:{manager}:{name}", sandboxes)
     return diff
 
@@ -114,7 +119,7 @@ def add_mcp_server(settings, actor: str, agent: AgentGroup, name: str, command: 
         return []
     diff = ([f"- {_server_line(old)}"] if old else []) + [f"+ {_server_line(server)}"]
     audit(actor, "mcp.add", agent.folder, diff=diff, server=server["name"], **({"why": why} if why else {}))
-    _restart_and_tell(settings, agent, f"The owner {'changed' if old else 'added'} the MCP server {server['name']}; your "
+    _restart_and_tell(settings, agent, f"{_who(actor)} {'changed' if old else 'added'} the MCP server {server['name']}; your "
                       f"sandbox restarted and its tools are available as mcp__{server['name']}__*" + _why(why),
                       f"mcp-added:{server['name']}", sandboxes)
     return diff
@@ -129,6 +134,6 @@ def remove_mcp_server(settings, actor: str, agent: AgentGroup, name: str, why: s
         raise CapabilityRefused(f"{agent.folder} has no MCP server {name!r}")
     diff = [f"- {_server_line({'name': name, **old})}"]
     audit(actor, "mcp.remove", agent.folder, diff=diff, server=name, **({"why": why} if why else {}))
-    _restart_and_tell(settings, agent, f"The owner removed the MCP server {name}; your sandbox restarted without "
+    _restart_and_tell(settings, agent, f"{_who(actor)} removed the MCP server {name}; your sandbox restarted without "
                       "it" + _why(why), f"mcp-removed:{name}", sandboxes)
     return diff
