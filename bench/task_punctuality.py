@@ -88,7 +88,9 @@ def run(args) -> None:
         settings = Settings.load(environ={
             "NANOCLAW_DATA_DIR": str(tmp / "data"), "NANOCLAW_GROUPS_DIR": str(tmp / "groups"), "TZ": TZ,
             "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-bench-not-a-key",
-            "NANOCLAW_INSTALL_ID": f"punct-{os.getpid()}", "MAX_CONCURRENT_CONTAINERS": "8"}, dotenv_path=tmp / "none")
+            "NANOCLAW_INSTALL_ID": f"punct-{os.getpid()}", "MAX_CONCURRENT_CONTAINERS": "8",
+            # 1: the idle CLI is stopped between the runs (1.5 s apart) and continued for each
+            "NANOCLAW_FREEZE_IDLE_S": os.environ.get("NANOCLAW_FREEZE_IDLE_S", "10")}, dotenv_path=tmp / "none")
         app = create_app(settings)
         database.connect(reuse_if_open=True)
         apply_pending(database.obj, log=lambda _l: None)
