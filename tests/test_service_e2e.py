@@ -145,9 +145,13 @@ def test_metrics_of_every_program_after_real_traffic(service):
                 for family in text_string_to_metric_families(text) for s in family.samples}
     answered = ("nanoclaw_answer_seconds_count", (("channel", "telegram"),))
     sent = ("nanoclaw_replies_out_total", (("channel", "telegram"), ("result", "sent")))
+    turns = ("channel", "telegram"),
+    timed = ("nanoclaw_turn_seconds_count", turns)
     deadline = time.monotonic() + 10
-    while (got := samples()).get(answered, 0) < 3 or got.get(sent, 0) < 3:  # counted just after the send
-        assert time.monotonic() < deadline, f"not counted: {got.get(answered)} answers, {got.get(sent)} sent"
+    while (got := samples()).get(answered, 0) < 3 or got.get(sent, 0) < 3 or got.get(timed, 0) < 3:
+        # counted just after the send (a turn's end by the same pass, after its sends)
+        assert time.monotonic() < deadline, (f"not counted: {got.get(answered)} answers, {got.get(sent)} sent, "
+                                             f"{got.get(timed)} turns timed")
         time.sleep(0.2)
     assert got[answered] == 3
     assert got[("nanoclaw_messages_in_total", (("channel", "telegram"), ("outcome", "written"), ("reason", "")))] == 3
@@ -159,8 +163,7 @@ def test_metrics_of_every_program_after_real_traffic(service):
     # the first includes the sandbox's cold start (over a quarter of a second on any machine)
     assert got[("nanoclaw_first_model_request_seconds_count", ())] == 3
     assert got[("nanoclaw_first_model_request_seconds_bucket", (("le", "0.25"),))] <= 2
-    turns = ("channel", "telegram"),
-    assert got[("nanoclaw_turn_seconds_count", turns)] == 3  # each turn, by the host's clock
+    assert got[timed] == 3  # each turn, by the host's clock
     assert 3 * 0.4 <= got[("nanoclaw_turn_seconds_sum", turns)] < 30
     assert got[("nanoclaw_sandboxes", (("state", "running"),))] == 1
     assert got[("nanoclaw_waiting_for_decision", (("kind", "proposal"),))] == 0
