@@ -139,3 +139,37 @@ def pytest_collection_modifyitems(session, config, items):
     if len(items) > len(waiting):  # run alone, the test starts it itself
         import long_turn
         long_turn.start()
+
+
+def pytest_collection_finish(session):
+    """The slowest end-to-end files (tests/beside.py) run in a second process while the rest runs
+    here, when the run selected them together with other tests and with tests/test_beside.py, which
+    waits for them at the end (after -k and other deselection, so the child runs what was chosen)."""
+    import beside
+    items = session.items
+    if os.environ.get(beside.CHILD) == "1":
+        return
+    moved = [item for item in items if item.nodeid.split("::")[0] in beside.FILES]
+    waiter = [item for item in items if item.nodeid.startswith("tests/test_beside.py")]
+    rest = [item for item in items if item not in moved and item not in waiter
+            and not item.nodeid.startswith("tests/test_long_turn.py")]
+    if not moved or not rest or not waiter:  # they run here, in order, as usual
+        if not moved and rest:
+            for item in waiter:
+                items.remove(item)  # none of them selected: nothing to wait for
+        return
+    for item in moved + waiter:
+        items.remove(item)
+    env = {}
+    if postgres_server_url():  # started once here, not raced by two processes
+        env["NANOCLAW_TEST_PG_URL"] = postgres_server_url()
+    beside.start([item.nodeid for item in moved], env)
+    long_turn_at = next((i for i, item in enumerate(items) if item.nodeid.startswith("tests/test_long_turn.py")),
+                        len(items))
+    items[long_turn_at:long_turn_at] = waiter  # before the long turn's wait, which is the longest
+
+
+def pytest_terminal_summary(terminalreporter):
+    import beside
+    if beside.summary():
+        terminalreporter.write_line(f"beside ({', '.join(beside.FILES)}): {beside.summary()}")
