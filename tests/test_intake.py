@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -35,8 +36,12 @@ def session_texts(app) -> list[str]:
         if not (path / "host" / schema.INBOUND).exists():
             continue
         conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
-        texts += [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
-        conn.close()
+        try:
+            texts += [json.loads(r[0])["text"] for r in conn.execute("SELECT content FROM messages_in ORDER BY seq")]
+        except sqlite3.OperationalError:
+            continue  # the router is creating this session's database right now: nothing in it yet
+        finally:
+            conn.close()
     return texts
 
 
