@@ -44,7 +44,7 @@ def _packages(agent: AgentGroup) -> dict[str, list[str]]:
 
 
 def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: str, why: str | None = None,
-                 sandboxes=None, **hooks) -> list[str]:
+                 sandboxes=None) -> list[str]:
     if manager not in checks.PACKAGE_MANAGERS:
         raise CapabilityRefused(f"{manager!r} is not a package manager here ({', '.join(checks.PACKAGE_MANAGERS)})")
     try:
@@ -58,7 +58,7 @@ def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: s
     wanted = {**have, manager: sorted(have[manager] + new)}
     try:
         checks.check_payload("install_packages", wanted)  # all of them together obey the rules too
-        set_packages(settings, agent, wanted, {manager: new}, **hooks)
+        set_packages(settings, agent, wanted, {manager: new})
     except RuleError as exc:
         raise CapabilityRefused(f"together with what is installed already: {exc}") from None
     except ApplyError as exc:
@@ -71,13 +71,13 @@ def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: s
 
 
 def remove_package(settings, actor: str, agent: AgentGroup, manager: str, name: str, why: str | None = None,
-                   sandboxes=None, **hooks) -> list[str]:
+                   sandboxes=None) -> list[str]:
     have = _packages(AgentGroup.get_by_id(agent.id))
     if name not in have.get(manager, []):
         raise CapabilityRefused(f"{agent.folder} has no {manager} package {name!r}")
     wanted = {**have, manager: [p for p in have[manager] if p != name]}
     try:
-        set_packages(settings, agent, wanted, {manager: [name]}, **hooks)
+        set_packages(settings, agent, wanted, {manager: [name]})
     except ApplyError as exc:
         raise CapabilityRefused(str(exc)) from None
     diff = [f"- {manager}: {name}"]

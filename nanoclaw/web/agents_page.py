@@ -157,29 +157,31 @@ def route_remove(folder: str):
 
 # --- packages and MCP servers: installed or started inside its sandboxes, which restart -----------------
 
+def _capability_change(folder: str, done: str, edit, *args):
+    """edit(settings, user, agent, *args, sandboxes=) of capability_edits, answered like the reach section's."""
+    from .admin import manager
+    return _policy_change(folder, lambda a: edit(settings(), g.user_id, a, *args, sandboxes=manager()), done,
+                          "capabilities")
+
+
 @bp.post("/admin/agents/<folder>/packages")
 def packages_add(folder: str):
-    from .admin import manager
     f = request.form
-    kind, names, why = f.get("manager", ""), f.get("names", ""), clean_why(f.get("why"))
-    return _policy_change(folder, lambda a: capability_edits.add_packages(settings(), g.user_id, a, kind, names, why,
-                                                                          manager()),
-                          f"Installed for {folder}; its sandboxes restart with them.", "capabilities")
+    return _capability_change(folder, f"Installed for {folder}; its sandboxes restart with them.",
+                              capability_edits.add_packages, f.get("manager", ""), f.get("names", ""),
+                              clean_why(f.get("why")))
 
 
 @bp.post("/admin/agents/<folder>/packages/remove")
 def packages_remove(folder: str):
-    from .admin import manager
     f = request.form
-    kind, name, why = f.get("manager", ""), f.get("name", "").strip(), clean_why(f.get("why"))
-    return _policy_change(folder, lambda a: capability_edits.remove_package(settings(), g.user_id, a, kind, name, why,
-                                                                            manager()),
-                          f"Removed {name} from {folder}; its sandboxes restart without it.", "capabilities")
+    name = f.get("name", "").strip()
+    return _capability_change(folder, f"Removed {name} from {folder}; its sandboxes restart without it.",
+                              capability_edits.remove_package, f.get("manager", ""), name, clean_why(f.get("why")))
 
 
 @bp.post("/admin/agents/<folder>/mcp")
 def mcp_add(folder: str):
-    from .admin import manager
     f = request.form
     name, command = f.get("name", "").strip(), f.get("command", "").strip()
     try:
@@ -187,17 +189,12 @@ def mcp_add(folder: str):
     except ValueError as exc:
         flash(f"Not changed: the arguments do not parse ({exc}); quote them as in a shell.", "error")
         return redirect(url_for("admin.agent", folder=folder) + "#capabilities")
-    env = f.get("env", "").replace(",", " ").split()
-    return _policy_change(folder, lambda a: capability_edits.add_mcp_server(
-        settings(), g.user_id, a, name, command, args, env, clean_why(f.get("why")), manager()),
-        f"{folder} has the MCP server {name}; its sandboxes restart with it.", "capabilities")
+    return _capability_change(folder, f"{folder} has the MCP server {name}; its sandboxes restart with it.",
+                              capability_edits.add_mcp_server, name, command, args,
+                              f.get("env", "").replace(",", " ").split(), clean_why(f.get("why")))
 
 
 @bp.post("/admin/agents/<folder>/mcp/<name>/remove")
 def mcp_remove(folder: str, name: str):
-    from .admin import manager
-    why = clean_why(request.form.get("why"))
-    return _policy_change(folder, lambda a: capability_edits.remove_mcp_server(settings(), g.user_id, a, name, why,
-                                                                              manager()),
-                          f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.",
-                          "capabilities")
+    return _capability_change(folder, f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.",
+                              capability_edits.remove_mcp_server, name, clean_why(request.form.get("why")))
