@@ -116,13 +116,23 @@ class PollLoop:
         log.info("turn start: %d message(s), seq %d..%d", len(batch), batch[0].seq, batch[-1].seq)
         started = time.monotonic()
         command = sdk_command(answering)
+
+        def answer(text: str) -> None:  # out at once: the CLI's result comes a few ms later (answer.py)
+            formatted = format_outbound(text)
+            if formatted and target is not None:
+                self.store.write_out({"op": "text", "text": formatted}, target, in_reply_to=answering.id)
         try:
-            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone,
-                                                                          self.store.already_sent(ids)))
+            result = await self.provider.run_turn(
+                command or build_prompt(batch, self.config.timezone, self.store.already_sent(ids)),
+                None if command else answer)  # a command's own output (a summary) is not an answer
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():
             result.text = COMMAND_DONE[command.split()[0]]
+        if result.error and result.answered:
+            # the answer is out; what failed after it (a hook, the transcript) is not the chat's news
+            log.warning("turn failed after its answer went out (%s); not retried", result.error)
+            result.error = None
         if result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)

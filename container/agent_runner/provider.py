@@ -16,6 +16,7 @@ from pathlib import Path
 from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, CLIConnectionError, ResultError,
                               ResultMessage, StreamEvent, SystemMessage, TextBlock)
 
+from .answer import AnswerSpotter
 from .config import PLACEHOLDER_API_KEY, RunnerConfig
 from .extra_servers import extra_mcp_servers
 from .freezer import Freezer
@@ -34,6 +35,7 @@ class TurnResult:
     error: str | None = None  # a short reason, safe to show the user, when the turn failed
     timed_out: bool = False
     model_calls_s: float | None = None
+    answered: int = 0  # answers handed to on_answer before the result (their text is not repeated here)
 
 
 def destinations_text(labels: dict[str, str]) -> str:
@@ -157,7 +159,9 @@ class ClaudeProvider:
         transport = getattr(self.client, "_transport", None)  # the SDK names no public handle
         return getattr(getattr(transport, "_process", None), "pid", None)
 
-    async def run_turn(self, prompt: str) -> TurnResult:
+    async def run_turn(self, prompt: str, on_answer: Callable[[str], None] | None = None) -> TurnResult:
+        """One turn. on_answer gets the model's answer as soon as its message ends (answer.py), before
+        the CLI's result; TurnResult.text is then left empty so nothing goes out twice."""
         self.freezer.thaw()
         if self.client is None:
             try:
@@ -167,11 +171,15 @@ class ClaudeProvider:
                 return TurnResult(error=short_reason(None, str(e)))
         result = TurnResult()
         last_text: list[str] = []
+        spotter = AnswerSpotter()
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
+                    answer = spotter.see(msg) if on_answer is not None else None
+                    if answer is not None:
+                        on_answer(answer)
                     if isinstance(msg, StreamEvent):
                         continue
                     if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
@@ -197,6 +205,9 @@ class ClaudeProvider:
             log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             result = TurnResult(error="the agent process stopped unexpectedly")
             await self._drop_client()
+        result.answered = spotter.answers
+        if result.answered:
+            result.text = ""  # handed on already (the CLI's result holds only its last text block)
         if result.error:
             log.warning("turn failed: %s", result.error)
         return result

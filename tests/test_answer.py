@@ -1,0 +1,83 @@
+"""The answer goes out when the model ends its turn, not when the CLI ends it: the real runner in
+bubblewrap with a Stop hook that holds the CLI's result back, plus the pure spotting rules."""
+from __future__ import annotations
+
+import json
+
+from nanoclaw.sessions import session_schema as _schema  # noqa: F401 - puts container/ on sys.path
+from tests.fakes.model_api import Reply
+from tests.test_runner import Layout, RunnerProc, fake  # noqa: F401 - fake is a fixture
+
+from agent_runner.answer import AnswerSpotter  # noqa: E402
+from claude_agent_sdk import AssistantMessage, StreamEvent, TextBlock, ToolUseBlock  # noqa: E402
+
+
+def event(kind: str, stop_reason: str | None = None, parent: str | None = None) -> StreamEvent:
+    ev = {"type": kind}
+    if kind == "message_delta":
+        ev["delta"] = {"stop_reason": stop_reason, "stop_sequence": None}
+    return StreamEvent(uuid="u", session_id="s", event=ev, parent_tool_use_id=parent)
+
+
+def said(*texts: str, parent: str | None = None) -> list:
+    return [AssistantMessage(content=[TextBlock(t)], model="m", parent_tool_use_id=parent) for t in texts]
+
+
+def spot(messages: list) -> list[str]:
+    spotter = AnswerSpotter()
+    return [a for a in map(spotter.see, messages) if a is not None]
+
+
+def test_the_answer_is_the_text_of_the_message_that_ends_the_turn():
+    assert spot([event("message_start"), *said("Hi Alice!"), event("message_delta", "end_turn"),
+                 event("message_stop")]) == ["Hi Alice!"]
+
+
+def test_every_text_block_of_the_answer_is_kept_not_only_the_last():
+    # the CLI's own result holds only the last block ("second part")
+    assert spot([event("message_start"), *said("first part", "second part"),
+                 event("message_delta", "end_turn")]) == ["first part\n\nsecond part"]
+
+
+def test_text_before_a_tool_call_is_not_the_answer():
+    tool = AssistantMessage(content=[ToolUseBlock(id="t1", name="Bash", input={"command": "ls"})], model="m")
+    assert spot([event("message_start"), *said("Let me look."), tool, event("message_delta", "tool_use"),
+                 event("message_start"), *said("Two files."), event("message_delta", "end_turn")]) == ["Two files."]
+
+
+def test_a_subagents_stream_and_an_empty_answer_are_not_answers():
+    sub = "toolu_sub"
+    assert spot([event("message_start", parent=sub), *said("inner result", parent=sub),
+                 event("message_delta", "end_turn", parent=sub)]) == []
+    assert spot([event("message_start"), *said("   "), event("message_delta", "end_turn")]) == []
+
+
+def test_a_turn_sent_back_by_a_stop_hook_can_answer_twice():
+    spotter = AnswerSpotter()
+    seen = [spotter.see(m) for m in [event("message_start"), *said("Done."), event("message_delta", "end_turn"),
+                                     event("message_start"), *said("Also this."), event("message_delta", "end_turn")]]
+    assert [a for a in seen if a] == ["Done.", "Also this."] and spotter.answers == 2
+
+
+HOLD = ('for i in $(seq 600); do [ -e "$CLAUDE_PROJECT_DIR/release" ] && exit 0; sleep 0.05; done')
+
+
+def test_the_reply_is_written_before_the_cli_finishes_its_turn(tmp_path, fake):  # noqa: F811
+    lay = Layout.make(tmp_path)
+    # the group's settings hold every turn's end until the test releases it: what the CLI does after
+    # the model's last byte (transcript, hooks, totals), stretched from milliseconds to as long as we like
+    (lay.group / ".claude").mkdir()
+    (lay.group / ".claude" / "settings.json").write_text(json.dumps(
+        {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": HOLD}]}]}}))
+    fake.script = lambda r: Reply.say("Hi Alice!")
+    runner = RunnerProc(lay, fake)
+    try:
+        mid = lay.write("hello there")
+        reply = lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=60)
+        assert reply["content"] == {"op": "text", "text": "Hi Alice!"}
+        assert lay.acks().get(mid) == "processing", "the turn is still held by the Stop hook"
+        (lay.group / "release").touch()
+        lay.wait_ack(mid)
+        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!"], "said once, not again at the result"
+    finally:
+        runner.stop()
