@@ -13,7 +13,10 @@ baseline      = the same fake, called by a bare ClaudeSDKClient on the host (no 
                 no databases, no tools): the floor the SDK itself costs, measured in this run.
 same agent    = a ClaudeSDKClient on the host with the runner's own options (ClaudeProvider.options:
                 the built-in tools, NanoClaw's MCP tools, hooks, the system prompt, partial messages):
-                what the agent costs the CLI before any pipe, so the ratio against it is the pipe's.
+                what the agent costs the CLI before any pipe, timed to its result and to its answer
+                (the model's end_turn, where the runner hands the reply on: agent_runner/answer.py).
+The three are interleaved: each round runs one turn of each, in rotating order, with PACE_S before
+each turn, so drift of this shared VM (±5 ms between runs) falls on all three alike.
 Targets on this machine: warm overhead p50 ≤ 300 ms, cold start p50 ≤ 3 s.
 """
 from __future__ import annotations
@@ -30,7 +33,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "container")]
 
 from fakes.model_api import FakeModel, Reply  # noqa: E402
 from nanoclaw.app import create_app
@@ -50,8 +53,8 @@ from nanoclaw.lifecycle.sandboxes import SandboxManager  # noqa: E402
 
 HANDED: dict[str, float] = {}
 ROUTED: list[float] = []
-BASE_SPLIT: dict[str, list[float]] = {'to_model': [], 'back': []}
 ARRIVED = threading.Condition()
+PACE_S = 0.1  # before each timed turn: a person does not answer within 100 ms
 AFTER_STOP = 5  # messages sent after a quiet spell, in which the runner stopped its idle CLI
 QUIET_S = 2.5   # with NANOCLAW_FREEZE_IDLE_S=1 (set below; 0 in the environment measures the same without stopping)
 
@@ -78,43 +81,74 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-async def timed_turns(options, model: FakeModel, n: int, label: str, split: dict | None = None) -> list[float]:
-    """n warm turns of one ClaudeSDKClient (after an untimed first), each minus the fake's own time."""
-    from claude_agent_sdk import ClaudeSDKClient, ResultMessage
-    out = []
-    async with ClaudeSDKClient(options) as client:
-        for i in range(n + 1):
-            before = len(model.requests)
-            started = time.monotonic()
-            await client.query(f"{label} {i}")
-            async for msg in client.receive_response():
-                if isinstance(msg, ResultMessage):
-                    break
-            ended = time.monotonic()
-            calls = model.requests[before:]
-            if i:  # the first turn warms the CLI up
-                out.append(ended - started - sum(r.handled_s for r in calls))
-                if split is not None:
-                    split["to_model"].append(calls[0].received_mono - started)
-                    split["back"].append(ended - calls[-1].received_mono - calls[-1].handled_s)
-    return out
+class HostClient:
+    """A ClaudeSDKClient on the host, on an event loop of its own thread, so that its turns can be
+    interleaved with the pipe's: one turn each, in turn, sees the same state of the machine."""
+
+    def __init__(self, options, model: FakeModel, label: str):
+        self.model, self.label, self.n = model, label, 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"bench-{label}", daemon=True)
+        self.thread.start()
+        self.client = self._run(self._connect(options))
+        self.turn()  # the first turn warms the CLI up
+
+    def _run(self, coro, timeout: float = 120):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def _connect(self, options):
+        from claude_agent_sdk import ClaudeSDKClient
+        client = ClaudeSDKClient(options)
+        await client.connect()
+        return client
+
+    async def _turn(self, text: str) -> tuple[float, float | None, float]:
+        from claude_agent_sdk import ResultMessage
+        from agent_runner.answer import AnswerSpotter
+        spotter, answered = AnswerSpotter(), None
+        started = time.monotonic()
+        await self.client.query(text)
+        async for msg in self.client.receive_response():
+            if spotter.see(msg) is not None and answered is None:
+                answered = time.monotonic()
+            if isinstance(msg, ResultMessage):
+                break
+        return started, answered, time.monotonic()
+
+    def turn(self) -> dict:
+        """One warm turn: seconds to the result and to the answer (the point the pipe hands a reply
+        on), each minus the fake's own time, and the split around the model call."""
+        before = len(self.model.requests)
+        self.n += 1
+        started, answered, ended = self._run(self._turn(f"{self.label} {self.n}"))
+        calls = self.model.requests[before:]
+        model_s = sum(r.handled_s for r in calls)
+        return {"result": ended - started - model_s, "answer": (answered or ended) - started - model_s,
+                "to_model": calls[0].received_mono - started,
+                "back": ended - calls[-1].received_mono - calls[-1].handled_s}
+
+    def close(self) -> None:
+        try:
+            self._run(self.client.disconnect(), timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
 
 
-def baseline(model: FakeModel, n: int) -> list[float]:
-    """Warm turns of a bare ClaudeSDKClient on the host, minus the fake's own time (seconds)."""
+def bare_options(model: FakeModel):
+    """A bare ClaudeSDKClient on the host: no tools, no sandbox, proxy or databases, no stream events
+    (so its answer is known only at the result, as for a program that just awaits it)."""
     from claude_agent_sdk import ClaudeAgentOptions
 
     env = {"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "bench",
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
            "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1"}
-    options = ClaudeAgentOptions(tools=[], env=env, cwd=tempfile.mkdtemp())
-    return asyncio.run(timed_turns(options, model, n, "baseline", BASE_SPLIT))
+    return ClaudeAgentOptions(tools=[], env=env, cwd=tempfile.mkdtemp())
 
 
-def same_agent(model: FakeModel, n: int) -> list[float]:
-    """Warm turns of the runner's own SDK configuration on the host (no sandbox, proxy or host
-    databases; the runner's store in a throw-away session folder), minus the fake's time."""
-    sys.path.insert(0, str(ROOT / "container"))
+def same_agent_options(model: FakeModel):
+    """The runner's own SDK configuration on the host (no sandbox, proxy or host databases; the
+    runner's store in a throw-away session folder)."""
     from agent_runner.config import RunnerConfig
     from agent_runner.mcp_tools import ToolContext
     from agent_runner.provider import ClaudeProvider
@@ -135,11 +169,7 @@ def same_agent(model: FakeModel, n: int) -> list[float]:
                               on_event=lambda: None)
     options = provider.options(None)
     options.env = {**options.env, "IS_SANDBOX": "1"}  # the CLI refuses bypassPermissions as root otherwise
-
-    try:
-        return asyncio.run(timed_turns(options, model, n, "same agent"))
-    finally:
-        runner_store.close()
+    return options
 
 
 class ProxyProgram:
@@ -163,7 +193,8 @@ class ProxyProgram:
         self.proc.wait(10)
 
 
-def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, proxy_env: dict | None = None) -> dict:
+def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, hosts: dict[str, HostClient],
+            proxy_env: dict | None = None) -> dict:
     app = create_app(settings)
     database.connect(reuse_if_open=True)
     apply_pending(database.obj, log=lambda _l: None)
@@ -216,8 +247,10 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, prox
         send(f"warmup-{runtime_name}")
         wait_reply(f"warmup-{runtime_name}")
         warm, to_model, back, requests = [], [], [], []
+        host = {name: [] for name in hosts}
         ROUTED.clear()
-        for i in range(n):
+
+        def pipe_turn(i: int) -> None:
             tag = f"warm{i}-{runtime_name}"
             accepted, before = send(tag)
             handed = wait_reply(tag)
@@ -227,6 +260,16 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, prox
             to_model.append(calls[0].received_mono - accepted)
             back.append(handed - calls[-1].received_mono - calls[-1].handled_s)
             requests.append(len(calls))
+
+        # one turn of each per round, the order rotating, a pause before each: all three see the same
+        # machine, and none starts while another's tail (transcript, bookkeeping) still runs
+        turns = [("pipe", pipe_turn)] + [(name, lambda _i, c=c, name=name: host[name].append(c.turn()))
+                                         for name, c in hosts.items()]
+        for i in range(n):
+            k = i % len(turns)
+            for _name, turn in turns[k:] + turns[:k]:
+                time.sleep(PACE_S)
+                turn(i)
         # after a quiet spell: the runner stopped its CLI (NANOCLAW_FREEZE_IDLE_S) and continues it
         stopped = []
         for i in range(AFTER_STOP):
@@ -236,7 +279,7 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, prox
             handed = wait_reply(tag)
             stopped.append(handed - accepted - sum(r.handled_s for r in model.requests[before:]))
         return {"cold": cold, "warm": warm, "to_model": to_model, "back": back, "requests": requests,
-                "routed": list(ROUTED), "stopped": stopped}
+                "routed": list(ROUTED), "stopped": stopped, "host": host}
     finally:
         bg.shutdown()
         for name in manager.running():
@@ -258,14 +301,8 @@ def main() -> None:
                "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-bench-not-a-key",
                "NANOCLAW_INSTALL_ID": f"bench-{os.getpid()}", "NANOCLAW_FREEZE_IDLE_S": os.environ.get("NANOCLAW_FREEZE_IDLE_S", "1")}
         print(f"NanoClaw latency, {n} warm messages per runtime, fake model on 127.0.0.1")
-        base = baseline(model, min(n, 20))
-        print(f"baseline  bare SDK warm turn (host, no sandbox/proxy/DB): p50 {pct(base, .5)*1000:6.0f} ms  "
-              f"p95 {pct(base, .95)*1000:6.0f} ms")
-        print(f"            of which: query -> first model request p50 {pct(BASE_SPLIT['to_model'], .5)*1000:4.0f} ms, "
-              f"last model byte -> result p50 {pct(BASE_SPLIT['back'], .5)*1000:4.0f} ms")
-        agent = same_agent(model, min(n, 20))
-        print(f"same agent  the runner's SDK options on the host (its tools and prompt, no pipe): p50 "
-              f"{pct(agent, .5)*1000:6.0f} ms  p95 {pct(agent, .95)*1000:6.0f} ms")
+        hosts = {"bare": HostClient(bare_options(model), model, "bare"),
+                 "agent": HostClient(same_agent_options(model), model, "same agent")}
         runtimes = [("bwrap", lambda s: bwrap_rt.BwrapRuntime(s.data_dir / "run" / "bwrap"))]
         client, _ = docker_rt.connect()
         probe = Settings.load(environ=env, dotenv_path=tmp / "none")
@@ -275,20 +312,40 @@ def main() -> None:
             run_env = {**env, "DATABASE_URL": f"sqlite:///{tmp / name / 'nc.db'}", "NANOCLAW_DATA_DIR": str(tmp / name),
                        "NANOCLAW_ENV_FILE": str(tmp / "none")}
             settings = Settings.load(environ=run_env, dotenv_path=tmp / "none")
-            result = measure(name, make(settings), settings, model, n, None if in_process else run_env)
-            warm, cold = result["warm"], result["cold"]
-            print(f"{name:7s}  warm overhead: p50 {pct(warm, .5)*1000:6.0f} ms  p95 {pct(warm, .95)*1000:6.0f} ms  "
-                  f"(x{pct(warm, .5)/pct(base, .5):.2f} of the bare SDK, x{pct(warm, .5)/pct(agent, .5):.2f} of the "
-                  f"same agent; p95 x{pct(warm, .95)/pct(base, .95):.2f} / x{pct(warm, .95)/pct(agent, .95):.2f})")
-            print(f"{name:7s}    of which: accepted -> first model request p50 {pct(result['to_model'], .5)*1000:4.0f} ms, "
-                  f"last model byte -> reply handed p50 {pct(result['back'], .5)*1000:4.0f} ms, "
-                  f"model requests per turn {statistics.median(result['requests']):.0f}; "
-                  f"router.route itself p50 {pct(result['routed'], .5)*1000:.1f} ms")
+            result = measure(name, make(settings), settings, model, n, hosts, None if in_process else run_env)
+            report(name, result)
             print(f"{name:7s}  after {QUIET_S:.1f} s quiet (CLI stopped after {settings.freeze_idle_s} s; 0 = never): "
                   f"p50 {pct(result['stopped'], .5)*1000:6.0f} ms  max {max(result['stopped'])*1000:6.0f} ms  "
                   f"({len(result['stopped'])} messages)")
+            cold = result["cold"]
             print(f"{name:7s}  cold start:    p50 {pct(cold, .5):6.2f} s   max {max(cold):6.2f} s   "
                   f"(target p50 <= 3 s)")
+        for c in hosts.values():
+            c.close()
+
+
+def ms(values, q=.5) -> str:
+    return f"{pct(values, q) * 1000:5.1f} ms"
+
+
+def report(name: str, result: dict) -> None:
+    """Each figure is a warm turn minus the fake model's own time; all three interleaved in one run."""
+    bare = [t["result"] for t in result["host"]["bare"]]
+    agent = [t["result"] for t in result["host"]["agent"]]
+    agent_answer = [t["answer"] for t in result["host"]["agent"]]
+    warm = result["warm"]
+    print(f"{name:7s}  bare SDK (host, no tools, query -> result): p50 {ms(bare)}  p95 {ms(bare, .95)}  "
+          f"[query -> model request {ms([t['to_model'] for t in result['host']['bare']])}, "
+          f"model's last byte -> result {ms([t['back'] for t in result['host']['bare']])}]")
+    print(f"{name:7s}  same agent (host, the runner's options): to the result p50 {ms(agent)}  p95 {ms(agent, .95)}; "
+          f"to the answer p50 {ms(agent_answer)}  p95 {ms(agent_answer, .95)}")
+    print(f"{name:7s}  NanoClaw (accepted -> reply handed): p50 {ms(warm)}  p95 {ms(warm, .95)}  "
+          f"= x{pct(warm, .5) / pct(bare, .5):.2f} the bare SDK (p95 x{pct(warm, .95) / pct(bare, .95):.2f}), "
+          f"x{pct(warm, .5) / pct(agent_answer, .5):.2f} the same agent to its answer "
+          f"(p95 x{pct(warm, .95) / pct(agent_answer, .95):.2f})")
+    print(f"{name:7s}    of which: accepted -> model request {ms(result['to_model'])}, model's last byte -> "
+          f"reply handed {ms(result['back'])}, model requests per turn {statistics.median(result['requests']):.0f}; "
+          f"router.route itself {ms(result['routed'])}")
 
 
 if __name__ == "__main__":
