@@ -301,8 +301,6 @@ def main() -> None:
                "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-bench-not-a-key",
                "NANOCLAW_INSTALL_ID": f"bench-{os.getpid()}", "NANOCLAW_FREEZE_IDLE_S": os.environ.get("NANOCLAW_FREEZE_IDLE_S", "1")}
         print(f"NanoClaw latency, {n} warm messages per runtime, fake model on 127.0.0.1")
-        hosts = {"bare": HostClient(bare_options(model), model, "bare"),
-                 "agent": HostClient(same_agent_options(model), model, "same agent")}
         runtimes = [("bwrap", lambda s: bwrap_rt.BwrapRuntime(s.data_dir / "run" / "bwrap"))]
         client, _ = docker_rt.connect()
         probe = Settings.load(environ=env, dotenv_path=tmp / "none")
@@ -312,7 +310,15 @@ def main() -> None:
             run_env = {**env, "DATABASE_URL": f"sqlite:///{tmp / name / 'nc.db'}", "NANOCLAW_DATA_DIR": str(tmp / name),
                        "NANOCLAW_ENV_FILE": str(tmp / "none")}
             settings = Settings.load(environ=run_env, dotenv_path=tmp / "none")
-            result = measure(name, make(settings), settings, model, n, hosts, None if in_process else run_env)
+            # new host CLIs for each runtime, as the sandbox's CLI is new: the three compared have the same
+            # turns behind them and the same length of conversation
+            hosts = {"bare": HostClient(bare_options(model), model, "bare"),
+                     "agent": HostClient(same_agent_options(model), model, "same agent")}
+            try:
+                result = measure(name, make(settings), settings, model, n, hosts, None if in_process else run_env)
+            finally:
+                for c in hosts.values():
+                    c.close()
             report(name, result)
             print(f"{name:7s}  after {QUIET_S:.1f} s quiet (CLI stopped after {settings.freeze_idle_s} s; 0 = never): "
                   f"p50 {pct(result['stopped'], .5)*1000:6.0f} ms  max {max(result['stopped'])*1000:6.0f} ms  "
@@ -320,8 +326,6 @@ def main() -> None:
             cold = result["cold"]
             print(f"{name:7s}  cold start:    p50 {pct(cold, .5):6.2f} s   max {max(cold):6.2f} s   "
                   f"(target p50 <= 3 s)")
-        for c in hosts.values():
-            c.close()
 
 
 def ms(values, q=.5) -> str:
@@ -343,6 +347,9 @@ def report(name: str, result: dict) -> None:
           f"= x{pct(warm, .5) / pct(bare, .5):.2f} the bare SDK (p95 x{pct(warm, .95) / pct(bare, .95):.2f}), "
           f"x{pct(warm, .5) / pct(agent_answer, .5):.2f} the same agent to its answer "
           f"(p95 x{pct(warm, .95) / pct(agent_answer, .95):.2f})")
+    paired = [w / b for w, b in zip(warm, bare)]
+    print(f"{name:7s}    round by round (each NanoClaw turn / the bare turn of the same round): median "
+          f"x{statistics.median(paired):.2f}")
     print(f"{name:7s}    of which: accepted -> model request {ms(result['to_model'])}, model's last byte -> "
           f"reply handed {ms(result['back'])}, model requests per turn {statistics.median(result['requests']):.0f}; "
           f"router.route itself {ms(result['routed'])}")
