@@ -70,7 +70,7 @@ def test_the_reply_is_written_before_the_cli_finishes_its_turn(tmp_path, fake): 
     (lay.group / ".claude" / "settings.json").write_text(json.dumps(
         {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": HOLD}]}]}}))
     fake.script = lambda r: Reply.say("Hi Alice!")
-    runner = RunnerProc(lay, fake)
+    runner = RunnerProc(lay, fake, {"NANOCLAW_TURN_TIMEOUT_S": "8"})
     try:
         mid = lay.write("hello there")
         reply = lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=60)
@@ -79,5 +79,15 @@ def test_the_reply_is_written_before_the_cli_finishes_its_turn(tmp_path, fake): 
         (lay.group / "release").touch()
         lay.wait_ack(mid)
         assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!"], "said once, not again at the result"
+
+        # a turn whose answer went out and which then fails (here: the hook outlasts the turn's time
+        # limit) is not the chat's news: no failure message, no retry of an answered message
+        (lay.group / "release").unlink()
+        fake.script = lambda r: Reply.say("Still here.")
+        mid2 = lay.write("and now?")
+        lay.wait_out(lambda r: r["in_reply_to"] == mid2, timeout=60)
+        lay.wait_ack(mid2, timeout=60)
+        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!", "Still here."]
+        assert "turn failed after its answer went out" in runner.logs()
     finally:
         runner.stop()
