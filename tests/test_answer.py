@@ -3,6 +3,9 @@ bubblewrap with a Stop hook that holds the CLI's result back, plus the pure spot
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 from nanoclaw.sessions import session_schema as _schema  # noqa: F401 - puts container/ on sys.path
 from tests.fakes.model_api import Reply
@@ -59,35 +62,70 @@ def test_a_turn_sent_back_by_a_stop_hook_can_answer_twice():
     assert [a for a in seen if a] == ["Done.", "Also this."] and spotter.answers == 2
 
 
-HOLD = ('for i in $(seq 600); do [ -e "$CLAUDE_PROJECT_DIR/release" ] && exit 0; sleep 0.05; done')
+HOLD = ('touch "$CLAUDE_PROJECT_DIR/held"; '
+        'for i in $(seq 600); do [ -e "$CLAUDE_PROJECT_DIR/release" ] && exit 0; sleep 0.05; done')
+
+
+def held_runner(lay: Layout, fake, **env) -> RunnerProc:  # noqa: F811
+    """A runner whose group settings hold every turn's end (a Stop hook) until the test releases it:
+    what the CLI does after the model's last byte, stretched from milliseconds to as long as we like."""
+    (lay.group / ".claude").mkdir()
+    (lay.group / ".claude" / "settings.json").write_text(json.dumps(
+        {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": HOLD}]}]}}))
+    return RunnerProc(lay, fake, env)
 
 
 def test_the_reply_is_written_before_the_cli_finishes_its_turn(tmp_path, fake):  # noqa: F811
     lay = Layout.make(tmp_path)
-    # the group's settings hold every turn's end until the test releases it: what the CLI does after
-    # the model's last byte (transcript, hooks, totals), stretched from milliseconds to as long as we like
-    (lay.group / ".claude").mkdir()
-    (lay.group / ".claude" / "settings.json").write_text(json.dumps(
-        {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": HOLD}]}]}}))
     fake.script = lambda r: Reply.say("Hi Alice!")
-    runner = RunnerProc(lay, fake, {"NANOCLAW_TURN_TIMEOUT_S": "8"})
+    runner = held_runner(lay, fake, NANOCLAW_TURN_TIMEOUT_S="8")
     try:
         mid = lay.write("hello there")
-        reply = lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=60)
+        reply = lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=20)  # the hook holds the result 30 s
         assert reply["content"] == {"op": "text", "text": "Hi Alice!"}
-        assert lay.acks().get(mid) == "processing", "the turn is still held by the Stop hook"
+        assert lay.acks().get(mid) == "completed", "the message's outcome is written with its answer"
         (lay.group / "release").touch()
-        lay.wait_ack(mid)
-        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!"], "said once, not again at the result"
+        assert (lay.group / "held").exists(), "the Stop hook ran: the CLI's result was still to come"
+        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!"]
+
+        # the turn ends; its result's text is not sent again
+        fake.script = lambda r: Reply.say("Second.")
+        mid2 = lay.write("again")
+        lay.wait_out(lambda r: r["in_reply_to"] == mid2, timeout=60)
+        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!", "Second."], "each said once"
 
         # a turn whose answer went out and which then fails (here: the hook outlasts the turn's time
         # limit) is not the chat's news: no failure message, no retry of an answered message
         (lay.group / "release").unlink()
         fake.script = lambda r: Reply.say("Still here.")
-        mid2 = lay.write("and now?")
-        lay.wait_out(lambda r: r["in_reply_to"] == mid2, timeout=60)
-        lay.wait_ack(mid2, timeout=60)
-        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!", "Still here."]
+        mid3 = lay.write("and now?")
+        lay.wait_out(lambda r: r["in_reply_to"] == mid3, timeout=60)
+        deadline = time.monotonic() + 60
+        while "turn failed after its answer went out" not in runner.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert "turn failed after its answer went out" in runner.logs()
+        assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!", "Second.", "Still here."]
+        assert lay.acks().get(mid3) == "completed"
     finally:
         runner.stop()
+
+
+def test_a_runner_killed_after_the_answer_leaves_nothing_to_answer_again(tmp_path, fake):  # noqa: F811
+    """The answer is out and only the CLI's bookkeeping is left when the sandbox dies (SIGKILL: no
+    clean-up runs): the message counts as answered, not as one to put to the agent again."""
+    from nanoclaw.runtime.bwrap import _descendants
+    lay = Layout.make(tmp_path)
+    fake.script = lambda r: Reply.say("Hi Alice!")
+    runner = held_runner(lay, fake)
+    try:
+        mid = lay.write("hello there")
+        lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=20)
+        pid = runner.runtime.pid_of(runner.name)
+        for p in _descendants(pid) + [pid]:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone with its parent
+    finally:
+        runner.stop()
+    assert lay.acks().get(mid) == "completed", "a claim left 'processing' would be retried and answered twice"
