@@ -84,8 +84,11 @@ def test_the_reply_is_written_before_the_cli_finishes_its_turn(tmp_path, fake): 
         reply = lay.wait_out(lambda r: r["in_reply_to"] == mid, timeout=20)  # the hook holds the result 30 s
         assert reply["content"] == {"op": "text", "text": "Hi Alice!"}
         assert lay.acks().get(mid) == "completed", "the message's outcome is written with its answer"
+        deadline = time.monotonic() + 20
+        while not (lay.group / "held").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (lay.group / "held").exists(), "the Stop hook runs after the answer: the CLI's result is still to come"
         (lay.group / "release").touch()
-        assert (lay.group / "held").exists(), "the Stop hook ran: the CLI's result was still to come"
         assert [r["content"]["text"] for r in lay.out_rows()] == ["Hi Alice!"]
 
         # the turn ends; its result's text is not sent again
