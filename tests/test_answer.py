@@ -36,29 +36,39 @@ def test_the_answer_is_the_text_of_the_message_that_ends_the_turn():
                  event("message_stop")]) == ["Hi Alice!"]
 
 
+def test_a_stream_cut_short_is_not_the_answer_its_repeat_is_once():
+    # the proxy dies after end_turn but before message_stop: the CLI asks again and gets it whole
+    assert spot([event("message_start"), *said("ack 1"), event("message_delta", "end_turn"),
+                 event("message_start"), *said("ack 1"), event("message_delta", "end_turn"),
+                 event("message_stop")]) == ["ack 1"]
+
+
 def test_every_text_block_of_the_answer_is_kept_not_only_the_last():
     # the CLI's own result holds only the last block ("second part")
     assert spot([event("message_start"), *said("first part", "second part"),
-                 event("message_delta", "end_turn")]) == ["first part\n\nsecond part"]
+                 event("message_delta", "end_turn"), event("message_stop")]) == ["first part\n\nsecond part"]
 
 
 def test_text_before_a_tool_call_is_not_the_answer():
     tool = AssistantMessage(content=[ToolUseBlock(id="t1", name="Bash", input={"command": "ls"})], model="m")
     assert spot([event("message_start"), *said("Let me look."), tool, event("message_delta", "tool_use"),
-                 event("message_start"), *said("Two files."), event("message_delta", "end_turn")]) == ["Two files."]
+                 event("message_stop"), event("message_start"), *said("Two files."), event("message_delta", "end_turn"),
+                 event("message_stop")]) == ["Two files."]
 
 
 def test_a_subagents_stream_and_an_empty_answer_are_not_answers():
     sub = "toolu_sub"
     assert spot([event("message_start", parent=sub), *said("inner result", parent=sub),
                  event("message_delta", "end_turn", parent=sub)]) == []
-    assert spot([event("message_start"), *said("   "), event("message_delta", "end_turn")]) == []
+    assert spot([event("message_start"), *said("   "), event("message_delta", "end_turn"),
+                 event("message_stop")]) == []
 
 
 def test_a_turn_sent_back_by_a_stop_hook_can_answer_twice():
     spotter = AnswerSpotter()
     seen = [spotter.see(m) for m in [event("message_start"), *said("Done."), event("message_delta", "end_turn"),
-                                     event("message_start"), *said("Also this."), event("message_delta", "end_turn")]]
+                                     event("message_stop"), event("message_start"), *said("Also this."),
+                                     event("message_delta", "end_turn"), event("message_stop")]]
     assert [a for a in seen if a] == ["Done.", "Also this."] and spotter.answers == 2
 
 

@@ -3,7 +3,7 @@
 After the model's last byte the CLI still writes its transcript, runs Stop hooks and totals the
 turn before it emits the result: 2-4 ms on a warm turn, as long as a hook takes with one. The answer
 is known earlier: a top-level message whose stream ends with stop_reason "end_turn" is the model's
-answer, and its text blocks have all arrived as AssistantMessages by the time its message_delta
+answer, and its text blocks have all arrived as AssistantMessages by the time its message_stop
 does. Handing it on then is what puts the reply in the chat before the turn's bookkeeping.
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ class AnswerSpotter:
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.final = False
+        self.said: set[str] = set()  # a repeated request's same answer is not a second one
         self.answers = 0
 
     def see(self, msg) -> str | None:
@@ -30,10 +32,16 @@ class AnswerSpotter:
             return None  # a subagent's stream is not the answer
         kind = msg.event.get("type")
         if kind == "message_start":
-            self.texts = []  # the text of earlier messages in this turn was said before a tool call
-        elif kind == "message_delta" and (msg.event.get("delta") or {}).get("stop_reason") in FINAL_STOP_REASONS:
-            texts, self.texts = self.texts, []
-            if texts:
+            self.texts, self.final = [], False  # earlier text was said before a tool call, or its stream broke
+        elif kind == "message_delta":
+            self.final = (msg.event.get("delta") or {}).get("stop_reason") in FINAL_STOP_REASONS
+        elif kind == "message_stop" and self.final:
+            # only a whole message: a stream cut before its end is asked for again by the CLI, and that
+            # second stream is the answer (a proxy killed mid-stream made one answer go out twice)
+            answer = "\n\n".join(self.texts)
+            self.texts, self.final = [], False
+            if answer and answer not in self.said:
+                self.said.add(answer)
                 self.answers += 1
-                return "\n\n".join(texts)
+                return answer
         return None
