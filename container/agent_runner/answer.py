@@ -1,10 +1,11 @@
-"""Spot the model's answer in a turn's stream before the CLI's result (pure).
+"""The model's answer in a turn's stream: every text block of the top-level message whose stream
+ends (message_stop) with stop_reason "end_turn" (pure).
 
-After the model's last byte the CLI still writes its transcript, runs Stop hooks and totals the
-turn before it emits the result: 2-4 ms on a warm turn, as long as a hook takes with one. The answer
-is known earlier: a top-level message whose stream ends with stop_reason "end_turn" is the model's
-answer, and its text blocks have all arrived as AssistantMessages by the time its message_stop
-does. Handing it on then is what puts the reply in the chat before the turn's bookkeeping.
+The CLI's own result keeps only that message's last text block, so an answer the model wrote in two
+blocks lost its first part. The answer is not sent at this point, a few ms before the result, but
+with the result: only then has the CLI written the answer into its transcript, the conversation's
+memory. A runner or CLI killed in between would otherwise leave an answered message unanswered in
+the transcript, and the next turn would answer it again (the fault-injection test did exactly that).
 """
 from __future__ import annotations
 

@@ -96,7 +96,6 @@ class PollLoop:
         self.tool_ctx = tool_ctx
         self.released: dict[str, int] = {}  # rows we gave back after a failed turn -> their tries then
         self.in_flight: list[str] = []
-        self.answered = False  # the in-flight turn's answer went out (answer.py)
 
     def next_turn(self) -> TurnPlan | None:
         now = schema.utc_now_iso()
@@ -110,46 +109,28 @@ class PollLoop:
         batch = plan.batch
         ids = [r.id for r in batch]
         self.store.claim(ids)
-        self.in_flight, self.answered = ids, False
+        self.in_flight = ids
         target = reply_target(batch, self.store.routing())
         answering = next((r for r in reversed(batch) if r.trigger), batch[-1])
         self.tool_ctx.turn = Turn(reply_to=target, in_reply_to=answering.id)
         log.info("turn start: %d message(s), seq %d..%d", len(batch), batch[0].seq, batch[-1].seq)
         started = time.monotonic()
         command = sdk_command(answering)
-
-        done = ids + [r.id for r in plan.superseded]
-
-        def answer(text: str) -> None:
-            """The model's answer, out at once (answer.py), in one transaction with the rows' outcome,
-            as at the end of a turn: whatever is cut short after it, nothing is lost or said twice.
-            A Stop hook that sends the model back may bring another answer: that one is a reply only."""
-            formatted = format_outbound(text)
-            reply = {"op": "text", "text": formatted} if formatted else None
-            if not self.answered:
-                self.store.finish_turn(done, reply, target, in_reply_to=answering.id, ok=True)
-            elif reply is not None and target is not None:
-                self.store.write_out(reply, target, in_reply_to=answering.id)
-            self.answered = True
         try:
-            result = await self.provider.run_turn(
-                command or build_prompt(batch, self.config.timezone, self.store.already_sent(ids)),
-                None if command else answer)  # a command's own output (a summary) is not an answer
+            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone,
+                                                                          self.store.already_sent(ids)))
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():
             result.text = COMMAND_DONE[command.split()[0]]
-        if self.answered:
-            if result.error:  # after the answer (a hook, the transcript): not the chat's news
-                log.warning("turn failed after its answer went out (%s); not retried", result.error)
-                result.error = None
-        elif result.error:
+        if result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
             self.released.update({r.id: r.tries for r in batch})
         else:
             text = format_outbound(result.text)
-            self.store.finish_turn(done, {"op": "text", "text": text} if text else None, target,
+            self.store.finish_turn(ids + [r.id for r in plan.superseded],
+                                   {"op": "text", "text": text} if text else None, target,
                                    in_reply_to=answering.id, ok=True)
         self.in_flight = []
         self.store.set_tool(None)
@@ -211,9 +192,9 @@ class PollLoop:
             if watcher is not None:
                 asyncio.get_running_loop().remove_reader(watcher.fileno())
                 watcher.close()
-            if self.in_flight and not self.answered:  # stopped mid-turn: give the rows back for the next runner
+            if self.in_flight:  # stopped mid-turn: give the rows back for the next runner
                 self.store.release(self.in_flight)
-            self.in_flight = []
+                self.in_flight = []
 
 
 async def _first(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:

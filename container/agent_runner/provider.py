@@ -35,7 +35,6 @@ class TurnResult:
     error: str | None = None  # a short reason, safe to show the user, when the turn failed
     timed_out: bool = False
     model_calls_s: float | None = None
-    answered: int = 0  # answers handed to on_answer before the result (their text is not repeated here)
 
 
 def destinations_text(labels: dict[str, str]) -> str:
@@ -159,9 +158,7 @@ class ClaudeProvider:
         transport = getattr(self.client, "_transport", None)  # the SDK names no public handle
         return getattr(getattr(transport, "_process", None), "pid", None)
 
-    async def run_turn(self, prompt: str, on_answer: Callable[[str], None] | None = None) -> TurnResult:
-        """One turn. on_answer gets the model's answer as soon as its message ends (answer.py), before
-        the CLI's result; TurnResult.text is then left empty so nothing goes out twice."""
+    async def run_turn(self, prompt: str) -> TurnResult:
         self.freezer.thaw()
         if self.client is None:
             try:
@@ -171,15 +168,13 @@ class ClaudeProvider:
                 return TurnResult(error=short_reason(None, str(e)))
         result = TurnResult()
         last_text: list[str] = []
-        spotter = AnswerSpotter()
+        spotter, answer = AnswerSpotter(), None  # the final message's every text block (answer.py)
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
-                    answer = spotter.see(msg) if on_answer is not None else None
-                    if answer is not None:
-                        on_answer(answer)
+                    answer = spotter.see(msg) or answer
                     if isinstance(msg, StreamEvent):
                         continue
                     if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
@@ -191,7 +186,10 @@ class ClaudeProvider:
                             result.error = short_reason(msg.api_error_status, msg.result or
                                                         "; ".join(msg.errors or []), msg.subtype)
                         else:
-                            result.text = msg.result if msg.result is not None else "\n".join(last_text)
+                            said = msg.result if msg.result is not None else "\n".join(last_text)
+                            # the CLI's result is the final message's last text block: the whole message
+                            # when it is that message (a command's summary, say, is not)
+                            result.text = answer if answer and said and answer.endswith(said) else said
         except TimeoutError:
             log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
             result = TurnResult(error=f"it took longer than {self.config.turn_timeout_s:.0f} s and was stopped",
@@ -205,9 +203,6 @@ class ClaudeProvider:
             log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             result = TurnResult(error="the agent process stopped unexpectedly")
             await self._drop_client()
-        result.answered = spotter.answers
-        if result.answered:
-            result.text = ""  # handed on already (the CLI's result holds only its last text block)
         if result.error:
             log.warning("turn failed: %s", result.error)
         return result
