@@ -14,7 +14,7 @@ baseline      = the same fake, called by a bare ClaudeSDKClient on the host (no 
 same agent    = a ClaudeSDKClient on the host with the runner's own options (ClaudeProvider.options:
                 the built-in tools, NanoClaw's MCP tools, hooks, the system prompt, partial messages):
                 what the agent costs the CLI before any pipe, timed to its result and to its answer
-                (the model's end_turn, where the runner hands the reply on: agent_runner/answer.py).
+                (the model's end_turn, a few ms before the result).
 The three are interleaved: each round runs one turn of each, in rotating order, with PACE_S before
 each turn, so drift of this shared VM (±5 ms between runs) falls on all three alike.
 Targets on this machine: warm overhead p50 ≤ 300 ms, cold start p50 ≤ 3 s.
@@ -103,13 +103,15 @@ class HostClient:
         return client
 
     async def _turn(self, text: str) -> tuple[float, float | None, float]:
-        from claude_agent_sdk import ResultMessage
-        from agent_runner.answer import AnswerSpotter
-        spotter, answered = AnswerSpotter(), None
+        from claude_agent_sdk import ResultMessage, StreamEvent
+        answered = None
         started = time.monotonic()
         await self.client.query(text)
         async for msg in self.client.receive_response():
-            if spotter.see(msg) is not None and answered is None:
+            # the model's end_turn (a stream event; the bare client has none): its answer is known here
+            if (answered is None and isinstance(msg, StreamEvent) and msg.parent_tool_use_id is None
+                    and msg.event.get("type") == "message_delta"
+                    and (msg.event.get("delta") or {}).get("stop_reason") == "end_turn"):
                 answered = time.monotonic()
             if isinstance(msg, ResultMessage):
                 break

@@ -16,7 +16,6 @@ from pathlib import Path
 from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, CLIConnectionError, ResultError,
                               ResultMessage, StreamEvent, SystemMessage, TextBlock)
 
-from .answer import AnswerSpotter
 from .config import PLACEHOLDER_API_KEY, RunnerConfig
 from .extra_servers import extra_mcp_servers
 from .freezer import Freezer
@@ -168,13 +167,11 @@ class ClaudeProvider:
                 return TurnResult(error=short_reason(None, str(e)))
         result = TurnResult()
         last_text: list[str] = []
-        spotter, answer = AnswerSpotter(), None  # the final message's every text block (answer.py)
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
-                    answer = spotter.see(msg) or answer
                     if isinstance(msg, StreamEvent):
                         continue
                     if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
@@ -186,10 +183,7 @@ class ClaudeProvider:
                             result.error = short_reason(msg.api_error_status, msg.result or
                                                         "; ".join(msg.errors or []), msg.subtype)
                         else:
-                            said = msg.result if msg.result is not None else "\n".join(last_text)
-                            # the CLI's result is the final message's last text block: the whole message
-                            # when it is that message (a command's summary, say, is not)
-                            result.text = answer if answer and said and answer.endswith(said) else said
+                            result.text = msg.result if msg.result is not None else "\n".join(last_text)
         except TimeoutError:
             log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
             result = TurnResult(error=f"it took longer than {self.config.turn_timeout_s:.0f} s and was stopped",

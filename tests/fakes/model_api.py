@@ -54,7 +54,6 @@ class Reply:
     error_message: str = ""
     delay_s: float = 0.0  # think time before the first byte (a slow model)
     chunk_delay_s: float = 0.0  # pause between stream events; text then streams word by word
-    cut_before: str = ""  # an SSE event name: the connection is dropped just before it (a proxy dying mid-stream)
 
     @classmethod
     def say(cls, text: str, **kw) -> "Reply":
@@ -376,11 +375,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:12])
         self.end_headers()
         for name, data in _sse_events(reply):
-            if name == reply.cut_before:
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
             chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             if reply.chunk_delay_s:
