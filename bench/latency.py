@@ -85,8 +85,8 @@ class HostClient:
     """A ClaudeSDKClient on the host, on an event loop of its own thread, so that its turns can be
     interleaved with the pipe's: one turn each, in turn, sees the same state of the machine."""
 
-    def __init__(self, options, model: FakeModel, label: str):
-        self.model, self.label, self.n = model, label, 0
+    def __init__(self, options, model: FakeModel, label: str, on_close=lambda: None):
+        self.model, self.label, self.n, self.on_close = model, label, 0, on_close
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"bench-{label}", daemon=True)
         self.thread.start()
@@ -118,8 +118,8 @@ class HostClient:
         return started, answered, time.monotonic()
 
     def turn(self) -> dict:
-        """One warm turn: seconds to the result and to the answer (the point the pipe hands a reply
-        on), each minus the fake's own time, and the split around the model call."""
+        """One warm turn: seconds to the result and to the answer (the model's end_turn), each minus
+        the fake's own time, and the split around the model call."""
         before = len(self.model.requests)
         self.n += 1
         started, answered, ended = self._run(self._turn(f"{self.label} {self.n}"))
@@ -135,6 +135,7 @@ class HostClient:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+            self.on_close()
 
 
 def bare_options(model: FakeModel):
@@ -148,9 +149,9 @@ def bare_options(model: FakeModel):
     return ClaudeAgentOptions(tools=[], env=env, cwd=tempfile.mkdtemp())
 
 
-def same_agent_options(model: FakeModel):
+def same_agent_client(model: FakeModel) -> HostClient:
     """The runner's own SDK configuration on the host (no sandbox, proxy or host databases; the
-    runner's store in a throw-away session folder)."""
+    runner's store in a throw-away session folder, closed with the client)."""
     from agent_runner.config import RunnerConfig
     from agent_runner.mcp_tools import ToolContext
     from agent_runner.provider import ClaudeProvider
@@ -171,7 +172,7 @@ def same_agent_options(model: FakeModel):
                               on_event=lambda: None)
     options = provider.options(None)
     options.env = {**options.env, "IS_SANDBOX": "1"}  # the CLI refuses bypassPermissions as root otherwise
-    return options
+    return HostClient(options, model, "same agent", on_close=runner_store.close)
 
 
 class ProxyProgram:
@@ -315,7 +316,7 @@ def main() -> None:
             # new host CLIs for each runtime, as the sandbox's CLI is new: the three compared have the same
             # turns behind them and the same length of conversation
             hosts = {"bare": HostClient(bare_options(model), model, "bare"),
-                     "agent": HostClient(same_agent_options(model), model, "same agent")}
+                     "agent": same_agent_client(model)}
             try:
                 result = measure(name, make(settings), settings, model, n, hosts, None if in_process else run_env)
             finally:
