@@ -14,6 +14,7 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -55,6 +56,39 @@ def answers(tg: FakeTelegram) -> Counter:
     return seen
 
 
+def trail(svc, tg: FakeTelegram, model: FakeModel, markers: list[str]) -> str:
+    """Where each of these markers went: the model turns whose prompt carried it, the chat replies,
+    and the session's rows (inbound status and tries, the runner's ack, the replies written)."""
+    lines = []
+    calls = model.model_calls()
+    for m in markers:
+        pattern = re.compile(rf"{m}\b")
+        turns = [i for i, r in enumerate(calls) if pattern.search(r.current_prompt())]
+        lines.append(f"{m}: in model calls {turns} of {len(calls)}")
+        for i in turns:
+            said = [j for j, msg in enumerate(calls[i].messages) if pattern.search(json.dumps(msg.get("content")))]
+            at = time.strftime("%H:%M:%S", time.gmtime(calls[i].received_at))
+            lines.append(f"  call {i} at {at}: {len(calls[i].messages)} messages, the marker in {said}; "
+                         f"prompt ...{calls[i].current_prompt()[-200:]!r}")
+    for folder in (svc.root / "data" / "sessions").glob("*/*"):
+        try:
+            inbound = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
+            outbound = sqlite3.connect(f"file:{folder / 'agent' / 'outbound.db'}?mode=ro", uri=True)
+            for m in markers:
+                for mid, status, tries in inbound.execute(
+                        "SELECT id, status, tries FROM messages_in WHERE content LIKE ?", (f'%"note {m}"%',)):
+                    ack = outbound.execute("SELECT status, status_changed FROM processing_ack WHERE message_id = ?",
+                                           (mid,)).fetchall()
+                    lines.append(f"{m}: {mid} {status} tries={tries} ack={ack}")
+            for seq, ts, text in outbound.execute("SELECT seq, timestamp, content FROM messages_out"):
+                found = [m for m in markers if re.search(rf"{m}\b", text)]
+                if found:
+                    lines.append(f"reply seq {seq} at {ts}: {text[:160]}")
+        except sqlite3.Error as exc:
+            lines.append(f"{folder}: {exc}")
+    return "\n".join(lines)
+
+
 class Sender(threading.Thread):
     """One DM after another, each sent again until acknowledged (as Telegram does)."""
 
@@ -92,13 +126,13 @@ def service(request, tmp_path):
             [["agent", "create", "Andy"], ["user", "add", f"telegram:{OWNER}", "--role", "owner"],
              ["wire", "telegram", str(OWNER), "andy"]])
         try:
-            yield svc, tg
+            yield svc, tg, model
         finally:
             svc.stop()
 
 
 def test_killing_any_process_loses_no_message_and_answers_none_twice(service):
-    svc, tg = service
+    svc, tg, model = service
     rnd = random.Random(15)
     sender = Sender(svc.port)
     sender.start()
@@ -128,6 +162,7 @@ def test_killing_any_process_loses_no_message_and_answers_none_twice(service):
     seen = answers(tg)
     lost = [m for m in acknowledged if m not in seen]
     twice = sorted(m for m, count in seen.items() if count > 1)
-    assert (lost, twice) == ([], []), f"killed {Counter(killed)}\n{svc.log()[-4000:]}"
+    assert (lost, twice) == ([], []), \
+        f"killed {Counter(killed)}\n{trail(svc, tg, model, lost + twice)}\n{svc.log()[-4000:]}"
     assert len(set(killed)) >= 3, killed  # the rounds reached several kinds of process
     print(f"killed {dict(Counter(killed))}; {len(acknowledged)} messages acknowledged, each answered once")
