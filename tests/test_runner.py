@@ -126,8 +126,10 @@ def test_short_reasons_name_the_failure_without_detail_leaks():
 
 def test_blocked_tools_and_declared_timeouts():
     for name in ("AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "EnterWorktree", "ExitWorktree",
-                 "CronCreate", "ScheduleWakeup"):
+                 "CronCreate", "ScheduleWakeup", "SendMessage", "ListAgents", "Monitor", "Workflow",
+                 "ReportFindings"):
         assert name in BLOCKED_TOOLS and block_reason(name)
+    assert "send_message" in block_reason("SendMessage")  # the model is pointed at the chat's own tool
     assert block_reason("Bash") is None
     assert declared_timeout_ms("Bash", {"command": "x", "timeout": 5000}) == 5000
     assert declared_timeout_ms("Bash", {"command": "x"}) is None
@@ -431,6 +433,8 @@ def test_a_message_gets_an_answer_in_its_chat(agent):
     assert "Biscuit" in call.all_text()  # the group's CLAUDE.md reached the model
     assert "always sign as Andy" in call.system_text()  # and the global one, in the system prompt
     assert not set(BLOCKED_TOOLS) & set(call.tool_names())
+    # the CLI's agent-team and background tools are not offered: no teammates, nobody outside a turn
+    assert not {"SendMessage", "ListAgents", "Monitor", "Workflow", "ReportFindings"} & set(call.tool_names())
     assert {"mcp__nanoclaw__send_message", "mcp__nanoclaw__send_file", "mcp__nanoclaw__edit_message",
             "mcp__nanoclaw__add_reaction"} <= set(call.tool_names())
     assert lay.state(SDK_SESSION_KEY) and (lay.session / "heartbeat").exists()

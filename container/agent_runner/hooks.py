@@ -10,19 +10,32 @@ from .store import SessionStore
 
 log = logging.getLogger("agent_runner.hooks")
 
-# Interactive or self-scheduling tools of the SDK/CLI: nobody is at a terminal to answer them, and
-# scheduling belongs to the host (its tasks survive the sandbox; the CLI's cron would not).
-BLOCKED_TOOLS = (
-    "AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "EnterWorktree", "ExitWorktree",
-    "CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "RemoteTrigger",
-)
+_INTERACTIVE = ("you are answering a chat, nobody can answer interactive prompts, and scheduling is done "
+                "by the host.")
+_WHY = {
+    # interactive or self-scheduling: nobody is at a terminal to answer them, and scheduling belongs
+    # to the host (its tasks survive the sandbox; the CLI's cron would not)
+    **dict.fromkeys(("AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "EnterWorktree", "ExitWorktree",
+                     "CronCreate", "CronDelete", "CronList", "ScheduleWakeup", "RemoteTrigger"), _INTERACTIVE),
+    # Claude Code's agent teams: there are no teammates here, and a model that takes SendMessage for
+    # the chat's send_message would answer nobody
+    **dict.fromkeys(("ListAgents", "SendMessage"),
+                    "there are no other agents to message here: people are reached with send_message."),
+    # they report back later, outside the turn, where nothing reads the CLI (and the idle CLI is
+    # stopped); a Workflow can also start dozens of agents on one keyword
+    **dict.fromkeys(("Monitor", "Workflow"),
+                    "background monitors and workflows report outside the turn, where nobody would see "
+                    "them: run the command with Bash and check on it when asked."),
+    "ReportFindings": "it is a code-review screen's tool; here the findings go in your answer.",
+}
+# Also left out of the request: each tool's definition costs the CLI time on every turn (these five
+# are a third of a turn's 73 KB; docs/benchmarks.md)
+BLOCKED_TOOLS = tuple(_WHY)
 
 
 def block_reason(tool_name: str) -> str | None:
-    if tool_name in BLOCKED_TOOLS:
-        return (f"{tool_name} is not available here: you are answering a chat, nobody can answer "
-                "interactive prompts, and scheduling is done by the host.")
-    return None
+    why = _WHY.get(tool_name)
+    return f"{tool_name} is not available here: {why}" if why else None
 
 
 def declared_timeout_ms(tool_name: str, tool_input: dict[str, Any] | None) -> int | None:
