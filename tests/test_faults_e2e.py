@@ -1,5 +1,9 @@
 """Faults (issue 15): kill any process of the running service at a random moment during traffic,
 20 rounds, on both runtimes: every message the service acknowledged is answered, and none twice.
+The one exception is the documented one (docs/security.md): a reply whose sending process was killed
+between marking it `sending` and the platform receiving it counts as sent, so it may be lost, never
+doubled. Such a reply must be on record as interrupted, and there can be no more of them than kills
+of the web worker or its master.
 
 The service runs as `make run` starts it (supervisord: gunicorn web, whose worker holds the
 background, and the proxy), with a real sandbox, the real SDK and CLI, a fake Telegram and a
@@ -26,6 +30,7 @@ from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
 from service_harness import SupervisedService, post
 from nanoclaw.config import Settings
+from nanoclaw.outbound.delivery import INTERRUPTED
 from test_chat_e2e import runtime_available
 
 ROUNDS = 20
@@ -70,7 +75,19 @@ def trail(svc, tg: FakeTelegram, model: FakeModel, markers: list[str]) -> str:
             at = time.strftime("%H:%M:%S", time.gmtime(calls[i].received_at))
             lines.append(f"  call {i} at {at}: {len(calls[i].messages)} messages, the marker in {said}; "
                          f"prompt ...{calls[i].current_prompt()[-200:]!r}")
+    sends = [str((c.json or {}).get("text") or c.form.get("text") or "")
+             for c in tg.accepted(lambda r: r.path.endswith("/sendMessage"))]
+    for m in markers:
+        pattern = re.compile(rf"{m}\b")
+        lines.append(f"{m}: in chat messages {[i for i, t in enumerate(sends) if pattern.search(t)]} of {len(sends)}")
     for folder in (svc.root / "data" / "sessions").glob("*/*"):
+        for transcript in sorted(folder.glob("agent/home/.claude/projects/*/*.jsonl")):
+            for n, line in enumerate(transcript.read_text(errors="replace").splitlines()):
+                found = [m for m in markers if re.search(rf"{m}\b", line)]
+                if found:
+                    entry = json.loads(line) if line.startswith("{") else {}
+                    lines.append(f"transcript {transcript.stem[:8]} line {n}: {entry.get('type')} "
+                                 f"{str(entry.get('uuid'))[:8]}<-{str(entry.get('parentUuid'))[:8]} {found}")
         try:
             inbound = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
             outbound = sqlite3.connect(f"file:{folder / 'agent' / 'outbound.db'}?mode=ro", uri=True)
@@ -80,13 +97,35 @@ def trail(svc, tg: FakeTelegram, model: FakeModel, markers: list[str]) -> str:
                     ack = outbound.execute("SELECT status, status_changed FROM processing_ack WHERE message_id = ?",
                                            (mid,)).fetchall()
                     lines.append(f"{m}: {mid} {status} tries={tries} ack={ack}")
-            for seq, ts, text in outbound.execute("SELECT seq, timestamp, content FROM messages_out"):
+            for row_id, seq, ts, text in outbound.execute("SELECT id, seq, timestamp, content FROM messages_out"):
                 found = [m for m in markers if re.search(rf"{m}\b", text)]
                 if found:
-                    lines.append(f"reply seq {seq} at {ts}: {text[:160]}")
+                    sent = inbound.execute("SELECT status, tries, last_error, platform_message_id FROM delivered "
+                                           "WHERE message_out_id = ?", (row_id,)).fetchall()
+                    lines.append(f"reply seq {seq} at {ts}: {text[:160]} delivered={sent}")
         except sqlite3.Error as exc:
             lines.append(f"{folder}: {exc}")
     return "\n".join(lines)
+
+
+def interrupted_replies(svc) -> list[str]:
+    """The texts of replies the service settled as sent after their sender was killed mid-send."""
+    found: list[str] = []
+    for folder in (svc.root / "data" / "sessions").glob("*/*"):
+        try:
+            conn = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
+            conn.execute("ATTACH ? AS ob", (f"file:{folder / 'agent' / 'outbound.db'}?mode=ro",))
+            for (text,) in conn.execute("SELECT o.content FROM ob.messages_out o JOIN delivered d "
+                                        "ON d.message_out_id = o.id WHERE d.last_error = ?", (INTERRUPTED,)):
+                found.append(text)
+            conn.close()
+        except sqlite3.Error:  # a file mid-write: asked again on the next look
+            continue
+    return found
+
+
+def counted_as_sent(svc) -> set[str]:
+    return {m for text in interrupted_replies(svc) for m in MARKER.findall(text)}
 
 
 class Sender(threading.Thread):
@@ -157,12 +196,19 @@ def test_killing_any_process_loses_no_message_and_answers_none_twice(service):
     acknowledged = list(sender.acknowledged)
     assert len(acknowledged) >= ROUNDS, (killed, svc.log()[-3000:])
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not set(acknowledged) <= set(answers(tg)):
+    while time.monotonic() < deadline and not set(acknowledged) <= set(answers(tg)) | counted_as_sent(svc):
         time.sleep(1)
     seen = answers(tg)
     lost = [m for m in acknowledged if m not in seen]
     twice = sorted(m for m, count in seen.items() if count > 1)
-    assert (lost, twice) == ([], []), \
-        f"killed {Counter(killed)}\n{trail(svc, tg, model, lost + twice)}\n{svc.log()[-4000:]}"
+    interrupted = counted_as_sent(svc)
+    # the documented loss: whole replies on record as interrupted, at most one per web process killed
+    by_rule = [m for m in lost if m in interrupted]
+    replies_cut = [t for t in interrupted_replies(svc) if MARKER.search(t)]
+    lost = [m for m in lost if m not in interrupted]
+    web_kills = sum(1 for role in killed if role.startswith("web"))
+    assert (lost, twice) == ([], []) and len(replies_cut) <= web_kills, \
+        f"killed {Counter(killed)}\n{trail(svc, tg, model, lost + twice + by_rule)}\n{svc.log()[-4000:]}"
     assert len(set(killed)) >= 3, killed  # the rounds reached several kinds of process
-    print(f"killed {dict(Counter(killed))}; {len(acknowledged)} messages acknowledged, each answered once")
+    print(f"killed {dict(Counter(killed))}; {len(acknowledged)} messages acknowledged, each answered once"
+          + (f" but {by_rule}, whose reply was cut off by a kill mid-send (counted as sent)" if by_rule else ""))

@@ -278,6 +278,10 @@ def has_retries(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM delivered WHERE status = 'retry' LIMIT 1").fetchone() is not None
 
 
+# What a reply a dead predecessor was sending is marked with (docs/security.md: lost, never doubled).
+INTERRUPTED = "interrupted by a restart while sending; counted as sent"
+
+
 def settle_interrupted(session_path: Path) -> int:
     """At start-up, rows a dead predecessor left 'sending'. A chat send was on its way to the
     platform (which has no idempotency key): it counts as delivered rather than risk the user
@@ -298,7 +302,7 @@ def settle_interrupted(session_path: Path) -> int:
                              (_iso(datetime.now(timezone.utc)), row_id))
             else:
                 conn.execute("UPDATE delivered SET status = 'delivered', last_error = ? WHERE message_out_id = ?",
-                             ("interrupted by a restart while sending; counted as sent", row_id))
+                             (INTERRUPTED, row_id))
         return len(rows)
     finally:
         conn.close()
