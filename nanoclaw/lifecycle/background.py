@@ -4,9 +4,9 @@ Whoever takes the exclusive lock on data/scheduler.lock runs it: a second
 gunicorn worker or a `flask` command never runs the jobs twice.
 
 - start-up (at once, in a job): this install's sandboxes left by a previous run
-  are removed (wakes that arrive meanwhile wait in the queue), then the first
-  sweep runs over every open session, settling deliveries a killed predecessor
-  left half done, while delivery, wakes and task runs already go on;
+  are removed (wakes that arrive meanwhile wait in the queue), the sends a killed
+  predecessor left half done are settled in every session, then the first sweep
+  runs over every open session while delivery, wakes and task runs already go on;
 - delivery: a thread that wakes when an active session's runner nudges after a
   commit to outbound.db (and every second regardless) and hands new rows to the
   adapters or to a system op's handler (outbound/watcher.py);
@@ -146,8 +146,8 @@ class Background:
 
     # --- jobs ------------------------------------------------------------------------------------
     def startup(self) -> None:
-        """Orphans out; then wakes, delivery and tasks run while the first sweep goes over every
-        session (settling deliveries a killed predecessor left half done); then the regular sweep."""
+        """Orphans out; the sends a killed predecessor left half done settled; then wakes, delivery
+        and tasks run while the first sweep goes over every session; then the regular sweep."""
         started = time.monotonic()
         try:
             if self.manager is not None:
@@ -162,6 +162,11 @@ class Background:
         if self._stop.is_set():
             return
         self.upgrade_layouts()
+        # before the first send: a reply a killed predecessor was sending is settled in every session
+        # (the start-up sweep skips sessions woken meanwhile; their rows would stay 'sending')
+        settled = sweep.settle_half_sent(everything(self.settings))
+        if settled:
+            log.info("settled %d send(s) a stopped process left half done (counted as sent)", settled)
         self.delivery = DeliveryLoop(self.settings, self.live, self.refresh, self._stop)
         self._thread = threading.Thread(target=self.delivery.run, name="nanoclaw-delivery", daemon=True)
         self._thread.start()
@@ -208,7 +213,7 @@ class Background:
         def wake(ref: SessionRef, task: bool = False) -> None:
             self.watch(ref)
             self.wake(ref.folder, ref.session_id, task=task)
-        result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(), settle=full,
+        result = sweep.sweep_pass(refs, self.active.running_ids, self.settings, now=time.time(),
                                   pressure=bool(manager and manager.queue),
                                   skip=self.active.woken_ids() if full and skip_woken else frozenset(),
                                   stop=(manager.stop if manager else lambda *_: None), wake=wake)

@@ -151,7 +151,6 @@ def _mtime(path: Path) -> float | None:
 class Reading:
     view: SessionView
     due_task: bool = False  # due work includes a scheduled task (it goes first in the queue)
-    half_sent: bool = False  # a delivery was left 'sending' (by a killed predecessor, at start-up)
     ran_task: bool = False   # a task's message is in the session (an isolated run has had its run)
 
 
@@ -191,7 +190,6 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
         kinds = {k for (k,) in conn.execute(
             "SELECT DISTINCT kind FROM messages_in WHERE status = 'pending' AND trigger = 1 AND "
             f"(process_after IS NULL OR process_after <= ?){unacked}", (now_iso,))}
-        half_sent = conn.execute("SELECT 1 FROM delivered WHERE status = 'sending' LIMIT 1").fetchone() is not None
         ran_task = conn.execute("SELECT 1 FROM messages_in WHERE kind = 'task' LIMIT 1").fetchone() is not None
     except sqlite3.Error as exc:  # the agent mid-create: look again next sweep
         log.warning("could not read %s: %s", path, exc)
@@ -201,7 +199,7 @@ def read_view(path: Path, running: bool, now: float) -> Reading:
     view = SessionView(running=running, heartbeat_at=heartbeat, claims=claims, current_tool=tool,
                        tool_timeout_ms=timeout_ms, last_work_at=max(work, default=None),
                        has_due_work=bool(kinds), failures=failures)
-    return Reading(view, due_task="task" in kinds, half_sent=half_sent, ran_task=ran_task)
+    return Reading(view, due_task="task" in kinds, ran_task=ran_task)
 
 
 def _failures(conn: sqlite3.Connection) -> tuple[Claim, ...]:
@@ -287,11 +285,22 @@ class PassResult:
     woken: list[tuple[str, str]] = field(default_factory=list)
 
 
+def settle_half_sent(refs) -> int:
+    """At start-up, before this process sends anything: every session's sends a killed predecessor
+    left 'sending' are settled (delivery.settle_interrupted), woken meanwhile or not. How many."""
+    settled = 0
+    for ref in refs:
+        try:
+            settled += delivery.settle_interrupted(ref.path)
+        except Exception as exc:  # one broken session must not keep the others' rows 'sending'
+            log.exception("could not settle the interrupted sends of %s: %s", ref.path, exc)
+    return settled
+
+
 def sweep_pass(refs, running_ids: set[str], settings, *, stop, wake, now: float, pressure: bool = False,
-               settle: bool = False, skip=frozenset()) -> PassResult:
+               skip=frozenset()) -> PassResult:
     """Decide and apply for each session of `refs` (active.SessionRef). `stop(folder, id)` stops
-    a sandbox, `wake(ref, task=bool)` starts one (or queues it); `settle` (at start-up) first
-    settles the deliveries a killed predecessor left half done. Sessions in `skip` (woken while
+    a sandbox, `wake(ref, task=bool)` starts one (or queues it). Sessions in `skip` (woken while
     the start-up pass runs) are left to the next regular sweep."""
     result = PassResult()
     for ref in refs:
@@ -300,8 +309,6 @@ def sweep_pass(refs, running_ids: set[str], settings, *, stop, wake, now: float,
         result.sessions += 1
         try:
             reading = read_view(ref.path, ref.session_id in running_ids, now)
-            if settle and reading.half_sent:
-                delivery.settle_interrupted(ref.path)
             # an isolated run's sandbox, pre-woken before its time, waits for its run; once it ran, it goes
             idle = TASK_RUN_IDLE_S if ref.isolated_run and reading.ran_task else PRESSURE_IDLE_S if pressure \
                 else IDLE_S
@@ -329,4 +336,4 @@ def sweep_pass(refs, running_ids: set[str], settings, *, stop, wake, now: float,
 
 
 __all__ = ["Claim", "SessionView", "Reset", "Decision", "Reading", "PassResult", "decide", "read_view",
-           "apply_resets", "tell_user", "failure_notice", "backoff_s", "sweep_pass"]
+           "apply_resets", "tell_user", "failure_notice", "backoff_s", "settle_half_sent", "sweep_pass"]
