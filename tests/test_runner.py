@@ -5,6 +5,7 @@ unix->TCP forwarder stands in for the proxy). Plus pure unit tests of its decisi
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -89,6 +90,17 @@ def test_released_rows_wait_for_the_host_to_bump_tries():
     forget_bumped(released, [row(1, tries=1)])
     assert released == {}
     assert [r.seq for r in choose_batch([row(1, tries=1)], set(), released, 10)] == [1]
+
+
+def test_rows_of_a_failed_turn_ride_along_beyond_the_cap():
+    # rows 1-2 were shown in a turn that failed; the CLI holds that prompt unanswered and will send
+    # it with the next one, so the next turn takes them too (else they were answered twice)
+    rows = [row(1), row(2)] + [row(i) for i in range(3, 6)]
+    released = {"m1": 0, "m2": 0}
+    plan = plan_turn(rows, set(), released, 2, owed={"m1", "m2"})
+    assert [r.seq for r in plan.batch] == [1, 2, 4, 5] and plan.superseded == []
+    plan = plan_turn(rows, set(), released, 2)  # a new runner owes nothing: the cap as before
+    assert [r.seq for r in plan.batch] == [4, 5]
 
 
 def test_reply_goes_to_the_newest_triggering_chat_else_the_routing():
@@ -709,6 +721,33 @@ def test_model_errors_reach_the_user_and_release_the_rows(tmp_path, fake):
         fake.script = lambda r: "back to normal"
         mid4 = lay.write("still alive?")
         lay.wait_out(lambda r: r["in_reply_to"] == mid4 and r["content"]["text"] == "back to normal", timeout=30)
+    finally:
+        runner.stop()
+
+
+def test_messages_of_a_failed_turn_are_answered_once_when_newer_ones_pile_up(tmp_path, fake):
+    """The model fails a turn while more messages than fit in one prompt arrive. The CLI keeps the
+    failed prompt in its conversation and sends it with the next one, so the next answer covers it:
+    its messages must be completed with that answer, not answered again in a turn of their own."""
+    def answer(req):
+        marks = list(dict.fromkeys(re.findall(r"m-\d+", req.current_prompt())))
+        if marks == ["m-001"] and not failed:
+            failed.append(req)
+            return Reply(status=500, error_message="upstream exploded", delay_s=2)
+        return Reply.say("ack " + " ".join(marks))
+    failed: list = []
+    fake.script = answer
+    lay = Layout.make(tmp_path)
+    runner = RunnerProc(lay, fake)  # at most 5 messages per prompt
+    try:
+        first = lay.write("note m-001")
+        fake.wait_for(lambda r: failed, timeout=60)
+        ids = [lay.write(f"note m-{i:03d}") for i in range(2, 8)]  # six more while the model fails
+        for mid in [first, *ids]:
+            lay.wait_ack(mid, timeout=60)
+        said = [m for r in lay.out_rows() if r["content"].get("text", "").startswith("ack ")
+                for m in re.findall(r"m-\d+", r["content"]["text"])]
+        assert sorted(said) == [f"m-{i:03d}" for i in range(1, 8)], said  # each answered, none twice
     finally:
         runner.stop()
 

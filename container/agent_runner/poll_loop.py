@@ -95,15 +95,17 @@ class PollLoop:
         self.provider = provider
         self.tool_ctx = tool_ctx
         self.released: dict[str, int] = {}  # rows we gave back after a failed turn -> their tries then
+        self.owed: set[str] = set()  # rows this CLI was shown in a failed turn, not answered yet (selection.py)
         self.in_flight: list[str] = []
 
     def next_turn(self) -> TurnPlan | None:
         now = schema.utc_now_iso()
         rows = self.store.pending_rows()
         forget_bumped(self.released, [r for r, _ in rows])
+        self.owed &= {r.id for r, _ in rows}  # answered, or no longer pending
         due = [r for r, after in rows if is_due(after, now)]
         return plan_turn(due, self.store.acked_ids([r.id for r in due]), self.released,
-                         self.config.max_messages)
+                         self.config.max_messages, self.owed)
 
     async def run_turn(self, plan: TurnPlan) -> TurnResult:
         batch = plan.batch
@@ -127,6 +129,7 @@ class PollLoop:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
             self.released.update({r.id: r.tries for r in batch})
+            self.owed.update(r.id for r in batch)
         else:
             text = format_outbound(result.text)
             self.store.finish_turn(ids + [r.id for r in plan.superseded],

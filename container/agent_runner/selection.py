@@ -12,12 +12,16 @@ triggers a turn, so nothing the user said is hidden from the agent.
 
 Rows older than the newest `max_n`: context-only ones (trigger = 0) are superseded — the cap chose
 the newest context — and are completed with the turn, so they never resurface out of order later;
-a triggering one stays pending and gets its own turn next.
+a triggering one stays pending and gets its own turn next. Except rows *owed*: shown to this CLI in
+a turn that failed. The CLI keeps that prompt in its conversation, unanswered, and sends it with the
+next one (two user messages in a row become one), so the next answer covers them whether we show
+them or not; they ride along beyond the cap, and are completed with that answer rather than being
+answered again in a turn of their own (the fault test saw exactly that double).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,18 +77,20 @@ class TurnPlan:
 
 
 def plan_turn(candidates: Iterable[InboundRow], acked: set[str], released: Mapping[str, int],
-              max_n: int) -> TurnPlan | None:
+              max_n: int, owed: AbstractSet[str] = frozenset()) -> TurnPlan | None:
     """The next turn, or None when no turn should run.
 
-    `candidates` are the pending, due rows (any order); `acked` the ids we hold in processing_ack.
+    `candidates` are the pending, due rows (any order); `acked` the ids we hold in processing_ack;
+    `owed` the ids shown in a failed turn of this CLI (they ride along beyond the cap).
     """
     open_rows = sorted((r for r in candidates if r.id not in acked), key=lambda r: r.seq, reverse=True)
     if not any(_counts_as_trigger(r, released) for r in open_rows):
         return None
     window = open_rows[:max(1, max_n)]
     older = open_rows[max(1, max_n):]
-    return TurnPlan(sorted(window, key=lambda r: r.seq), sorted((r for r in older if not r.trigger),
-                                                                key=lambda r: r.seq))
+    window += [r for r in older if r.id in owed]
+    return TurnPlan(sorted(window, key=lambda r: r.seq),
+                    sorted((r for r in older if not r.trigger and r.id not in owed), key=lambda r: r.seq))
 
 
 def choose_batch(candidates: Iterable[InboundRow], acked: set[str], released: Mapping[str, int],
