@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import _build_app
+from nanoclaw.db import database
 from nanoclaw.lifecycle.sandboxes import QueuedWake, SandboxManager, pick_next
 
 
@@ -36,13 +38,16 @@ class MemoryRuntime:
 
 
 @pytest.fixture
-def manager(make_settings):
-    settings = make_settings(MAX_CONCURRENT_CONTAINERS=2, NANOCLAW_INSTALL_ID="q")
+def manager(make_settings, sqlite_url):
+    # a migrated database of its own (a start reads the agent's record): the file runs alone too
+    app = _build_app(make_settings(DATABASE_URL=sqlite_url, MAX_CONCURRENT_CONTAINERS=2, NANOCLAW_INSTALL_ID="q"))
+    settings = app.config["NANOCLAW"]
     for folder in ("alice", "bob"):
         sock = settings.proxy_dir / folder / "proxy.sock"
         sock.parent.mkdir(parents=True, exist_ok=True)
         sock.touch()
-    return SandboxManager(settings, MemoryRuntime())
+    yield SandboxManager(settings, MemoryRuntime())
+    database.close()
 
 
 def started_sessions(manager):
@@ -81,3 +86,14 @@ def test_wakes_wait_during_start_up_and_are_refused_when_closing(manager):
     manager.closing = True
     assert not manager.wake("bob", "b1") and manager.queue == []
     assert manager.stop_all() == [manager.name_of("alice", "a1")] and manager.runtime.running == []
+
+
+def test_a_wake_during_start_up_waits_for_the_previous_runs_sandbox_to_go(manager):
+    # the previous process's sandbox still runs while this one starts; a message for it arrives
+    orphan = manager.name_of("alice", "a1")
+    manager.runtime.running.append(orphan)
+    manager.held = True
+    assert not manager.wake("alice", "a1")  # queued, not taken for running
+    assert manager.stop_all() == [orphan]  # start-up removes it
+    manager.held = False
+    assert manager.drain() == 1 and manager.runtime.running == [orphan]  # and a new one answers

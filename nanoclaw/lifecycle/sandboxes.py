@@ -190,7 +190,9 @@ class SandboxManager:
                 return False
             if name in self._starting:
                 return True
-            if self.runtime.is_running(name):
+            # held: a running sandbox is a previous run's, about to be removed; the wake must wait
+            # for it, not count it (else the message waited for the next sweep, 10 s)
+            if not self.held and self.runtime.is_running(name):
                 return True
             if self.held or self._at_capacity():
                 self._enqueue(folder, session_id, task)
