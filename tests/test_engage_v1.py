@@ -14,7 +14,7 @@ from nanoclaw.sessions import session_schema as schema
 from nanoclaw.inbound.wiring import resolve_engage
 from tests.fakes.model_api import Reply
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
-from tests.tg_flow import telegram_app, cards, message, person, post, sandbox_service, texts
+from tests.tg_flow import OLIVIA_AND_ANDY, telegram_app, cards, message, person, post, sandbox_service, texts
 
 OWNER, BOB, ADA = person(111, "Olivia"), person(444, "Bob"), person(666, "Ada")
 GROUP, FORUM = -100777, -100999
@@ -66,8 +66,7 @@ def test_block4_regex_characters_in_a_trigger_are_literal():
 
 @pytest.fixture
 def app(make_settings, db_url, tg):
-    with telegram_app(make_settings, db_url, tg, ("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-            ("wire", "telegram", "111", "andy")) as app:
+    with telegram_app(make_settings, db_url, tg, *OLIVIA_AND_ANDY) as app:
         yield app
 
 

@@ -16,7 +16,8 @@ from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, PendingChan
                              PendingSenderApproval, Wiring, utcnow)
 from tests.test_questions import answers, ask
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
-from tests.tg_flow import buttons, cards, click, edits, message, person, post, sandbox_service, telegram_app, toasts
+from tests.tg_flow import (OLIVIA_AND_ANDY, buttons, cards, click, edits, message, person, post, sandbox_service,
+                           telegram_app, toasts)
 
 OWNER, BOB, CARL = person(111, "Olivia"), person(444, "Bob"), person(555, "Carl")
 GROUP = -100777
@@ -24,9 +25,7 @@ GROUP = -100777
 
 @pytest.fixture
 def app(make_settings, db_url, tg):
-    with telegram_app(make_settings, db_url, tg, ("agent", "create", "Andy"),
-                      ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-                      ("wire", "telegram", "111", "andy")) as app:
+    with telegram_app(make_settings, db_url, tg, *OLIVIA_AND_ANDY) as app:
         yield app
 
 

@@ -51,23 +51,42 @@ def update(n: int) -> bytes:
         "text": f"note fault-{n}"}}).encode()
 
 
+def chat_texts(tg: FakeTelegram) -> list[str]:
+    """The texts of the messages that reached the chat, in order."""
+    return [str((call.json or {}).get("text") or call.form.get("text") or "")
+            for call in tg.accepted(lambda r: r.path.endswith("/sendMessage"))]
+
+
 def answers(tg: FakeTelegram) -> Counter:
     """marker -> how many replies carrying it reached the chat."""
     seen: Counter = Counter()
-    for call in tg.accepted(lambda r: r.path.endswith("/sendMessage")):
-        text = str((call.json or {}).get("text") or call.form.get("text") or "")
+    for text in chat_texts(tg):
         if text.startswith("ack "):
             seen.update(set(MARKER.findall(text)))
     return seen
 
 
+def session_dbs(svc):
+    """(folder, a read-only connection on its inbound.db with outbound.db attached as `ob`) for each
+    session; sqlite3.Error reaches the caller (a file mid-write)."""
+    for folder in sorted((svc.root / "data" / "sessions").glob("*/*")):
+        conn = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
+        try:
+            conn.execute("ATTACH ? AS ob", (f"file:{folder / 'agent' / 'outbound.db'}?mode=ro",))
+            yield folder, conn
+        finally:
+            conn.close()
+
+
 def trail(svc, tg: FakeTelegram, model: FakeModel, markers: list[str]) -> str:
     """Where each of these markers went: the model turns whose prompt carried it, the chat replies,
-    and the session's rows (inbound status and tries, the runner's ack, the replies written)."""
+    the transcript, and the session's rows (inbound status and tries, the runner's ack, the replies
+    written and their delivery)."""
+    patterns = {m: re.compile(rf"{m}\b") for m in markers}
     lines = []
     calls = model.model_calls()
-    for m in markers:
-        pattern = re.compile(rf"{m}\b")
+    sends = chat_texts(tg)
+    for m, pattern in patterns.items():
         turns = [i for i, r in enumerate(calls) if pattern.search(r.current_prompt())]
         lines.append(f"{m}: in model calls {turns} of {len(calls)}")
         for i in turns:
@@ -75,53 +94,43 @@ def trail(svc, tg: FakeTelegram, model: FakeModel, markers: list[str]) -> str:
             at = time.strftime("%H:%M:%S", time.gmtime(calls[i].received_at))
             lines.append(f"  call {i} at {at}: {len(calls[i].messages)} messages, the marker in {said}; "
                          f"prompt ...{calls[i].current_prompt()[-200:]!r}")
-    sends = [str((c.json or {}).get("text") or c.form.get("text") or "")
-             for c in tg.accepted(lambda r: r.path.endswith("/sendMessage"))]
-    for m in markers:
-        pattern = re.compile(rf"{m}\b")
         lines.append(f"{m}: in chat messages {[i for i, t in enumerate(sends) if pattern.search(t)]} of {len(sends)}")
-    for folder in (svc.root / "data" / "sessions").glob("*/*"):
-        for transcript in sorted(folder.glob("agent/home/.claude/projects/*/*.jsonl")):
-            for n, line in enumerate(transcript.read_text(errors="replace").splitlines()):
-                found = [m for m in markers if re.search(rf"{m}\b", line)]
-                if found:
-                    entry = json.loads(line) if line.startswith("{") else {}
-                    lines.append(f"transcript {transcript.stem[:8]} line {n}: {entry.get('type')} "
-                                 f"{str(entry.get('uuid'))[:8]}<-{str(entry.get('parentUuid'))[:8]} {found}")
-        try:
-            inbound = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
-            outbound = sqlite3.connect(f"file:{folder / 'agent' / 'outbound.db'}?mode=ro", uri=True)
+
+    def carried(text: str) -> list[str]:
+        return [m for m, pattern in patterns.items() if pattern.search(text)]
+    try:
+        for folder, conn in session_dbs(svc):
+            for transcript in sorted(folder.glob("agent/home/.claude/projects/*/*.jsonl")):
+                for n, line in enumerate(transcript.read_text(errors="replace").splitlines()):
+                    if found := carried(line):
+                        entry = json.loads(line) if line.startswith("{") else {}
+                        lines.append(f"transcript {transcript.stem[:8]} line {n}: {entry.get('type')} "
+                                     f"{str(entry.get('uuid'))[:8]}<-{str(entry.get('parentUuid'))[:8]} {found}")
             for m in markers:
-                for mid, status, tries in inbound.execute(
-                        "SELECT id, status, tries FROM messages_in WHERE content LIKE ?", (f'%"note {m}"%',)):
-                    ack = outbound.execute("SELECT status, status_changed FROM processing_ack WHERE message_id = ?",
-                                           (mid,)).fetchall()
+                for mid, status, tries, ack in conn.execute(
+                        "SELECT m.id, m.status, m.tries, a.status || ' ' || a.status_changed FROM messages_in m "
+                        "LEFT JOIN ob.processing_ack a ON a.message_id = m.id WHERE m.content LIKE ?",
+                        (f'%"note {m}"%',)):
                     lines.append(f"{m}: {mid} {status} tries={tries} ack={ack}")
-            for row_id, seq, ts, text in outbound.execute("SELECT id, seq, timestamp, content FROM messages_out"):
-                found = [m for m in markers if re.search(rf"{m}\b", text)]
-                if found:
-                    sent = inbound.execute("SELECT status, tries, last_error, platform_message_id FROM delivered "
-                                           "WHERE message_out_id = ?", (row_id,)).fetchall()
+            for seq, ts, text, sent in conn.execute(
+                    "SELECT o.seq, o.timestamp, o.content, d.status || ' tries ' || d.tries || ' ' || "
+                    "COALESCE(d.last_error, '') FROM ob.messages_out o LEFT JOIN delivered d "
+                    "ON d.message_out_id = o.id"):
+                if carried(text):
                     lines.append(f"reply seq {seq} at {ts}: {text[:160]} delivered={sent}")
-        except sqlite3.Error as exc:
-            lines.append(f"{folder}: {exc}")
+    except sqlite3.Error as exc:
+        lines.append(f"sessions: {exc}")
     return "\n".join(lines)
 
 
 def interrupted_replies(svc) -> list[str]:
     """The texts of replies the service settled as sent after their sender was killed mid-send."""
-    found: list[str] = []
-    for folder in (svc.root / "data" / "sessions").glob("*/*"):
-        try:
-            conn = sqlite3.connect(f"file:{folder / 'host' / 'inbound.db'}?mode=ro", uri=True)
-            conn.execute("ATTACH ? AS ob", (f"file:{folder / 'agent' / 'outbound.db'}?mode=ro",))
-            for (text,) in conn.execute("SELECT o.content FROM ob.messages_out o JOIN delivered d "
-                                        "ON d.message_out_id = o.id WHERE d.last_error = ?", (INTERRUPTED,)):
-                found.append(text)
-            conn.close()
-        except sqlite3.Error:  # a file mid-write: asked again on the next look
-            continue
-    return found
+    try:
+        return [text for _folder, conn in session_dbs(svc) for (text,) in conn.execute(
+            "SELECT o.content FROM ob.messages_out o JOIN delivered d ON d.message_out_id = o.id "
+            "WHERE d.last_error = ?", (INTERRUPTED,))]
+    except sqlite3.Error:  # a file mid-write: asked again on the next look
+        return []
 
 
 def counted_as_sent(svc) -> set[str]:

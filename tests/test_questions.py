@@ -16,8 +16,8 @@ from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from tests.fakes.model_api import Reply
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
-from tests.tg_flow import (telegram_app, buttons, cards, click, edits, message, person, post, sandbox_service,
-                           shown, texts, toasts)
+from tests.tg_flow import (OLIVIA_AND_ANDY, telegram_app, buttons, cards, click, edits, message, person, post,
+                           sandbox_service, shown, texts, toasts)
 
 from agent_runner.config import RunnerConfig  # noqa: E402  (container/ is on sys.path via session_schema)
 from agent_runner.mcp_tools import ToolContext, call_tool  # noqa: E402
@@ -55,8 +55,7 @@ def test_timeout_stays_inside_one_turn():
 
 @pytest.fixture
 def app(make_settings, db_url, tg):
-    with telegram_app(make_settings, db_url, tg, ("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-            ("wire", "telegram", "111", "andy")) as app:
+    with telegram_app(make_settings, db_url, tg, *OLIVIA_AND_ANDY) as app:
         yield app
 
 

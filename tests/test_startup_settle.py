@@ -14,7 +14,7 @@ from nanoclaw.models import Session
 from nanoclaw.outbound.delivery import INTERRUPTED
 from nanoclaw.sessions import session_schema as schema
 from tests.tg_flow import tg  # noqa: F401  (the fake Bot API fixture)
-from tests.tg_flow import message, person, post, telegram_app
+from tests.tg_flow import OLIVIA_AND_ANDY, message, person, post, telegram_app
 
 from agent_runner.store import SessionStore  # noqa: E402
 from agent_runner.targets import Target
@@ -24,9 +24,7 @@ OWNER = person(111, "Olivia")
 
 @pytest.fixture
 def app(make_settings, sqlite_url, tg):
-    with telegram_app(make_settings, sqlite_url, tg, ("agent", "create", "Andy"),
-                      ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
-                      ("wire", "telegram", "111", "andy")) as app:
+    with telegram_app(make_settings, sqlite_url, tg, *OLIVIA_AND_ANDY) as app:
         yield app
 
 

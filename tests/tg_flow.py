@@ -15,6 +15,9 @@ from nanoclaw.migrate import apply_pending
 from tests.fakes.telegram_api import TOKEN, USERNAME, FakeTelegram
 
 SECRET = "wh-secret_flow-0123456789"
+# The usual household: agent Andy, owner Olivia (telegram:111), her DM wired to Andy
+OLIVIA_AND_ANDY = (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+                   ("wire", "telegram", "111", "andy"))
 MENTION = f"@{USERNAME}"
 _update_ids = itertools.count(700000000)
 _message_ids = itertools.count(10)
