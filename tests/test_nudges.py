@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,55 @@ def test_a_dropped_nudge_is_made_up_by_the_full_pass(make_settings, tmp_path, mo
         runner.write_out({"op": "text", "text": "hi"}, Target("cli", "c"))
         assert loop.delivered.wait(10)
     runner.close()
+
+
+def test_wake_budget_lets_a_burst_through_and_holds_a_churning_folder_to_the_rate():
+    budget, waits = delivery_watcher.WAKE_BURST, []
+    for _ in range(int(delivery_watcher.WAKE_BURST)):  # back to back: a commit's WAL write, then its nudge
+        budget, wait = delivery_watcher.wake_budget(budget, 0.0)
+        waits.append(wait)
+    assert waits == [0.0] * int(delivery_watcher.WAKE_BURST)
+    budget, wait = delivery_watcher.wake_budget(budget, 0.0)  # the burst spent: one wake per 1/rate
+    assert wait == pytest.approx(1 / delivery_watcher.WAKE_RATE)
+    budget, wait = delivery_watcher.wake_budget(budget, 1.0)  # quiet for a second: the whole burst again
+    assert wait == 0.0 and budget == delivery_watcher.WAKE_BURST - 1
+
+
+def test_a_nudge_right_behind_another_write_in_the_folder_is_not_held_back(make_settings, tmp_path, monkeypatch):
+    """The runner's commit writes outbound.db-wal (a wake that is no nudge), then touches the nudge a
+    moment later; the loop must not pause in between (it used to sleep 2 ms after every wake)."""
+    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
+    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
+    folder = tmp_path / "s1"
+    store.prepare(folder, Target("cli", "c"))
+    agent = store.agent_part(folder)
+    pauses = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(delivery_watcher.time, "sleep", lambda s: (pauses.append(s), real_sleep(s)))
+    with Loop(make_settings(), folder) as loop:
+        for i in range(5):
+            (agent / "outbound.db-wal").write_bytes(b"x" * (i + 1))
+            nudge.touch(agent)
+            assert loop.delivered.wait(10)
+            loop.delivered.clear()
+    assert pauses == []
+
+
+def test_a_folder_touched_in_a_loop_costs_at_most_the_wake_rate(make_settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
+    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
+    folder = tmp_path / "s1"
+    store.prepare(folder, Target("cli", "c"))
+    agent = store.agent_part(folder)
+    passes = []
+    with Loop(make_settings(), folder) as loop:
+        loop.loop.deliver = lambda path: passes.append(time.monotonic())
+        started = time.monotonic()
+        while time.monotonic() - started < 0.5:
+            nudge.touch(agent)
+        spent = time.monotonic() - started
+    allowed = delivery_watcher.WAKE_BURST + delivery_watcher.WAKE_RATE * (spent + 0.05)
+    assert 0 < len(passes) <= allowed, f"{len(passes)} passes in {spent:.2f} s"
 
 
 # --- end to end: a real service, the real SDK in a real sandbox -----------------------------------
