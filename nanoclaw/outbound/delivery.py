@@ -137,17 +137,6 @@ def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
     return out
 
 
-@contextmanager
-def _transaction(conn: sqlite3.Connection):
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def claim(conn: sqlite3.Connection, row_id: str) -> bool:
     cur = conn.execute(
         "INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0) "
@@ -235,16 +224,11 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
     delivered = 0
     try:
         rows = due_rows(conn, _iso(now))
-        if not rows:
-            sync_acks(conn)
         allowed = targets_of(conn) if rows else set()
-        for i, row in enumerate(rows):
-            # one commit (one fsync) before the first send: the acks synced with its claim
-            with _transaction(conn):
-                if i == 0:
-                    sync_acks(conn)
-                claimed = claim(conn, row.id)
-            if not claimed:
+        for row in rows:
+            # the claim is the one commit (one fsync) before a send; the acks' bookkeeping waits
+            # until after the sends, off the answer's path
+            if not claim(conn, row.id):
                 continue
             try:
                 handler = _OPS.get(row.op.get("op"))
@@ -264,6 +248,7 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
                          (platform_id, _iso(datetime.now(timezone.utc)), row.id))
             delivered += 1
             metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
+        sync_acks(conn)
         typing_indicator.tick(conn, session_path, settings)
         if typing_indicator.working(session_path) or has_retries(conn):
             clock_driven.add(session_path)
