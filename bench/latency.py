@@ -345,7 +345,9 @@ def report(name: str, result: dict) -> None:
           f"[query -> model request {ms([t['to_model'] for t in result['host']['bare']])}, "
           f"model's last byte -> result {ms([t['back'] for t in result['host']['bare']])}]")
     print(f"{name:7s}  same agent (host, the runner's options): to the result p50 {ms(agent)}  p95 {ms(agent, .95)}; "
-          f"to the answer p50 {ms(agent_answer)}  p95 {ms(agent_answer, .95)}")
+          f"to the answer p50 {ms(agent_answer)}  p95 {ms(agent_answer, .95)}  "
+          f"[query -> model request {ms([t['to_model'] for t in result['host']['agent']])}, "
+          f"model's last byte -> result {ms([t['back'] for t in result['host']['agent']])}]")
     print(f"{name:7s}  NanoClaw (accepted -> reply handed): p50 {ms(warm)}  p95 {ms(warm, .95)}  "
           f"= x{pct(warm, .5) / pct(bare, .5):.2f} the bare SDK (p95 x{pct(warm, .95) / pct(bare, .95):.2f}), "
           f"x{pct(warm, .5) / pct(agent_answer, .5):.2f} the same agent to its answer "
