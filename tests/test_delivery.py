@@ -203,3 +203,53 @@ def test_a_reaction_to_the_persons_message_uses_the_hosts_own_record(session):
     assert Recorder.sent[0] == ("react", "p77", "👍")  # the id the host stored, in the message's chat
     assert [s[0] for s in status(session)][:2] == ["delivered", "failed"]  # a message not of this chat: refused
     assert not any(s[0] == "react" for s in Recorder.sent[1:])
+
+
+# --- the delivery thread's kept connections ----------------------------------------------------
+
+def test_a_kept_connection_serves_the_next_pass_and_never_outlives_its_files(session):
+    """The delivery thread keeps each session's connection between passes; a session folder made
+    anew, or an outbound.db the agent swapped, is read through a fresh one (never the old files)."""
+    import shutil
+    from nanoclaw.outbound.delivery import KeptSessions
+    kept = KeptSessions()
+    agent_writes(session, {"op": "text", "text": "one"})
+    assert deliver_session(session, None, kept=kept) == 1
+    first = kept.get(session)
+    agent_writes(session, {"op": "text", "text": "two"})
+    assert deliver_session(session, None, kept=kept) == 1
+    assert kept.get(session) is first  # the same connection, open between passes
+
+    shutil.rmtree(session)  # the session ends and a new one is made in the same place
+    prepare(session, Target("rec", "chat-1"))
+    agent_writes(session, {"op": "text", "text": "three"})
+    assert deliver_session(session, None, kept=kept) == 1
+    assert status(session) == [("delivered", 1, "p3")]  # recorded in the new inbound.db
+
+    outbound = session / "agent" / schema.OUTBOUND  # the agent replaces its outbound.db
+    for suffix in ("", "-wal", "-shm"):
+        outbound.with_name(schema.OUTBOUND + suffix).unlink(missing_ok=True)
+    agent_writes(session, {"op": "text", "text": "four"})
+    assert deliver_session(session, None, kept=kept) == 1
+
+    outbound.unlink()  # ...and then with a link to a file of the host's: nothing is read through it
+    outbound.symlink_to(session / "host" / schema.INBOUND)
+    assert deliver_session(session, None, kept=kept) == 0
+    assert kept.get(session) is None
+    assert [text for _, _, text in Recorder.sent] == ["one", "two", "three", "four"]
+    kept.close()
+
+
+def test_a_failed_pass_drops_its_kept_connection(session, monkeypatch):
+    import nanoclaw.outbound.delivery as delivery
+    kept = delivery.KeptSessions()
+    agent_writes(session, {"op": "text", "text": "one"})
+    conn = kept.get(session)
+    monkeypatch.setattr(delivery, "due_rows", lambda *_: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        deliver_session(session, None, kept=kept)
+    assert not kept.keeps(conn)
+    monkeypatch.undo()
+    assert deliver_session(session, None, kept=kept) == 1
+    kept.retain([])  # the session is no longer live
+    assert kept._open == {}

@@ -96,6 +96,66 @@ def open_session(path: Path) -> sqlite3.Connection | None:
     return conn
 
 
+def _identity(path: Path) -> tuple | None:
+    """(device, inode) of both session databases, or None while either is missing or the agent's
+    is not a plain file."""
+    try:
+        inbound, outbound = os.stat(inbound_db(path)), os.lstat(outbound_db(path))
+    except OSError:
+        return None
+    if not stat.S_ISREG(outbound.st_mode):
+        return None
+    return inbound.st_dev, inbound.st_ino, outbound.st_dev, outbound.st_ino
+
+
+class KeptSessions:
+    """The delivery thread's connections (inbound.db with the agent's outbound.db attached), kept
+    from one pass to the next: opening and attaching took ~0.3 ms of every reply. One is used again
+    only while both files are the very ones it opened, so a session folder made anew or an
+    outbound.db the agent replaced gets a fresh connection. One thread only."""
+
+    def __init__(self, limit: int = 64):
+        self.limit = limit
+        self._open: dict[Path, tuple[sqlite3.Connection, tuple]] = {}
+
+    def get(self, path: Path) -> sqlite3.Connection | None:
+        identity = _identity(path)
+        kept = self._open.pop(path, None)
+        if kept is not None:
+            conn, opened = kept
+            if identity is not None and identity == opened and not conn.in_transaction:
+                self._open[path] = kept  # most recently used last
+                return conn
+            conn.close()
+        if identity is None:
+            return None
+        conn = open_session(path)
+        if conn is None:
+            return None
+        if _identity(path) != identity:  # replaced while we opened it: use it once, keep nothing
+            return conn
+        self._open[path] = (conn, identity)
+        while len(self._open) > self.limit:
+            self.drop(next(iter(self._open)))
+        return conn
+
+    def keeps(self, conn: sqlite3.Connection) -> bool:
+        return any(kept is conn for kept, _ in self._open.values())
+
+    def drop(self, path: Path) -> None:
+        kept = self._open.pop(path, None)
+        if kept is not None:
+            kept[0].close()
+
+    def retain(self, paths) -> None:
+        """Close the connections of sessions no longer live."""
+        for path in set(self._open) - set(paths):
+            self.drop(path)
+
+    def close(self) -> None:
+        self.retain(())
+
+
 def sync_acks(conn: sqlite3.Connection) -> None:
     """Copy the agent's finished claims into messages_in.status (the host's record), and time each
     triggering message the agent completed (nanoclaw_answer_seconds, by the host's clock)."""
@@ -215,11 +275,14 @@ def outbox_copy(session_path: Path, name) -> Iterator[Path]:
         os.close(fd)
 
 
-def deliver_session(session_path: Path, settings, now: datetime | None = None) -> int:
-    """Deliver every due row of one session. Returns how many were delivered."""
-    conn = open_session(session_path)
+def deliver_session(session_path: Path, settings, now: datetime | None = None,
+                    kept: KeptSessions | None = None) -> int:
+    """Deliver every due row of one session. Returns how many were delivered. With `kept`, the
+    session's connection comes from there and stays open afterwards."""
+    conn = kept.get(session_path) if kept is not None else open_session(session_path)
     if conn is None:
         return 0
+    keep = kept is not None and kept.keeps(conn)
     now = now or datetime.now(timezone.utc)
     delivered = 0
     try:
@@ -254,8 +317,14 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None) -
             clock_driven.add(session_path)
         else:
             clock_driven.discard(session_path)
+    except BaseException:
+        if keep:
+            kept.drop(session_path)  # whatever state it was left in, the next pass starts afresh
+            keep = False
+        raise
     finally:
-        conn.close()
+        if not keep:
+            conn.close()
     return delivered
 
 

@@ -81,7 +81,8 @@ class DeliveryLoop:
         self.live = live
         self.refresh = refresh
         self.stop = stop
-        self.deliver = deliver or (lambda path: delivery.deliver_session(path, settings))
+        self.kept = delivery.KeptSessions()  # this thread's connections, one per live session
+        self.deliver = deliver or (lambda path: delivery.deliver_session(path, settings, kept=self.kept))
         self._r, self._w = os.pipe()
         self._fd_lock = threading.Lock()  # interrupt() from request threads never writes to a closed fd
         os.set_blocking(self._r, False)
@@ -105,6 +106,7 @@ class DeliveryLoop:
 
     def close(self) -> None:
         """After the thread ended."""
+        self.kept.close()
         if self.watcher:
             self.watcher.close()
         with self._fd_lock:
@@ -154,6 +156,7 @@ class DeliveryLoop:
                 log.warning("could not list sessions: %s", exc)
             self._next_refresh = now + LIVE_REFRESH_S
             delivery.clock_driven.intersection_update(list(self.live))
+            self.kept.retain(list(self.live))
         if self.watcher:
             self._sync_watches()
         full = now >= self._next_full
