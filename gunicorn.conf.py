@@ -38,7 +38,8 @@ def worker_exit(server, worker):
     app = getattr(worker, "wsgi", None)
     if app is None:
         return
-    from nanoclaw.lifecycle.background import stop_intake
+    from nanoclaw.lifecycle.background import stop_intake, stop_waiting
+    stop_waiting(app)  # a worker still waiting for the scheduler lock takes nothing over now
     stop_intake(app)  # route what this worker acknowledged before the sandboxes stop
     bg = app.extensions.get("nanoclaw.background")
     if bg is not None:

@@ -56,6 +56,7 @@ SWEEP_INTERVAL_S = 10.0
 INTAKE_RECOVERY_S = 10.0
 DRAIN_INTERVAL_S = 2.0
 RUNTIME_RETRY_S = 30.0     # no sandbox runtime at start: how often to look again
+LOCK_RETRY_S = 1.0         # the lock held elsewhere at start: how often to try it again
 
 
 def take_lock(path: Path):
@@ -295,12 +296,13 @@ class Background:
         log.info("background jobs stopped in pid %d", os.getpid())
 
 
-def start(app, manager=None) -> Background | None:
-    """Start the background jobs in this process if it wins the scheduler lock."""
+def start(app, manager=None, handle=None) -> Background | None:
+    """Start the background jobs in this process if it wins the scheduler lock (or was handed it)."""
     settings = app.config["NANOCLAW"]
-    handle = take_lock(settings.data_dir / "scheduler.lock")
+    handle = handle or take_lock(settings.data_dir / "scheduler.lock")
     if handle is None:
-        log.info("another process holds %s; this one runs no background jobs", settings.data_dir / "scheduler.lock")
+        log.info("another process holds %s; this one runs no background jobs while it does",
+                 settings.data_dir / "scheduler.lock")
         return None
     bg = Background(settings=settings, manager=manager, lock_handle=handle)
     bg.start()
@@ -308,6 +310,42 @@ def start(app, manager=None) -> Background | None:
     if manager is not None:
         install_waker(app, bg)
     return bg
+
+
+def wait_for_lock(app, begin) -> threading.Thread:
+    """The lock is held elsewhere: try it every LOCK_RETRY_S and, once this process has it, run
+    `begin(handle)`. The holder may be the worker of a web master that was killed, finishing its
+    shutdown (stopping sandboxes takes seconds); the worker started in its place must take over
+    when it lets go, not only when it is itself restarted. stop_waiting() ends the wait."""
+    path = app.config["NANOCLAW"].data_dir / "scheduler.lock"
+    stop = threading.Event()
+    app.extensions["nanoclaw.lock_wait"] = stop
+
+    def wait() -> None:
+        while not stop.wait(LOCK_RETRY_S):
+            handle = take_lock(path)
+            if handle is None:
+                continue
+            if stop.is_set():
+                handle.close()
+                return
+            log.info("took over %s: this process runs the background jobs from now on", path)
+            try:
+                begin(handle)
+            except Exception:  # never silently: without the jobs nothing is delivered
+                log.exception("could not start the background jobs after taking over the lock")
+                handle.close()
+            return
+
+    thread = threading.Thread(target=wait, name="nanoclaw-lock-wait", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_waiting(app) -> None:
+    stop = app.extensions.pop("nanoclaw.lock_wait", None)
+    if stop is not None:
+        stop.set()
 
 
 def install_waker(app, bg: Background) -> None:
@@ -342,8 +380,16 @@ def start_service(app) -> Background | None:
     Docker answering without the agent image: the image is built here in the background. Bubblewrap
     serves meanwhile when it works (new sandboxes move to Docker once the image is there); when it
     does not, the first messages wait for the build and their chats are told why."""
-    settings = app.config["NANOCLAW"]
     start_intake(app)
+    bg = start_jobs(app)
+    if bg is None:
+        wait_for_lock(app, lambda handle: start_jobs(app, handle))
+    return bg
+
+
+def start_jobs(app, handle=None) -> Background | None:
+    """The sandbox runtime, then the background jobs if this process holds (or wins) the lock."""
+    settings = app.config["NANOCLAW"]
     to_build = image_to_build(settings)
 
     def find(say=log) -> SandboxManager:
@@ -352,11 +398,11 @@ def start_service(app) -> Background | None:
             runtime = SwitchingRuntime(runtime)
         return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
     try:
-        bg = start(app, find())
+        bg = start(app, find(), handle)
     except RuntimeUnavailable as exc:
         log.error("no sandbox runtime: %s. Messages are stored and answered once one works (checked every %.0f s, "
                   "no restart needed)", exc, RUNTIME_RETRY_S)
-        bg = start(app, None)
+        bg = start(app, None, handle)
         if bg is not None:
             bg.await_runtime(app, lambda: find(lambda _line: None))
             if to_build is not None:
