@@ -1,12 +1,14 @@
 """Delivery: outbound rows reach the adapter once, retries with backoff, failure notice, targets checked."""
 import json
+import shutil
 import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from nanoclaw.channels.base import DeliveryError, register
-from nanoclaw.outbound.delivery import TRANSIENT_HORIZON_S, backoff, deliver_session, gives_up
+from nanoclaw.outbound import delivery as delivery_module
+from nanoclaw.outbound.delivery import TRANSIENT_HORIZON_S, KeptSessions, backoff, deliver_session, gives_up
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, set_destination, write_message
 
@@ -210,8 +212,6 @@ def test_a_reaction_to_the_persons_message_uses_the_hosts_own_record(session):
 def test_a_kept_connection_serves_the_next_pass_and_never_outlives_its_files(session):
     """The delivery thread keeps each session's connection between passes; a session folder made
     anew, or an outbound.db the agent swapped, is read through a fresh one (never the old files)."""
-    import shutil
-    from nanoclaw.outbound.delivery import KeptSessions
     kept = KeptSessions()
     agent_writes(session, {"op": "text", "text": "one"})
     assert deliver_session(session, None, kept=kept) == 1
@@ -241,11 +241,10 @@ def test_a_kept_connection_serves_the_next_pass_and_never_outlives_its_files(ses
 
 
 def test_a_failed_pass_drops_its_kept_connection(session, monkeypatch):
-    import nanoclaw.outbound.delivery as delivery
-    kept = delivery.KeptSessions()
+    kept = KeptSessions()
     agent_writes(session, {"op": "text", "text": "one"})
     conn = kept.get(session)
-    monkeypatch.setattr(delivery, "due_rows", lambda *_: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(delivery_module, "due_rows", lambda *_: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError):
         deliver_session(session, None, kept=kept)
     assert not kept.keeps(conn)

@@ -121,11 +121,17 @@ class Loop:
         self.loop.close()
 
 
-def test_a_runner_commit_wakes_delivery_at_once(make_settings, tmp_path, monkeypatch):
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A session folder for a delivery loop that makes no timed pass: only nudges wake it."""
     monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
     monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
-    folder = tmp_path / "s1"
-    store.prepare(folder, Target("cli", "c"))
+    path = tmp_path / "s1"
+    store.prepare(path, Target("cli", "c"))
+    return path
+
+
+def test_a_runner_commit_wakes_delivery_at_once(make_settings, folder):
     runner = SessionStore.of_session(folder)
     with Loop(make_settings(), folder) as loop:
         runner.write_out({"op": "text", "text": "hi"}, Target("cli", "c"))
@@ -158,13 +164,9 @@ def test_wake_budget_lets_a_burst_through_and_holds_a_churning_folder_to_the_rat
     assert wait == 0.0 and budget == delivery_watcher.WAKE_BURST - 1
 
 
-def test_a_nudge_right_behind_another_write_in_the_folder_is_not_held_back(make_settings, tmp_path, monkeypatch):
+def test_a_nudge_right_behind_another_write_in_the_folder_is_not_held_back(make_settings, folder, monkeypatch):
     """The runner's commit writes outbound.db-wal (a wake that is no nudge), then touches the nudge a
     moment later; the loop must not pause in between (it used to sleep 2 ms after every wake)."""
-    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
-    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
-    folder = tmp_path / "s1"
-    store.prepare(folder, Target("cli", "c"))
     agent = store.agent_part(folder)
     pauses = []
     real_sleep = time.sleep
@@ -178,11 +180,7 @@ def test_a_nudge_right_behind_another_write_in_the_folder_is_not_held_back(make_
     assert pauses == []
 
 
-def test_a_folder_touched_in_a_loop_costs_at_most_the_wake_rate(make_settings, tmp_path, monkeypatch):
-    monkeypatch.setattr(delivery_watcher, "FULL_PASS_S", 3600.0)
-    monkeypatch.setattr(delivery_watcher, "LIVE_REFRESH_S", 3600.0)
-    folder = tmp_path / "s1"
-    store.prepare(folder, Target("cli", "c"))
+def test_a_folder_touched_in_a_loop_costs_at_most_the_wake_rate(make_settings, folder):
     agent = store.agent_part(folder)
     passes = []
     with Loop(make_settings(), folder) as loop:

@@ -319,8 +319,7 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None,
             clock_driven.discard(session_path)
     except BaseException:
         if keep:
-            kept.drop(session_path)  # whatever state it was left in, the next pass starts afresh
-            keep = False
+            kept.drop(session_path)  # closed: whatever state it was left in, the next pass starts afresh
         raise
     finally:
         if not keep:
