@@ -20,7 +20,8 @@ from nanoclaw.lifecycle.sandboxes import SandboxManager, sandbox_name
 from nanoclaw.sessions import store
 from nanoclaw.lifecycle.start_failures import (MAX_BACKOFF_S, NOTICE_AFTER, StartState, came_up, short_reason,
                                                should_tell, wait_s)
-from tests.conftest import require
+from nanoclaw.db import database
+from tests.conftest import _build_app, require
 
 FOLDER, CHAT = "andy", store.Target("telegram", "4242")
 BROKEN = "import nanoclaw_missing_dependency  # a runner whose requirements are not installed\n"
@@ -85,10 +86,19 @@ def make_runtime(kind: str, settings):
     return bwrap_rt.BwrapRuntime(settings.data_dir / "run" / "bwrap")
 
 
+@pytest.fixture
+def bound_db(sqlite_url):
+    """The central database a start reads (the agent group's settings), migrated and bound: this
+    file's tests must not lean on one an earlier test left bound."""
+    yield sqlite_url
+    database.close()
+
+
 @pytest.fixture(params=["bwrap", "docker"])
-def setup(request, make_settings, tg, tmp_path):
+def setup(request, make_settings, tg, tmp_path, bound_db):
     settings = make_settings(TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_API_BASE=tg.url, TELEGRAM_WEBHOOK_SECRET="s" * 20,
-                             NANOCLAW_INSTALL_ID=f"sf-{os.getpid()}-{uuid.uuid4().hex[:4]}")
+                             NANOCLAW_INSTALL_ID=f"sf-{os.getpid()}-{uuid.uuid4().hex[:4]}", DATABASE_URL=bound_db)
+    _build_app(settings)
     runtime = make_runtime(request.param, settings)
     session_id = store.new_session_id()
     path = store.session_path(settings.sessions_dir, FOLDER, session_id)
@@ -155,9 +165,10 @@ def test_a_runner_that_crashes_at_start_is_told_once_then_backed_off(setup, tg, 
     assert len(sent(tg)) == 1
 
 
-def test_a_missing_image_tag_is_not_pulled_and_is_told_once(make_settings, tg):
+def test_a_missing_image_tag_is_not_pulled_and_is_told_once(make_settings, tg, bound_db):
     settings = make_settings(TELEGRAM_BOT_TOKEN=TOKEN, TELEGRAM_API_BASE=tg.url, TELEGRAM_WEBHOOK_SECRET="s" * 20,
-                             NANOCLAW_INSTALL_ID=f"sf-{os.getpid()}")
+                             NANOCLAW_INSTALL_ID=f"sf-{os.getpid()}", DATABASE_URL=bound_db)
+    _build_app(settings)
     runtime = make_runtime("docker", settings)
     session_id = store.new_session_id()
     path = store.session_path(settings.sessions_dir, FOLDER, session_id)
