@@ -376,6 +376,51 @@ def test_concurrent_starts_make_one_sandbox_that_list_finds_and_stop_stops(runti
     runtime.stop(spec.name)  # stopping what is gone is fine
 
 
+def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at_once(runtime, layout):
+    """Every message asks whether its sandbox runs. While the container's first process lives the
+    answer comes from /proc; a container killed behind our back (OOM, `docker kill`) is seen as
+    stopped on the next question, and one started again under the same name is seen as running."""
+    if not isinstance(runtime, docker_rt.DockerRuntime):
+        pytest.skip("the engine question is Docker's")
+    spec = make_spec(layout, SLEEPER)
+    runtime.start(spec)
+    assert wait_for(lambda: runtime.is_running(spec.name), timeout=60), runtime.logs(spec.name)
+    asked = []
+    inspect = runtime.client.api.inspect_container  # what containers.get(name) asks the engine
+    runtime.client.api.inspect_container = lambda name: (asked.append(name), inspect(name))[1]
+    assert all(runtime.is_running(spec.name) for _ in range(20))
+    assert asked == []
+
+    runtime.client.containers.get(spec.name).kill()  # not through the runtime: as the kernel's OOM killer would
+    assert wait_for(lambda: not runtime.is_running(spec.name), timeout=10)
+    assert asked  # the engine was asked once /proc no longer showed the process
+    runtime.start(spec)  # the dead one makes room for a new one under the same name
+    assert wait_for(lambda: runtime.is_running(spec.name), timeout=60)
+    assert wait_for(lambda: (layout["session"] / "starts.log").read_text().count("started") == 2, timeout=60)
+    asked.clear()
+    assert runtime.is_running(spec.name) and asked == []
+    runtime.stop(spec.name, timeout=2)
+    assert not runtime.is_running(spec.name)
+
+
+def test_a_process_start_time_tells_a_reused_pid_apart(tmp_path):
+    odd = tmp_path / "sle) (ep 1 2"  # a process name with the brackets and spaces /proc/PID/stat shows
+    odd.symlink_to("/bin/sleep")
+    proc = subprocess.Popen([str(odd), "30"])
+    try:
+        started = wait_for(lambda: docker_rt.proc_start_time(proc.pid))
+        with open(f"/proc/{proc.pid}/stat") as f:
+            assert started == f.read().split()[-31]  # field 22 of 52, counted from the end
+        assert docker_rt.SeenRunning(proc.pid, started).still_runs()
+        assert not docker_rt.SeenRunning(proc.pid, str(int(started) - 1)).still_runs()  # another process, same pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert docker_rt.proc_start_time(proc.pid) is None
+    assert not docker_rt.SeenRunning(proc.pid, started).still_runs()
+    assert not docker_rt.in_container(os.getpid(), "0" * 64)
+
+
 def test_stop_asks_the_agent_to_finish_first(runtime, layout):
     program = ("import signal, sys, time\n"
                "def bye(*_):\n"

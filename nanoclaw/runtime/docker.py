@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -64,6 +65,38 @@ def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
     return mounts
 
 
+def proc_start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot; /proc/PID/stat field 22), or None when
+    there is no such process. A pid the kernel hands out again comes with another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # the name in (...) may hold spaces and brackets
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def in_container(pid: int, container_id: str) -> bool:
+    """Whether host process `pid` is in the container's cgroup (so this host sees the engine's pids:
+    not so for an engine in a VM or on another machine, nor for a host that runs in a container)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return container_id in f.read()
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class SeenRunning:
+    """A container's first process as the engine reported it while the container ran."""
+    pid: int
+    started: str
+
+    def still_runs(self) -> bool:
+        return proc_start_time(self.pid) == self.started
+
+
 class DockerRuntime:
     name = "docker"
 
@@ -72,6 +105,12 @@ class DockerRuntime:
         self.image = image
         self.secrets = list(secrets)
         self._locks = NameLocks()
+        # name -> the running container's init process, when this host can see it. Every wake asks
+        # whether the session's sandbox runs; asking the engine costs ~1 ms of this process's CPU
+        # and some of the engine's, in the middle of the agent's turn. While that process lives
+        # the container runs (it is the container's pid 1), so /proc answers instead. (One paused
+        # by hand would still count as running: NanoClaw never pauses a container.)
+        self._seen: dict[str, SeenRunning] = {}
 
     def _get(self, name: str):
         try:
@@ -129,10 +168,25 @@ class DockerRuntime:
                 raise
 
     def is_running(self, name: str) -> bool:
+        seen = self._seen.get(name)
+        if seen is not None and seen.still_runs():
+            return True
         container = self._get(name)
-        return container is not None and container.status in ("running", "restarting")
+        running = container is not None and container.status in ("running", "restarting")
+        if running and container.status == "running":
+            self._note_running(name, container)
+        else:
+            self._seen.pop(name, None)
+        return running
+
+    def _note_running(self, name: str, container) -> None:
+        pid = (container.attrs.get("State") or {}).get("Pid") or 0
+        started = proc_start_time(pid) if pid > 0 and in_container(pid, container.id) else None
+        if started is not None:
+            self._seen[name] = SeenRunning(pid, started)
 
     def stop(self, name: str, timeout: float = 5) -> None:
+        self._seen.pop(name, None)
         container = self._get(name)
         if container is None:
             return
