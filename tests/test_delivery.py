@@ -252,3 +252,69 @@ def test_a_failed_pass_drops_its_kept_connection(session, monkeypatch):
     assert deliver_session(session, None, kept=kept) == 1
     kept.retain([])  # the session is no longer live
     assert kept._open == {}
+
+
+def settled_history(path, n):
+    """n past turns, all answered and delivered: the agent's rows and acks, the host's records."""
+    out = schema.connect(path / "agent" / schema.OUTBOUND)
+    host = schema.connect(path / "host" / schema.INBOUND)
+    now = schema.utc_now_iso()
+    with out:
+        out.execute("BEGIN")
+        out.executemany("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, channel_type, platform_id, content)"
+                        " VALUES (?, ?, ?, ?, 'rec', 'chat-1', ?)",
+                        [(f"out-{i}", i, f"in-{i}", now, json.dumps({"op": "text", "text": f"answer {i}"}))
+                         for i in range(1, n + 1)])
+        out.executemany("INSERT INTO processing_ack (message_id, status, status_changed) VALUES (?, 'completed', ?)",
+                        [(f"in-{i}", now) for i in range(1, n + 1)])
+    with host:
+        host.execute("BEGIN")
+        host.executemany("INSERT INTO messages_in (id, seq, timestamp, status, content) VALUES (?, ?, ?, 'completed', '{}')",
+                         [(f"in-{i}", i, now) for i in range(1, n + 1)])
+        host.executemany("INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'delivered', 1)",
+                         [(f"out-{i}",) for i in range(1, n + 1)])
+    out.close()
+    host.close()
+
+
+def pass_work(path, kept) -> int:
+    """SQLite's virtual-machine steps (in hundreds) of one delivery pass that sends one new reply."""
+    steps = [0]
+    conn = kept.get(path)
+    conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1), 100)
+    agent_writes(path, {"op": "text", "text": "the new answer"})
+    before = len(Recorder.sent)
+    assert deliver_session(path, None, kept=kept) == 1 and len(Recorder.sent) == before + 1
+    conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_reply_costs_a_long_session_no_more_than_a_new_one(tmp_path):
+    """A session answers for weeks before its records are pruned: the pass that sends a reply must
+    not look at every reply it ever sent (it scanned them all, each pass)."""
+    Recorder.sent = []
+    work = {}
+    for n in (10, 3000):
+        path = tmp_path / f"s{n}"
+        prepare(path, Target("rec", "chat-1"))
+        settled_history(path, n)
+        kept = KeptSessions()
+        pass_work(path, kept)  # the first pass of a connection also reads the schema
+        work[n] = pass_work(path, kept)
+        kept.close()
+    assert Recorder.sent[-1] == ("text", "chat-1", "the new answer")
+    assert work[3000] <= work[10] * 1.5 + 5, work
+
+
+def test_a_row_the_agent_slips_in_below_a_sent_one_is_never_sent(session):
+    """Rows are claimed in seq order, so what lies below the newest row with an outcome is settled;
+    a row the agent inserts there afterwards (it writes its own file as it likes) is not news."""
+    agent_writes(session, {"op": "text", "text": "one"}, {"op": "text", "text": "two"})
+    assert deliver_session(session, None) == 2
+    conn = schema.connect(session / "agent" / schema.OUTBOUND)
+    conn.execute("INSERT INTO messages_out (id, seq, timestamp, channel_type, platform_id, content) "
+                 "VALUES ('late', 0, ?, 'rec', 'chat-1', ?)", (schema.utc_now_iso(), json.dumps({"op": "text", "text": "late"})))
+    conn.close()
+    agent_writes(session, {"op": "text", "text": "three"})
+    assert deliver_session(session, None) == 1
+    assert [t for _k, _p, t in Recorder.sent] == ["one", "two", "three"]

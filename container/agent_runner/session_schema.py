@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS delivered (
     next_try_at         TEXT,
     delivered_at        TEXT
 );
+CREATE INDEX IF NOT EXISTS idx_delivered_retry ON delivered (next_try_at) WHERE status = 'retry';
 CREATE TABLE IF NOT EXISTS destinations (
     name          TEXT PRIMARY KEY,
     channel_type  TEXT NOT NULL,

@@ -167,9 +167,11 @@ def sync_acks(conn: sqlite3.Connection) -> None:
         started = _parse_iso(max(said or "", due or ""))
         if started is not None:
             metrics.ANSWER_SECONDS.labels(channel or "task").observe(max(0.0, (now - started).total_seconds()))
+    # per pending row, one lookup of its ack (not a list of every ack the session ever had)
     conn.execute("UPDATE messages_in SET status = (SELECT a.status FROM ob.processing_ack a "
-                 "WHERE a.message_id = messages_in.id) WHERE status = 'pending' AND id IN "
-                 "(SELECT message_id FROM ob.processing_ack WHERE status IN ('completed', 'failed'))")
+                 "WHERE a.message_id = messages_in.id) WHERE status = 'pending' AND EXISTS "
+                 "(SELECT 1 FROM ob.processing_ack a WHERE a.message_id = messages_in.id "
+                 "AND a.status IN ('completed', 'failed'))")
 
 
 def _parse_iso(value: str) -> datetime | None:
@@ -180,12 +182,23 @@ def _parse_iso(value: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
+_COLUMNS = "o.id, o.seq, o.in_reply_to, o.channel_type, o.platform_id, o.thread_id, o.content"
+# The newest row the host has an outcome for: found walking down the seq index from the top, so it
+# costs the few rows above it, not the session's history.
+_NEWEST_SETTLED = ("SELECT m.seq FROM ob.messages_out m WHERE EXISTS (SELECT 1 FROM delivered d "
+                   "WHERE d.message_out_id = m.id) ORDER BY m.seq DESC LIMIT 1")
+_DUE = (f"SELECT {_COLUMNS} FROM ob.messages_out o "
+        f"WHERE o.seq > COALESCE(({_NEWEST_SETTLED}), -9223372036854775808) "
+        "AND NOT EXISTS (SELECT 1 FROM delivered d WHERE d.message_out_id = o.id) "
+        f"UNION ALL SELECT {_COLUMNS} FROM delivered d JOIN ob.messages_out o ON o.id = d.message_out_id "
+        "WHERE d.status = 'retry' AND d.next_try_at <= ? ORDER BY 2")
+
+
 def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
-    rows = conn.execute(
-        "SELECT o.id, o.seq, o.in_reply_to, o.channel_type, o.platform_id, o.thread_id, o.content "
-        "FROM ob.messages_out o LEFT JOIN delivered d ON d.message_out_id = o.id "
-        "WHERE d.message_out_id IS NULL OR (d.status = 'retry' AND d.next_try_at <= ?) ORDER BY o.seq",
-        (now,)).fetchall()
+    """New rows, and retries come due, in seq order. New means above the newest row with an
+    outcome: a pass claims in seq order, so no row below that one is new. (A row the agent slips in
+    below it later is its own loss, never sent; before, every pass scanned the whole history.)"""
+    rows = conn.execute(_DUE, (now,)).fetchall()
     out = []
     for r in rows:
         try:

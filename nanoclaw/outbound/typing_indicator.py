@@ -60,11 +60,14 @@ _pool: ThreadPoolExecutor | None = None
 def claimed_chat_message(conn: sqlite3.Connection):
     """The newest chat message the agent is working on: (id, target, platform message id) or None.
     `conn` is inbound.db with the agent's outbound.db attached as `ob` (delivery.open_session)."""
+    # from the host's pending messages (its own index) to their acks: not through every ack the
+    # session ever had (a claim is only ever on a message the host still has pending)
     row = conn.execute(
         "SELECT m.id, COALESCE(m.channel_type, r.channel_type), COALESCE(m.platform_id, r.platform_id), "
-        "COALESCE(m.thread_id, r.thread_id), m.content FROM ob.processing_ack a "
-        "JOIN messages_in m ON m.id = a.message_id LEFT JOIN routing r ON r.id = 1 "
-        "WHERE a.status = 'processing' AND m.kind = 'chat' ORDER BY m.seq DESC LIMIT 1").fetchone()
+        "COALESCE(m.thread_id, r.thread_id), m.content FROM messages_in m "
+        "JOIN ob.processing_ack a ON a.message_id = m.id LEFT JOIN routing r ON r.id = 1 "
+        "WHERE m.status = 'pending' AND a.status = 'processing' AND m.kind = 'chat' "
+        "ORDER BY m.seq DESC LIMIT 1").fetchone()
     if row is None or not row[1] or not row[2]:
         return None
     try:
