@@ -326,6 +326,29 @@ def test_store_claims_and_stale_claims(tmp_path):
     store.close()
 
 
+def test_what_a_retried_turn_already_sent_is_looked_up_not_searched_for(tmp_path):
+    """Each turn asks what already went out for its messages (the retry note): in a session with a
+    long history that must not read every reply it ever wrote, on the answer's path."""
+    work = {}
+    for n in (10, 3000):
+        lay = Layout.make(tmp_path / str(n))
+        store = SessionStore(lay.session, lay.inbound)
+        store.out.execute("BEGIN")
+        store.out.executemany(
+            "INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, channel_type, platform_id, content) "
+            "VALUES (?, ?, ?, '2026-11-01T00:00:00.000Z', 'chat', 'cli', 'owner-chat', ?)",
+            [(f"o{i}", i, f"in-{i}", json.dumps({"op": "text", "text": f"reply {i}"})) for i in range(1, n + 1)])
+        store.out.execute("COMMIT")
+        store.write_out({"op": "text", "text": "said before the crash"}, ROUTING, in_reply_to="in-now")
+        steps = [0]
+        store.out.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1), 10)
+        assert store.already_sent(["in-now"]) == [{"op": "text", "text": "said before the crash"}]
+        store.out.set_progress_handler(None, 0)
+        work[n] = steps[0]
+        store.close()
+    assert work[3000] <= work[10] * 1.5 + 5, work
+
+
 # ------------------------------------------------------------------------------------------------
 # the runner in a real sandbox
 # ------------------------------------------------------------------------------------------------

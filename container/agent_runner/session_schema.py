@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS messages_out (
     thread_id     TEXT,
     content       TEXT NOT NULL                      -- JSON: {op: text|edit|reaction|file|card, ...}
 );
+CREATE INDEX IF NOT EXISTS idx_messages_out_reply ON messages_out (in_reply_to);
 CREATE TABLE IF NOT EXISTS processing_ack (
     message_id     TEXT PRIMARY KEY,
     status         TEXT NOT NULL,                    -- processing | completed | failed
