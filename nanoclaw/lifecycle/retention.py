@@ -122,6 +122,7 @@ def remove_session_folder(settings, folder: str, session_id: str) -> None:
     if path.is_symlink():
         raise UnsafePath(f"{path} is a symlink")
     contained(settings.sessions_dir, path)
+    store.forget_writer(path)  # this process's kept connection would hold the removed file open
     if path.exists():
         shutil.rmtree(path)
 

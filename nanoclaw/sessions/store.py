@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import threading
 import uuid
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,69 @@ def _write_lock(path: Path) -> threading.Lock:
         return _write_locks.setdefault(path, threading.Lock())
 
 
+# This process's write connection to each recently written inbound.db, used only under the
+# session's write lock. A new one costs connect, pragmas and reading the schema (~0.5 ms of the
+# router's, before the runner can see the message); a kept one is used again only while
+# inbound.db is the file it opened (a session folder made anew gets a new connection).
+KEPT_WRITERS = 32
+_writers: OrderedDict[Path, tuple[tuple[int, int], sqlite3.Connection]] = OrderedDict()
+_writers_pid = os.getpid()
+_forked_away: list = []  # a forked child's copies of its parent's connections: never used, never closed
+
+
+def _identity(db: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(db)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _writer(path: Path) -> sqlite3.Connection:
+    """The kept write connection to path's inbound.db (the caller holds the path's write lock)."""
+    global _writers_pid
+    db = inbound_db(path)
+    with _locks_guard:
+        if _writers_pid != os.getpid():  # SQLite connections must not cross a fork
+            _forked_away.extend(conn for _, conn in _writers.values())
+            _writers.clear()
+            _writers_pid = os.getpid()
+        kept = _writers.get(path)
+        if kept is not None:
+            _writers.move_to_end(path)
+    if kept is not None:
+        if kept[0] == _identity(db):
+            return kept[1]
+        forget_writer(path, locked=True)
+    conn = schema.connect(db)
+    with _locks_guard:
+        _writers[path] = (_identity(db), conn)
+        evictable = list(_writers)[:-KEPT_WRITERS]
+    for other in evictable:  # the least recently written, unless a writer holds it right now
+        lock = _write_lock(other)
+        if lock.acquire(blocking=False):
+            try:
+                forget_writer(other, locked=True)
+            finally:
+                lock.release()
+    return conn
+
+
+def forget_writer(path: Path, *, locked: bool = False) -> None:
+    """Close the kept write connection of a session (before its folder is removed, or after an error)."""
+    lock = None if locked else _write_lock(path)
+    if lock is not None:
+        lock.acquire()
+    try:
+        with _locks_guard:
+            kept = _writers.pop(path, None) if _writers_pid == os.getpid() else None
+        if kept is not None:
+            kept[1].close()
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 _batch = threading.local()
 
 
@@ -176,13 +240,13 @@ def batched():
     finally:
         _batch.open = None
         error = None
-        for conn, lock in opened.values():
+        for path, (conn, lock) in opened.items():
             try:
                 conn.execute("ROLLBACK" if failed or error else "COMMIT")
             except sqlite3.Error as exc:
                 error = error or exc
+                forget_writer(path, locked=True)
             finally:
-                conn.close()
                 lock.release()
         if error is not None and not failed:
             raise error
@@ -214,8 +278,12 @@ class _inbound:
     def _begin(self) -> None:
         self.lock.acquire()
         try:
-            self.conn = schema.connect(inbound_db(self.path))
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn = _writer(self.path)
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                forget_writer(self.path, locked=True)
+                raise
         except BaseException:
             self.lock.release()
             raise
@@ -228,7 +296,9 @@ class _inbound:
             return
         try:
             self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
-            self.conn.close()
+        except BaseException:
+            forget_writer(self.path, locked=True)  # whatever state it is in, the next write starts afresh
+            raise
         finally:
             self.lock.release()
 
