@@ -392,8 +392,8 @@ def docker_runtime():
 
 
 def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at_once(docker_runtime, layout):
-    """Every message asks whether its sandbox runs. While the container's first process lives the
-    answer comes from /proc; a container killed behind our back (OOM, `docker kill`) is seen as
+    """Every message asks whether its sandbox runs, and the delivery loop lists the running ones
+    every 2 s. While the container's first process lives the answer comes from /proc; a container killed behind our back (OOM, `docker kill`) is seen as
     stopped on the next question, and one started again under the same name is seen as running."""
     runtime = docker_runtime
     spec = make_spec(layout, SLEEPER)
@@ -403,6 +403,7 @@ def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at
     inspect = runtime.client.api.inspect_container  # what containers.get(name) asks the engine
     runtime.client.api.inspect_container = lambda name: (asked.append(name), inspect(name))[1]
     assert all(runtime.is_running(spec.name) for _ in range(20))
+    assert runtime.list_sandboxes(spec.labels[INSTALL_LABEL]) == [spec.name]  # one list call, no inspect each
     assert asked == [], runtime._seen
 
     runtime.client.containers.get(spec.name).kill()  # not through the runtime: as the kernel's OOM killer would
