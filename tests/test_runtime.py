@@ -47,24 +47,33 @@ def docker_client():
     return _docker[0]
 
 
-@pytest.fixture(params=["docker", "bwrap"])
-def runtime(request, tmp_path):
-    if request.param == "docker":
-        client = docker_client()
-        require(client is not None, "no Docker engine answers (scripts/docker-engine.sh start)")
-        image = os.environ.get("NANOCLAW_AGENT_IMAGE", "nanoclaw-agent:latest")
-        require(_has(client, image), f"image {image} is missing (flask --app app nanoclaw image build)")
-        rt = docker_rt.DockerRuntime(client, image=image, secrets=[HOST_SECRET])
-    else:
-        problem = bwrap_rt.probe()
-        require(problem is None, f"bubblewrap does not work here: {problem}")
-        rt = bwrap_rt.BwrapRuntime(tmp_path / "data" / "run" / "bwrap", secrets=[HOST_SECRET])
+def make_docker_runtime() -> docker_rt.DockerRuntime:
+    client = docker_client()
+    require(client is not None, "no Docker engine answers (scripts/docker-engine.sh start)")
+    image = os.environ.get("NANOCLAW_AGENT_IMAGE", "nanoclaw-agent:latest")
+    require(_has(client, image), f"image {image} is missing (flask --app app nanoclaw image build)")
+    return docker_rt.DockerRuntime(client, image=image, secrets=[HOST_SECRET])
+
+
+def stopping_what_it_starts(rt):
+    """Yield the runtime; afterwards stop every sandbox a test started through it."""
     started: list[str] = []
     original = rt.start
     rt.start = lambda spec: (started.append(spec.name), original(spec))[1]
     yield rt
     for name in set(started):
         rt.stop(name, timeout=1)
+
+
+@pytest.fixture(params=["docker", "bwrap"])
+def runtime(request, tmp_path):
+    if request.param == "docker":
+        rt = make_docker_runtime()
+    else:
+        problem = bwrap_rt.probe()
+        require(problem is None, f"bubblewrap does not work here: {problem}")
+        rt = bwrap_rt.BwrapRuntime(tmp_path / "data" / "run" / "bwrap", secrets=[HOST_SECRET])
+    yield from stopping_what_it_starts(rt)
 
 
 def _has(client, image: str) -> bool:
@@ -378,17 +387,7 @@ def test_concurrent_starts_make_one_sandbox_that_list_finds_and_stop_stops(runti
 
 @pytest.fixture
 def docker_runtime():
-    client = docker_client()
-    require(client is not None, "no Docker engine answers (scripts/docker-engine.sh start)")
-    image = os.environ.get("NANOCLAW_AGENT_IMAGE", "nanoclaw-agent:latest")
-    require(_has(client, image), f"image {image} is missing (flask --app app nanoclaw image build)")
-    rt = docker_rt.DockerRuntime(client, image=image, secrets=[HOST_SECRET])
-    started: list[str] = []
-    original = rt.start
-    rt.start = lambda spec: (started.append(spec.name), original(spec))[1]
-    yield rt
-    for name in set(started):
-        rt.stop(name, timeout=1)
+    yield from stopping_what_it_starts(make_docker_runtime())
 
 
 def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at_once(docker_runtime, layout):
@@ -397,8 +396,13 @@ def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at
     stopped on the next question, and one started again under the same name is seen as running."""
     runtime = docker_runtime
     spec = make_spec(layout, SLEEPER)
+    starts = layout["session"] / "starts.log"
+
+    def started() -> int:
+        return starts.read_text().count("started") if starts.exists() else 0
+
     runtime.start(spec)
-    assert wait_for(lambda: runtime.is_running(spec.name), timeout=60), runtime.logs(spec.name)
+    assert wait_for(lambda: runtime.is_running(spec.name) and started() == 1, timeout=60), runtime.logs(spec.name)
     asked = []
     inspect = runtime.client.api.inspect_container  # what containers.get(name) asks the engine
     runtime.client.api.inspect_container = lambda name: (asked.append(name), inspect(name))[1]
@@ -410,8 +414,7 @@ def test_docker_knows_a_live_sandbox_without_asking_the_engine_and_a_dead_one_at
     assert wait_for(lambda: not runtime.is_running(spec.name), timeout=10), runtime.logs(spec.name)
     assert asked  # the engine was asked once /proc no longer showed the process
     runtime.start(spec)  # the dead one makes room for a new one under the same name
-    assert wait_for(lambda: runtime.is_running(spec.name), timeout=60)
-    assert wait_for(lambda: (layout["session"] / "starts.log").read_text().count("started") == 2, timeout=60)
+    assert wait_for(lambda: runtime.is_running(spec.name) and started() == 2, timeout=60), runtime.logs(spec.name)
     asked.clear()
     assert runtime.is_running(spec.name) and asked == [], (asked, runtime._seen)
     runtime.stop(spec.name, timeout=2)
