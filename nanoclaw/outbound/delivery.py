@@ -24,7 +24,8 @@ from .. import metrics
 from ..channels.base import DeliveryError, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
-from ..sessions.store import Target, attach_outbound, targets_of, inbound_db, outbound_db, outbox_dir
+from ..sessions.store import (Target, attach_outbound, file_identity, targets_of, inbound_db, outbound_db,
+                              outbox_dir)
 
 log = logging.getLogger("nanoclaw.delivery")
 
@@ -97,15 +98,11 @@ def open_session(path: Path) -> sqlite3.Connection | None:
 
 
 def _identity(path: Path) -> tuple | None:
-    """(device, inode) of both session databases, or None while either is missing or the agent's
-    is not a plain file."""
-    try:
-        inbound, outbound = os.stat(inbound_db(path)), os.lstat(outbound_db(path))
-    except OSError:
-        return None
-    if not stat.S_ISREG(outbound.st_mode):
-        return None
-    return inbound.st_dev, inbound.st_ino, outbound.st_dev, outbound.st_ino
+    """Both session databases' identities, or None while either is missing or the agent's is not a
+    plain file (a link there is never followed)."""
+    inbound = file_identity(inbound_db(path))
+    outbound = file_identity(outbound_db(path), follow_links=False)
+    return inbound + outbound if inbound and outbound else None
 
 
 class KeptSessions:

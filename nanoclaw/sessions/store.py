@@ -167,12 +167,14 @@ _writers_pid = os.getpid()
 _forked_away: list = []  # a forked child's copies of its parent's connections: never used, never closed
 
 
-def _identity(db: Path) -> tuple[int, int] | None:
+def file_identity(path: Path, *, follow_links: bool = True) -> tuple[int, int] | None:
+    """(device, inode) of a plain file, or None while there is none there: a connection kept to
+    a session database is used again only while this stays the same."""
     try:
-        st = os.stat(db)
-    except FileNotFoundError:
+        st = os.stat(path) if follow_links else os.lstat(path)
+    except OSError:
         return None
-    return st.st_dev, st.st_ino
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def _writer(path: Path) -> sqlite3.Connection:
@@ -188,12 +190,12 @@ def _writer(path: Path) -> sqlite3.Connection:
         if kept is not None:
             _writers.move_to_end(path)
     if kept is not None:
-        if kept[0] == _identity(db):
+        if kept[0] == file_identity(db):
             return kept[1]
         forget_writer(path, locked=True)
     conn = schema.connect(db)
     with _locks_guard:
-        _writers[path] = (_identity(db), conn)
+        _writers[path] = (file_identity(db), conn)
         evictable = list(_writers)[:-KEPT_WRITERS]
     for other in evictable:  # the least recently written, unless a writer holds it right now
         lock = _write_lock(other)
