@@ -318,3 +318,45 @@ def test_a_row_the_agent_slips_in_below_a_sent_one_is_never_sent(session):
     agent_writes(session, {"op": "text", "text": "three"})
     assert deliver_session(session, None) == 1
     assert [t for _k, _p, t in Recorder.sent] == ["one", "two", "three"]
+
+
+def _host_card(session):
+    """A host card shown for the agent (a proposal's): delivered through its system op."""
+    delivery_module.register_op("test_host_card", lambda path, row, settings: "card-77")
+    agent_writes(session, {"op": "test_host_card", "ref": "p1"})
+    assert deliver_session(session, None) == 1
+    return 1
+
+
+def test_an_agent_cannot_edit_or_react_to_a_card_the_host_showed_for_it(session):
+    seq = _host_card(session)
+    agent_writes(session, {"op": "edit", "target_seq": seq, "text": "allow HTTPS to the package index, safe"},
+                 {"op": "reaction", "target_seq": seq, "emoji": "✅"})
+    deliver_session(session, None)
+    assert Recorder.sent == []  # nothing reached the platform
+    failed = [r for r in status(session) if r[0] == "failed"]
+    assert len(failed) == 2
+
+
+def test_the_hosts_record_decides_not_the_agents_rewritten_row(session):
+    """The agent rewrites the delivered card's row into a plain message afterwards: the host's own
+    record of what it delivered still says it was a card."""
+    seq = _host_card(session)
+    conn = schema.connect(session / "agent" / schema.OUTBOUND)
+    conn.execute("UPDATE messages_out SET content = ? WHERE seq = ?", (json.dumps({"op": "text", "text": "x"}), seq))
+    conn.close()
+    agent_writes(session, {"op": "edit", "target_seq": seq, "text": "safe to approve"})
+    deliver_session(session, None)
+    assert Recorder.sent == []
+
+
+def test_an_edit_reaches_only_a_message_in_its_own_chat(session):
+    set_destination(session, "other", Target("rec", "chat-2"))
+    agent_writes(session, {"op": "text", "text": "hi"})
+    agent_writes(session, {"op": "edit", "target_seq": 1, "text": "moved"},
+                 {"op": "reaction", "target_seq": 1, "emoji": "👍"}, target=("rec", "chat-2", None))
+    deliver_session(session, None)
+    assert Recorder.sent == [("text", "chat-1", "hi")]
+    agent_writes(session, {"op": "edit", "target_seq": 1, "text": "hi!"})
+    deliver_session(session, None)
+    assert Recorder.sent[-1] == ("edit", "p1", "hi!")

@@ -44,7 +44,13 @@ CREATE TABLE IF NOT EXISTS delivered (
     tries               INTEGER NOT NULL DEFAULT 0,
     last_error          TEXT,
     next_try_at         TEXT,
-    delivered_at        TEXT
+    delivered_at        TEXT,
+    -- what the host sent, as the host saw it when it claimed the row (the agent's file may change
+    -- afterwards): which of the agent's messages an edit or a reaction may touch is decided from these
+    seq                 INTEGER,
+    op                  TEXT,                        -- text | file | card | a system op (proposal, …)
+    channel_type        TEXT,
+    platform_id         TEXT
 );
 CREATE INDEX IF NOT EXISTS idx_delivered_retry ON delivered (next_try_at) WHERE status = 'retry';
 CREATE TABLE IF NOT EXISTS destinations (
@@ -92,6 +98,10 @@ CREATE TABLE IF NOT EXISTS container_state (
 );
 """
 
+# The agent's own chat messages: the only rows its `edit` and `reaction` may point at (never a card
+# the host showed for it, such as a proposal or a question). The runner and the host both use this.
+AGENT_MESSAGE_OPS = ("text", "file")
+
 INBOUND = "inbound.db"
 OUTBOUND = "outbound.db"
 HEARTBEAT = "heartbeat"
@@ -102,6 +112,15 @@ SANDBOX_SESSION_DIR = "/workspace/session"   # the agent's part, read-write
 
 
 _READY: set[str] = set()
+# Columns added to an existing table after its first release, added in place to older files.
+DELIVERED_ADDED = (("seq", "INTEGER"), ("op", "TEXT"), ("channel_type", "TEXT"), ("platform_id", "TEXT"))
+
+
+def _add_missing_columns(conn: sqlite3.Connection, table: str, columns) -> None:
+    have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    for name, kind in columns:
+        if name not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
 def utc_now_iso() -> str:
@@ -129,6 +148,9 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
         key = str(path.resolve())
         if fresh or key not in _READY:  # the schema is created once per file per process, not per write
             conn.executescript(ddl)
+            if path.name == INBOUND:
+                _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
+                conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")
             _READY.add(key)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.row_factory = sqlite3.Row

@@ -207,18 +207,40 @@ def due_rows(conn: sqlite3.Connection, now: str) -> list[Outgoing]:
     return out
 
 
-def claim(conn: sqlite3.Connection, row_id: str) -> bool:
+def claim(conn: sqlite3.Connection, row: Outgoing) -> bool:
+    """Take the row for this process; the host's own record of what it is and where it goes is
+    written with the claim (the agent may rewrite its file later, the record stays)."""
     cur = conn.execute(
-        "INSERT INTO delivered (message_out_id, status, tries) VALUES (?, 'sending', 0) "
+        "INSERT INTO delivered (message_out_id, status, tries, seq, op, channel_type, platform_id) "
+        "VALUES (?, 'sending', 0, ?, ?, ?, ?) "
         "ON CONFLICT (message_out_id) DO UPDATE SET status = 'sending' WHERE delivered.status = 'retry'",
-        (row_id,))
+        (row.id, row.seq, str(row.op.get("op"))[:40], row.target.channel_type, row.target.platform_id))
     return cur.rowcount == 1
 
 
-def platform_id_of(conn: sqlite3.Connection, seq: int) -> str | None:
-    row = conn.execute("SELECT d.platform_message_id FROM ob.messages_out o JOIN delivered d "
-                       "ON d.message_out_id = o.id WHERE o.seq = ? AND d.status = 'delivered'", (seq,)).fetchone()
-    return row[0] if row else None
+def own_message(conn: sqlite3.Connection, seq, target: Target) -> str:
+    """The platform id of the agent's own chat message #seq in `target`'s chat, from the host's
+    records only: a message or file the host delivered for the agent there. Never a card the host
+    showed for the agent (a proposal, a help request, a question: their text is the host's), and
+    never a message in another chat."""
+    try:
+        seq = int(seq)
+    except (TypeError, ValueError):
+        raise DeliveryError(f"no message #{seq!r} to change", permanent=True) from None
+    marks = ", ".join("?" * len(schema.AGENT_MESSAGE_OPS))
+    found = conn.execute(
+        f"SELECT platform_message_id, op, channel_type, platform_id FROM delivered WHERE seq = ? "
+        f"AND status = 'delivered' AND platform_message_id IS NOT NULL ORDER BY op IN ({marks}) DESC, "
+        "rowid DESC LIMIT 1", (seq, *schema.AGENT_MESSAGE_OPS)).fetchone()
+    if found is None:
+        raise DeliveryError(f"message #{seq} was never delivered", permanent=True)
+    pid, op, channel, chat = found
+    if op not in schema.AGENT_MESSAGE_OPS:
+        raise DeliveryError(f"message #{seq} is not one of the agent's messages (it is a {op or 'host'} card)",
+                            permanent=True)
+    if (channel, chat) != (target.channel_type, target.platform_id):
+        raise DeliveryError(f"message #{seq} is in another chat", permanent=True)
+    return pid
 
 
 def answered_message(conn, message_in_id) -> tuple[Target, str]:
@@ -247,9 +269,7 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
         adapter.react(target, pid, op["emoji"])
         return pid
     if kind in ("edit", "reaction"):
-        pid = platform_id_of(conn, int(op.get("target_seq", -1)))
-        if pid is None:
-            raise DeliveryError(f"message #{op.get('target_seq')} was never delivered", permanent=True)
+        pid = own_message(conn, op.get("target_seq"), row.target)
         if kind == "edit":
             adapter.edit_text(row.target, pid, op["text"])
         else:
@@ -301,7 +321,7 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None,
         for row in rows:
             # the claim is the one commit (one fsync) before a send; the acks' bookkeeping waits
             # until after the sends, off the answer's path
-            if not claim(conn, row.id):
+            if not claim(conn, row):
                 continue
             try:
                 handler = _OPS.get(row.op.get("op"))
@@ -380,7 +400,8 @@ def _failed(conn, settings, row: Outgoing, exc: Exception, now: datetime) -> Non
                      (tries, reason, row.id))
         log.error("delivery of %s to %s failed for good after %d tries: %s", row.id, row.target, tries, reason)
         metrics.REPLIES_OUT.labels(row.target.channel_type, "failed").inc()
-        _tell_user(conn, settings, row, reason)
+        if row.op.get("op") not in ("edit", "reaction"):  # a lost change to a message is no lost reply
+            _tell_user(conn, settings, row, reason)
         return
     wait = backoff(tries, retry_after)
     conn.execute("UPDATE delivered SET status = 'retry', tries = ?, last_error = ?, next_try_at = ? "

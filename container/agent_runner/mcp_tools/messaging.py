@@ -10,11 +10,11 @@ import shutil
 import uuid
 from pathlib import Path
 
+from ..session_schema import AGENT_MESSAGE_OPS
 from ..targets import Target, UnknownDestination, resolve_destination
 from .context import ToolContext, ToolError
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
-_SENDABLE_OPS = ("text", "file")
 
 
 def _target(ctx: ToolContext, to: str | None) -> Target:
@@ -106,7 +106,7 @@ def _own_message(ctx: ToolContext, message_id) -> dict:
     except ValueError:
         raise ToolError(f"message_id must be the number send_message returned, not {message_id!r}") from None
     row = ctx.store.out_row(seq)
-    if row is None or row["content"].get("op") not in _SENDABLE_OPS:
+    if row is None or row["content"].get("op") not in AGENT_MESSAGE_OPS:
         raise ToolError(f"no message of yours has message_id {seq}")
     return row
 
