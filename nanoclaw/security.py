@@ -5,8 +5,12 @@ before it touches the filesystem.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 FOLDER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -55,3 +59,87 @@ def contained(base: os.PathLike | str, candidate: os.PathLike | str) -> Path:
     if resolved != base_path and base_path not in resolved.parents:
         raise UnsafePath(f"{str(candidate)!r} resolves outside {base_path}")
     return resolved
+
+
+# --- trees an agent can change while the host reads them -----------------------------------------
+# A folder the agent writes (its session part, its group folder) may change under the host at any
+# moment: a folder swapped for a link between a check and an open is the classic way to make the
+# host read or change what the agent points at. So such a tree is walked by descriptors: every
+# entry is opened relative to its parent's descriptor with O_NOFOLLOW, so no link is followed at any
+# level, and what is yielded is the very object that was opened.
+
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ANY_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+MAX_TREE_DEPTH = 128
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    rel: str            # posix path below the root ('' for the root itself)
+    fd: int             # open for reading; valid only until the walk moves on
+    st: os.stat_result  # of the open descriptor
+    parent_fd: int      # the folder it was opened in (the root's own fd for the root)
+    name: str
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.st.st_mode)
+
+
+def walk_tree(root: os.PathLike | str, on_skip: Callable[[str, str], None] | None = None) -> Iterator[TreeEntry]:
+    """The root folder, then every folder and plain file under it, depth first in name order, each
+    opened without following a link at any level. Links, sockets and fifos are passed over silently;
+    what vanishes or cannot be opened while walking is reported to on_skip(rel, why) and passed
+    over, so what an agent does in its own folder never makes the walk fail. A root that is missing
+    or is itself a link yields nothing."""
+    skip = on_skip or (lambda _rel, _why: None)
+    try:
+        top = os.open(root, _DIR_OPEN)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            skip("", exc.strerror or str(exc))
+        return
+    stack: list[tuple[str, int, Iterator[str]]] = []
+    try:
+        yield TreeEntry("", top, os.fstat(top), top, "")
+        stack.append(("", top, iter(_names(top, "", skip))))
+        while stack:
+            rel, dfd, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                if dfd != top:
+                    os.close(dfd)
+                continue
+            child = f"{rel}/{name}" if rel else name
+            try:
+                fd = os.open(name, _ANY_OPEN, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:  # ELOOP: a link, never followed
+                    skip(child, exc.strerror or str(exc))
+                continue
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode) and len(stack) < MAX_TREE_DEPTH:
+                yield TreeEntry(child, fd, st, dfd, name)
+                stack.append((child, fd, iter(_names(fd, child, skip))))
+                continue
+            try:
+                if stat.S_ISREG(st.st_mode):
+                    yield TreeEntry(child, fd, st, dfd, name)
+                elif stat.S_ISDIR(st.st_mode):
+                    skip(child, f"deeper than {MAX_TREE_DEPTH} folders")
+            finally:
+                os.close(fd)
+    finally:
+        for _rel, dfd, _names_left in stack:
+            if dfd != top:
+                os.close(dfd)
+        os.close(top)
+
+
+def _names(dfd: int, rel: str, skip) -> list[str]:
+    try:
+        return sorted(os.listdir(dfd))
+    except OSError as exc:
+        skip(rel, exc.strerror or str(exc))
+        return []

@@ -67,3 +67,55 @@ def test_sibling_with_common_prefix_is_refused(tmp_path):
     (tmp_path / "base2").mkdir()
     with pytest.raises(UnsafePath):
         contained(tmp_path / "base", tmp_path / "base2")
+
+
+# --- walking a tree the agent can change (issue 29) --------------------------------------------
+
+def test_walk_tree_never_follows_a_link_at_any_level(tmp_path):
+    from nanoclaw.security import walk_tree
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret").write_text("key")
+    agent = tmp_path / "agent"
+    (agent / "a").mkdir(parents=True)
+    (agent / "a" / "mine").write_text("mine")
+    (agent / "link").symlink_to(host)
+    (agent / "a" / "file-link").symlink_to(host / "secret")
+    seen = {e.rel for e in walk_tree(agent)}
+    assert seen == {"", "a", "a/mine"}
+    assert list(walk_tree(agent / "link")) == []  # a root that is a link yields nothing
+
+
+def test_a_folder_swapped_for_a_link_mid_walk_is_walked_as_the_folder_that_was_opened(tmp_path):
+    """The classic race, made deterministic: right after the walk opened a folder, the agent moves it
+    away and puts a link to the host's files in its place. The walk goes on in what it opened."""
+    from nanoclaw.security import walk_tree
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "secret").write_text("key")
+    agent = tmp_path / "agent"
+    (agent / "cache").mkdir(parents=True)
+    (agent / "cache" / "note").write_text("mine")
+    read = {}
+    for entry in walk_tree(agent):
+        if entry.rel == "cache":
+            (agent / "cache").rename(agent / "moved")
+            (agent / "cache").symlink_to(host)
+        elif not entry.is_dir:
+            read[entry.rel] = os.pread(entry.fd, 100, 0)
+    assert read == {"cache/note": b"mine"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_chown_tree_never_changes_what_a_link_points_at(tmp_path):
+    from nanoclaw.runtime.access import chown_tree
+    host = tmp_path / "host-file"
+    host.write_text("the host's")
+    agent = tmp_path / "agent"
+    (agent / "sub").mkdir(parents=True)
+    (agent / "sub" / "f").write_text("x")
+    (agent / "sub" / "link").symlink_to(host)
+    (agent / "dirlink").symlink_to(tmp_path)
+    chown_tree(agent, 1000, 1000)
+    assert (agent / "sub" / "f").stat().st_uid == 1000 and (agent / "sub").stat().st_uid == 1000
+    assert host.stat().st_uid == 0 and tmp_path.stat().st_uid == 0

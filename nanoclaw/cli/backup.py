@@ -1,12 +1,14 @@
 """`backup` and `restore`: one archive of an install, taken while it runs (lifecycle/backup.py)."""
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import click
 
 from ..db import bind, database
 from ..lifecycle import backup as bk
+from ..lifecycle.restore import restore
 from ..migrate import apply_pending
 from .base import Mistake, command, require_schema, settings
 
@@ -45,11 +47,15 @@ def backup_cmd(path, with_secrets, keep):
 @click.option("--force", is_flag=True, help="Restore over a data folder that is not empty.")
 def restore_cmd(archive, force):
     """Restore an archive into this install's (empty) data and groups folders, then bring its
-    database up to this version's schema. Stop the service first."""
+    database up to this version's schema. Stop the service first.
+
+    All or nothing: the archive is unpacked beside the live folders and swapped in only when all of
+    it is there. With --force, what the folders held before is moved to
+    $NANOCLAW_DATA_DIR/pre-restore-<time>/ (nothing is deleted)."""
     s = settings()
     try:
-        manifest = bk.restore(s, archive, force=force)
-    except (OSError, bk.BackupError) as exc:
+        manifest = restore(s, archive, force=force)
+    except (OSError, tarfile.TarError, bk.BackupError) as exc:
         raise Mistake(f"restore failed: {exc}") from None
     if manifest.get("database") == "postgresql" or bk.sqlite_path(s.database_url) is None:
         click.echo("the central database was not restored: restore it with pg_restore/psql, then run "
@@ -60,6 +66,8 @@ def restore_cmd(archive, force):
         database.connect(reuse_if_open=True)
         for migration in apply_pending(database.obj, log=lambda _line: None):
             click.echo(f"migrated: {migration.version:04d}_{migration.name}")
+    if manifest.get("moved_aside"):
+        click.echo(f"what this install held before is kept in {manifest['moved_aside']}; remove it once all is well")
     counts = manifest.get("counts", {})
     click.echo(f"restored {archive.name} (taken {manifest.get('created_at')}): {counts.get('agents', 0)} agent(s), "
                f"{counts.get('sessions', 0)} session(s)")

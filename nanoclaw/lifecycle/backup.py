@@ -13,8 +13,11 @@ from __future__ import annotations
 import fcntl
 import io
 import json
+import logging
 import os
+import shutil
 import sqlite3
+import stat
 import tarfile
 import tempfile
 import time
@@ -26,8 +29,12 @@ from .. import __version__
 from ..db import database
 from ..migrate import current_version, discover
 from ..models import AgentGroup, ScheduledTask, Session, User
+from ..security import walk_tree
 
-SESSION_DBS = ("host/inbound.db", "agent/outbound.db")
+log = logging.getLogger("nanoclaw.backup")
+
+INBOUND, OUTBOUND = "inbound.db", "outbound.db"
+HOST_DB = f"host/{INBOUND}"
 SKIP_NAMES = {"heartbeat"}
 SKIP_SUFFIXES = ("-wal", "-shm", "-journal")
 
@@ -46,9 +53,10 @@ def sqlite_path(url: str) -> Path | None:
     return Path("/" + url[len("sqlite:///"):].lstrip("/")) if url.startswith("sqlite:///") else None
 
 
-def copy_sqlite(source: Path, dest: Path) -> None:
+def copy_sqlite(source: Path, dest: Path, *, writable_source: bool = False) -> None:
     """A consistent copy of a database another process may be writing (the online backup API)."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    src = sqlite3.connect(source if writable_source else f"file:{source}?mode=ro", uri=not writable_source,
+                          timeout=30)
     try:
         out = sqlite3.connect(dest)
         try:
@@ -59,19 +67,78 @@ def copy_sqlite(source: Path, dest: Path) -> None:
         src.close()
 
 
-def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str, skip_dbs: tuple[str, ...] = ()) -> int:
-    """Plain files and folders under root (links and devices are never archived)."""
+class _Walk:
+    """What one backup passed over because it changed under it (an agent's own folder, at worst)."""
+
+    def __init__(self):
+        self.skipped: list[str] = []
+
+    def skip(self, arc: str, why: str) -> None:
+        self.skipped.append(arc)
+        log.warning("backup: passed over %s (%s)", arc, why)
+
+
+def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str, walk: _Walk, skip_names: tuple[str, ...] = ()) -> int:
+    """Plain files under root, read through descriptors opened without following a link at any
+    level (security.walk_tree): links, devices and fifos are never archived, and an agent swapping a
+    folder for a link while this runs gets at most its own files left out, never the host's in."""
     count = 0
-    if not root.is_dir():
-        return 0
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink() or rel in skip_dbs or path.name in SKIP_NAMES or path.name.endswith(SKIP_SUFFIXES):
+    for entry in walk_tree(root, on_skip=lambda rel, why: walk.skip(f"{arc_root}/{rel}", why)):
+        if entry.is_dir or entry.rel in skip_names or entry.name in SKIP_NAMES or entry.name.endswith(SKIP_SUFFIXES):
             continue
-        if path.is_file():
-            tar.add(path, arcname=f"{arc_root}/{rel}", recursive=False)
+        if _add_open_file(tar, entry.fd, f"{arc_root}/{entry.rel}", entry.st, walk):
             count += 1
     return count
+
+
+def _add_open_file(tar: tarfile.TarFile, fd: int, arcname: str, st: os.stat_result, walk: _Walk) -> bool:
+    """One file from an open descriptor; copied first, so a file that grows or shrinks meanwhile
+    is archived as it was read instead of breaking the archive."""
+    with tempfile.SpooledTemporaryFile(max_size=8 << 20) as copy:
+        try:
+            with os.fdopen(os.dup(fd), "rb") as src:
+                shutil.copyfileobj(src, copy)
+        except OSError as exc:
+            walk.skip(arcname, exc.strerror or str(exc))
+            return False
+        info = tarfile.TarInfo(arcname)
+        info.size, info.mtime, info.mode = copy.tell(), int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
+        copy.seek(0)
+        tar.addfile(info, copy)
+    return True
+
+
+def _agent_db_copy(agent_part: Path, dest: Path, walk: _Walk, arc: str) -> bool:
+    """A consistent copy of the agent's outbound.db (written by the agent, in WAL mode, in a folder it
+    controls): the database and its WAL are read through descriptors (no link followed), then SQLite
+    puts the copy together and checks it. A copy torn by a write meanwhile is taken again; one that
+    stays broken is passed over (the agent's own file, the one thing at stake)."""
+    for _attempt in range(3):
+        staged = dest.parent / "agent-db"
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir()
+        got = {}
+        for entry in walk_tree(agent_part):
+            if entry.rel in (OUTBOUND, OUTBOUND + "-wal") and not entry.is_dir:
+                with os.fdopen(os.dup(entry.fd), "rb") as src, open(staged / entry.rel, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                got[entry.rel] = True
+        if OUTBOUND not in got:
+            return False
+        try:
+            copy_sqlite(staged / OUTBOUND, dest, writable_source=True)
+            check = sqlite3.connect(dest)
+            try:
+                ok = check.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            finally:
+                check.close()
+        except sqlite3.Error:
+            ok = False
+        if ok:
+            return True
+        dest.unlink(missing_ok=True)
+    walk.skip(f"{arc}/agent/{OUTBOUND}", "it kept changing, or is not a database")
+    return False
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -99,19 +166,24 @@ def write_backup(settings, dest: Path | None = None, *, with_secrets: bool = Fal
             if central is not None:
                 copy_sqlite(central, Path(tmp) / "nanoclaw.db")
                 tar.add(Path(tmp) / "nanoclaw.db", arcname="db/nanoclaw.db")
-            files = 0
+            files, walk = 0, _Walk()
             sessions_dir = Path(settings.sessions_dir)
             for session in sorted(sessions_dir.glob("*/*")) if sessions_dir.is_dir() else []:
                 arc = f"sessions/{session.relative_to(sessions_dir).as_posix()}"
-                for name in SESSION_DBS:
-                    if (session / name).is_file() and not (session / name).is_symlink():
-                        copy = Path(tmp) / "session.db"
-                        copy_sqlite(session / name, copy)
-                        tar.add(copy, arcname=f"{arc}/{name}")
-                        copy.unlink()
-                files += _add_tree(tar, session, arc, SESSION_DBS)
-            files += _add_tree(tar, Path(settings.groups_dir), "groups")
-            files += _add_tree(tar, Path(settings.data_dir) / "policy", "policy")
+                if session.is_symlink() or not session.is_dir():
+                    continue
+                inbound = session / HOST_DB  # the host's own part: the agent cannot touch it
+                if inbound.is_file() and not inbound.is_symlink():
+                    copy_sqlite(inbound, Path(tmp) / "session.db")
+                    tar.add(Path(tmp) / "session.db", arcname=f"{arc}/{HOST_DB}")
+                    (Path(tmp) / "session.db").unlink()
+                if _agent_db_copy(session / "agent", Path(tmp) / "agent.db", walk, arc):
+                    tar.add(Path(tmp) / "agent.db", arcname=f"{arc}/agent/{OUTBOUND}")
+                    (Path(tmp) / "agent.db").unlink()
+                files += _add_tree(tar, session / "host", f"{arc}/host", walk, (INBOUND,))
+                files += _add_tree(tar, session / "agent", f"{arc}/agent", walk, (OUTBOUND,))
+            files += _add_tree(tar, Path(settings.groups_dir), "groups", walk)
+            files += _add_tree(tar, Path(settings.data_dir) / "policy", "policy", walk)
             allowlist = Path(settings.mount_allowlist)
             if allowlist.is_file():
                 tar.add(allowlist, arcname="mount-allowlist.json")
@@ -122,7 +194,7 @@ def write_backup(settings, dest: Path | None = None, *, with_secrets: bool = Fal
                 env_file = Path(os.environ.get("NANOCLAW_ENV_FILE", Path(settings.data_dir).parent / ".env"))
                 if env_file.is_file():
                     tar.add(env_file, arcname="secrets/env")
-            manifest["files"] = files
+            manifest["files"], manifest["skipped"] = files, walk.skipped
             _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
         os.replace(partial, dest)
     finally:
@@ -160,56 +232,3 @@ def service_running(data: Path) -> bool:
             return True
         fcntl.flock(handle, fcntl.LOCK_UN)
     return False
-
-
-def _is_empty(path: Path) -> bool:
-    return not path.exists() or not any(p for p in path.iterdir() if p.name not in ("logs", "backups", "secret_key"))
-
-
-def restore(settings, archive: Path, *, force: bool = False) -> dict:
-    """Unpack into the configured data and groups folders (empty ones, unless force)."""
-    manifest = read_manifest(archive)
-    if manifest.get("format") != 1:
-        raise BackupError(f"{archive} has no manifest this version can read")
-    newest = max((m.version for m in discover()), default=0)
-    if manifest.get("schema_version", 0) > newest:
-        raise BackupError(f"the backup's schema ({manifest['schema_version']}) is newer than this NanoClaw's "
-                          f"({newest}); update NanoClaw first (git pull)")
-    data, groups = Path(settings.data_dir), Path(settings.groups_dir)
-    if service_running(data):
-        raise BackupError("the service is running on this data folder; stop it first (Ctrl-C on make run)")
-    if not force and not (_is_empty(data) and _is_empty(groups)):
-        raise BackupError(f"{data} or {groups} is not empty; restore into a fresh install, or add --force")
-    central = sqlite_path(settings.database_url)
-    targets = {"db/": None if central is None else central.parent, "sessions/": Path(settings.sessions_dir),
-               "groups/": groups, "policy/": data / "policy", "secrets/": data}
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar.getmembers():
-            if not member.isfile():
-                continue  # folders are made as needed; links and devices are never restored
-            prefix = next((p for p in targets if member.name.startswith(p)), None)
-            if member.name == "mount-allowlist.json":
-                dest = Path(settings.mount_allowlist)
-                if dest.exists():
-                    continue  # an allowlist of this machine wins
-            elif prefix is None or targets[prefix] is None:
-                continue
-            else:
-                rel = member.name[len(prefix):]
-                if prefix == "db/":
-                    rel = central.name
-                elif prefix == "secrets/":
-                    if rel != "secret_key":
-                        continue  # the .env is for the operator to read, not to overwrite theirs
-                base = targets[prefix].resolve()
-                dest = (base / rel).resolve()
-                if base not in dest.parents:
-                    raise BackupError(f"{archive} holds a path outside its folders ({member.name}); refusing it")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if dest.suffix == ".db":  # a journal left beside the old file would be replayed into this one
-                for leftover in SKIP_SUFFIXES:
-                    dest.with_name(dest.name + leftover).unlink(missing_ok=True)
-            with tar.extractfile(member) as src, open(dest, "wb") as out:
-                out.write(src.read())
-            os.chmod(dest, 0o600 if member.name.startswith("secrets/") else 0o644)
-    return manifest

@@ -17,14 +17,17 @@ import os
 import stat
 from pathlib import Path
 
+from ..security import walk_tree
+
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give `root` and everything under it to uid:gid (only entries not theirs yet; links not followed)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for entry in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-            st = os.lstat(entry)
-            if (st.st_uid, st.st_gid) != (uid, gid):
-                os.lchown(entry, uid, gid)
+    """Give `root` and the folders and files under it to uid:gid (only those not theirs yet). The
+    agent may be changing this tree right now (another sandbox of the same group shares its group
+    folder), so it is walked by descriptors and changed through them: a folder swapped for a link
+    mid-walk never makes the host chown what the link points at."""
+    for entry in walk_tree(root):
+        if (entry.st.st_uid, entry.st.st_gid) != (uid, gid):
+            os.fchown(entry.fd, uid, gid)
 
 
 def keep_readable(root: Path) -> None:
