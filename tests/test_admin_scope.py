@@ -26,6 +26,7 @@ def world(site, cli):
                  ("wire", "telegram", "42", "andy"), ("wire", "telegram", TEAM[1], "andy", "--kind", "group"),
                  ("wire", "telegram", LAB[1], "bea", "--kind", "group"),
                  ("destination", "add", "andy", "team", "telegram", TEAM[1]),
+                 ("destination", "add", "bea", "lab-notes", "telegram", LAB[1]),
                  ("egress", "add", "andy", "api.github.com"),
                  ("credentials", "add", "andy", "/reports/", "https://reports.example.com", "REPORT_TOKEN")):
         assert cli(*args).exit_code == 0, args
@@ -100,6 +101,14 @@ def attempts(w):
         ("remove Andy's mount", "/admin/agents/andy/mounts/notes/remove", {}),
         ("add a destination to Andy", "/admin/agents/andy/destinations", dict(name="x", channel="slack", chat_id="C9")),
         ("remove Andy's destination", "/admin/agents/andy/destinations/team/remove", {}),
+        ("make the owner's DM a destination of Bea", "/admin/agents/bea/destinations",
+         dict(name="boss", channel=OWNER_DM[0], chat_id=OWNER_DM[1])),
+        ("make Andy's chat a destination of Bea", "/admin/agents/bea/destinations",
+         dict(name="team", channel=TEAM[0], chat_id=TEAM[1])),
+        ("re-point Bea's destination at Andy's chat", "/admin/agents/bea/destinations",
+         dict(name="lab-notes", channel=TEAM[0], chat_id=TEAM[1])),
+        ("make a chat never seen a destination of Bea", "/admin/agents/bea/destinations",
+         dict(name="new", channel="telegram", chat_id="-100123")),
         ("allow Andy a host", "/admin/agents/andy/egress", dict(host="evil.example")),
         ("revoke Andy's host", "/admin/agents/andy/egress/remove", dict(host="api.github.com")),
         ("give Andy a route", "/admin/agents/andy/routes", dict(match="/x/", upstream="https://x.example",
@@ -150,6 +159,9 @@ def test_what_is_theirs_they_can_change(world):
     assert MessagingGroup.get(MessagingGroup.platform_id == LAB[1]).unknown_sender_policy == "public"
     UserDm.create(user=ADMIN, channel_type="slack", platform_id="D0BEA")  # their own DM
     assert post(client, "/admin/wirings", **wiring_form("bea", "slack", "D0BEA", kind="dm")).status_code == 302
+    assert post(client, "/admin/agents/bea/destinations", name="newroom", channel="telegram",
+                chat_id="-100555").status_code == 302  # a chat where they wired their agent
+    assert AgentDestination.get(AgentDestination.name == "newroom").platform_id == "-100555"
 
 
 def test_the_owner_is_not_limited(site, world):
@@ -168,3 +180,62 @@ def test_an_admin_grants_their_agent_only_the_secrets_delegated_to_them(world, c
     assert cli("credentials", "delegate", "bea", "LAB_TOKEN").exit_code == 0
     assert post(client, "/admin/agents/bea/routes", **route).status_code == 302
     assert "/lab/ -> https://lab.example" in cli("credentials", "list", "bea").output
+
+
+# --- the same admin in chat: card buttons, replies to cards, admin-only commands -----------------
+
+def test_in_chat_an_admin_of_another_agent_decides_nothing_of_andys(make_settings, sqlite_url):
+    """Bea's admin is in a group where Andy answers too. Every host card of Andy's shown there (a
+    stranger, a new chat, a proposal, a help request, a question) is pressed and replied to by them,
+    and they send /clear: nothing changes, and they are told so."""
+    from nanoclaw.models import PendingQuestion
+    from nanoclaw.sessions import store
+    from tests.test_operator_e2e import reply_to
+    from tests.tg_flow import Telegram, click, message, person, post, telegram_app, toasts
+
+    group, admin, owner = -100321, person(77, "Bea's admin"), person(111, "Olivia")
+    with Telegram() as tg, telegram_app(
+            make_settings, sqlite_url, tg, ("agent", "create", "Andy"), ("agent", "create", "Bea"),
+            ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
+            ("user", "add", "telegram:77", "--role", "admin", "--agent", "bea", "--name", "Bea's admin"),
+            ("wire", "telegram", str(group), "andy", "--kind", "group", "--engage", "pattern", "--pattern", "."),
+            ("wire", "telegram", str(group), "bea", "--kind", "group")) as app:
+        post(app, message(group, owner, "hello Andy", title="Both"))
+        andy = AgentGroup.get(AgentGroup.folder == "andy")
+        session = Session.get(Session.agent_group == andy)
+        mg = MessagingGroup.get(MessagingGroup.platform_id == str(group))
+        at = dict(card_channel="telegram", card_chat_id=str(group))
+        sender = PendingSenderApproval.create(messaging_group=mg, agent_group=andy, sender_id="telegram:5",
+                                              original_message={"text": "hi"}, approver_user_id="telegram:111",
+                                              card_message_id="501", **at)
+        proposal = PendingProposal.create(session=session, agent_group=andy, ref="p1", kind="egress",
+                                          payload={"host": "evil.example"}, approver_user_id="telegram:111",
+                                          card_message_id="502", **at)
+        helpreq = HelpRequest.create(session=session, agent_group=andy, ref="h1", text="which branch?",
+                                     approver_user_id="telegram:111", card_message_id="503", **at)
+        question = PendingQuestion.create(session=session, question_id="q1", question="Which day?",
+                                          options=["Monday", "Tuesday"], channel_type="telegram",
+                                          platform_id=str(group), card_message_id="504",
+                                          expires_at=utcnow().replace(year=2099), asked_user_id="telegram:111")
+        newchat = MessagingGroup.create(channel_type="telegram", platform_id="-100999", kind="group", name="New")
+        naming = PendingChannelApproval.create(messaging_group=newchat, original_message={"text": "yo"},
+                                               approver_user_id="telegram:111", card_message_id="505", **at)
+
+        def card(mid):
+            return {"chat_id": group, "_message_id": int(mid), "text": "a card"}
+        before = snapshot()
+        for data, mid in ((f"nsa-{sender.token}:allow", 501), (f"npr-{proposal.token}:approve", 502),
+                          (f"nhr-{helpreq.token}:dismiss", 503), (f"ncq-{question.token}:0", 504),
+                          (f"nca-{naming.token}:bea", 505), (f"nca-{naming.token}:create", 505)):
+            post(app, click(data, admin, card(mid)))
+            assert toasts(tg)[-1] and "Approved" not in toasts(tg)[-1], (data, toasts(tg)[-1])
+        for mid, text in ((502, "yes"), (503, "use main"), (505, "Mine")):
+            post(app, reply_to(card(mid), admin, text))
+        post(app, message(group, admin, "/clear", title="Both", command=True))
+        assert snapshot() == before
+        assert PendingQuestion.get().answered_at is None
+        path = store.session_path(app.config["NANOCLAW"].sessions_dir, "andy", session.id)
+        conn = store.schema.connect(store.inbound_db(path), readonly=True)
+        written = [r[0] for r in conn.execute("SELECT content FROM messages_in")]
+        conn.close()
+        assert not any('"command"' in c or "/clear" in c or "use main" in c for c in written), written

@@ -70,7 +70,8 @@ def test_a_bad_destination_is_refused_readably_and_nothing_stored(site, owner): 
 
 def test_an_admin_of_another_agent_cannot_add_or_remove_andys_destinations(site, owner, cli):  # noqa: F811
     for args in (("agent", "create", "Bea"), ("user", "add", BEA_ADMIN, "--role", "admin", "--agent", "bea"),
-                 ("destination", "add", "andy", "family", "telegram", "-100123")):
+                 ("destination", "add", "andy", "family", "telegram", "-100123"),
+                 ("wire", "slack", "C123", "bea")):
         assert cli(*args).exit_code == 0, args
     site.test_cli_runner().invoke(args=["nanoclaw", "admin", "set-password", BEA_ADMIN, "--password-stdin"],
                                   input=BEA_PASSWORD + "\n")
@@ -83,7 +84,7 @@ def test_an_admin_of_another_agent_cannot_add_or_remove_andys_destinations(site,
     assert (added.status_code, removed.status_code) == (403, 403)
     assert [(d.name, d.platform_id) for d in AgentDestination.select()] == [("family", "-100123")]
     ok = bea.post("/admin/agents/bea/destinations", data={"csrf_token": token, "name": "lab", "channel": "slack",
-                                                           "chat_id": "C123"})
+                                                           "chat_id": "C123"})  # a chat where Bea is wired
     assert ok.status_code == 302 and AgentDestination.select().where(AgentDestination.name == "lab").exists()
 
 

@@ -8,6 +8,7 @@ runner reads it there, and delivery refuses a row for any place not on it (store
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..db import database
@@ -66,9 +67,15 @@ class DestinationError(ValueError):
     """A destination that cannot be added or removed; the message says why and what to do."""
 
 
+class DestinationRefused(DestinationError):
+    """The actor may not point this agent at that chat (a scoped admin outside their agents)."""
+
+
 def add(actor: str, agent, name: str, channel: str, chat_id: str, thread: str | None = None,
-        why: str | None = None) -> None:
-    """Name (or re-point) a place the agent may send to, audited; the CLI and the page both use it."""
+        why: str | None = None, refusal: Callable[[str, str], str | None] | None = None) -> None:
+    """Name (or re-point) a place the agent may send to, audited; the CLI and the page both use it.
+    `refusal(channel, chat_id)`: why the actor may not name that chat (a scoped admin: the wiring
+    rule), None when they may; without it (the owner's CLI) any chat may be named."""
     problem = name_problem(name)
     if problem:
         raise DestinationError(problem)
@@ -77,6 +84,9 @@ def add(actor: str, agent, name: str, channel: str, chat_id: str, thread: str | 
     chat_id, thread = (chat_id or "").strip(), (thread or "").strip() or None
     if not chat_id:
         raise DestinationError("a chat id is needed")
+    why_not = refusal(channel, chat_id) if refusal is not None else None
+    if why_not:
+        raise DestinationRefused(why_not)
     with database.atomic():
         row = AgentDestination.get_or_none(AgentDestination.agent_group == agent, AgentDestination.name == name)
         before = f"{row.channel_type}:{row.platform_id}" + (f" thread {row.thread_id}" if row.thread_id else "") \

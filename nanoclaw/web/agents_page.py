@@ -15,6 +15,7 @@ from ..sessions import destinations
 from . import auth
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
+from .scope import chat_facts, destination_refusal
 
 PLATFORMS = ("telegram", "slack", "discord", "whatsapp", "web")
 
@@ -53,9 +54,13 @@ def destination_add(folder: str):
     a = agent_for_write(folder)
     f = request.form
     name = f.get("name", "").strip()
+    scope = auth.scope_of(g.user_id)
     try:
         destinations.add(g.user_id, a, name, f.get("channel", ""), f.get("chat_id", ""), f.get("thread"),
-                         why=clean_why(f.get("why")))
+                         why=clean_why(f.get("why")),
+                         refusal=lambda channel, chat_id: destination_refusal(scope, a.id, chat_facts(channel, chat_id)))
+    except destinations.DestinationRefused as exc:
+        return forbidden(str(exc))
     except destinations.DestinationError as exc:
         flash(f"Destination refused: {exc}", "error")
     else:

@@ -63,3 +63,11 @@ def wiring_refusal(scope: Scope, agent_id: int, chat: ChatFacts) -> str | None:
 
 def removal_refusal(scope: Scope, agent_id: int) -> str | None:
     return None if scope.covers(agent_id) else "you administer other agents, not this one"
+
+
+def destination_refusal(scope: Scope, agent_id: int, chat: ChatFacts) -> str | None:
+    """Why `scope` may not name this chat as a destination of agent `agent_id`: only a chat where it
+    could wire the agent, and (for a scoped admin) only one NanoClaw has seen, whose kind it knows."""
+    if scope.agents is not None and scope.covers(agent_id) and not chat.exists:
+        return "NanoClaw has not seen this chat yet; wire your agent there first, or ask the owner"
+    return wiring_refusal(scope, agent_id, chat)
