@@ -224,7 +224,7 @@ class Settings:
                 for name, default in cls.PLATFORM_VARS
                 if (value := get(name, default)) is not None
             },
-            secret_key=get("NANOCLAW_SECRET_KEY"),
+            secret_key=_checked_key(raw, "NANOCLAW_SECRET_KEY") if (raw := get("NANOCLAW_SECRET_KEY")) else None,
             attachment_max_bytes=_int("NANOCLAW_ATTACHMENT_MAX_BYTES",
                                       get("NANOCLAW_ATTACHMENT_MAX_BYTES", str(20 * 1024 * 1024)), 1024, 2**31),
             isolated_retention_hours=_int("NANOCLAW_ISOLATED_RETENTION_HOURS",
@@ -250,20 +250,49 @@ class Settings:
         )
 
 
+MIN_SECRET_BYTES = 32
+
+
+def _checked_key(key: str, where: str) -> str:
+    if len(key.encode()) < MIN_SECRET_BYTES:
+        raise SettingsError(f"{where} holds {len(key.encode())} bytes, fewer than {MIN_SECRET_BYTES}: anything "
+                            f"signed with it could be forged. Delete it and start again (a new key is made), "
+                            f"or set NANOCLAW_SECRET_KEY to {MIN_SECRET_BYTES} or more random characters")
+    return key
+
+
 def local_secret_key(data_dir: Path) -> str:
-    """A random key kept in data/secret_key (0600), made on first use: never a known default."""
-    path = Path(data_dir) / "secret_key"
+    """A random key kept in data/secret_key (0600), made on first use: never a known default.
+
+    It is written whole or not at all: into a temporary file, flushed to disk, then linked into
+    place, which fails if another program got there first (then theirs is used), so two programs
+    starting at once agree on one key and a crash never leaves an empty or half-written key behind.
+    A key file shorter than MIN_SECRET_BYTES (an older version's crash) stops start-up."""
+    data_dir = Path(data_dir)
+    path = data_dir / "secret_key"
     try:
-        return path.read_text().strip()
+        return _checked_key(path.read_text().strip(), str(path))
     except FileNotFoundError:
         pass
     key = secrets.token_urlsafe(48)
+    tmp = data_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process wrote it a moment ago
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(key)
+        with os.fdopen(fd, "w") as f:
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and never replaces a key another program made a moment ago
+        except FileExistsError:
+            return _checked_key(path.read_text().strip(), str(path))
+        folder = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    finally:
+        tmp.unlink(missing_ok=True)
     return key
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .channels.telegram import update_mode
-from .config import PROJECT_ROOT, Settings, SettingsError
+from .config import PROJECT_ROOT, Settings, SettingsError, install_secret
 
 
 def has_owner(settings) -> bool | None:
@@ -59,6 +59,8 @@ def ensure_runtime(settings) -> None:
 def main() -> None:
     try:
         settings = Settings.load()
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        install_secret(settings)  # made once here, before the programs that share it start
     except SettingsError as exc:
         print(f"nanoclaw: cannot start: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -83,3 +83,65 @@ def test_bad_setting_stops_the_cli_with_one_line(tmp_path):
     assert lines == ["nanoclaw: cannot start: NANOCLAW_PORT='eighty' is not a number; "
                      "it accepts a whole number from 1 to 65535"]
     assert "Traceback" not in out.stdout + out.stderr
+
+
+# --- the install's secret key (issue 29, hole 5) -------------------------------------------------
+
+def _first_start(data_dir, barrier, out):
+    from nanoclaw.config import local_secret_key
+    barrier.wait()
+    out.put(local_secret_key(data_dir))
+
+
+def test_programs_starting_at_once_on_a_first_run_agree_on_one_full_key(tmp_path):
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(5):
+        data = tmp_path / f"data{round_}"
+        data.mkdir()
+        barrier, out = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_first_start, args=(data, barrier, out)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        keys = [out.get(timeout=30) for _ in procs]
+        for p in procs:
+            p.join()
+        assert len(set(keys)) == 1 and len(keys[0]) >= 32, keys
+        assert (data / "secret_key").read_text() == keys[0]
+        assert oct((data / "secret_key").stat().st_mode & 0o777) == "0o600"
+        assert [p.name for p in data.iterdir()] == ["secret_key"]  # no temporary file left behind
+
+
+def test_an_empty_or_short_key_stops_start_up_with_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nanoclaw.config import PROJECT_ROOT, SettingsError, local_secret_key
+    (tmp_path / "secret_key").write_text("")
+    with pytest.raises(SettingsError, match="fewer than 32"):
+        local_secret_key(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "NANOCLAW_DATA_DIR": str(tmp_path), "NANOCLAW_GROUPS_DIR": str(tmp_path / "g"),
+           "NANOCLAW_ENV_FILE": str(tmp_path / "no.env"), "TZ": "UTC"}
+    done = subprocess.run([str(Path(sys.executable).parent / "flask"), "--app", "app", "nanoclaw", "agent", "list"],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "secret_key holds 0 bytes" in done.stderr
+    with pytest.raises(SettingsError, match="NANOCLAW_SECRET_KEY holds 5 bytes"):
+        Settings.load(environ={"NANOCLAW_SECRET_KEY": "short", "NANOCLAW_DATA_DIR": str(tmp_path)},
+                      dotenv_path=tmp_path / "no.env")
+
+
+def test_a_full_disk_on_the_first_start_never_leaves_an_empty_key(tmp_path):
+    """The disk fills between making the key file and writing it: the next start must not take an
+    empty key (everything signed with it would be forgeable); once there is room, a full key."""
+    from nanoclaw.config import local_secret_key
+    from tests.test_full_disk import fill, small_disk
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        filler = fill(disk)
+        with pytest.raises(OSError):
+            local_secret_key(disk)
+        assert not (disk / "secret_key").exists()
+        filler.unlink()
+        key = local_secret_key(disk)
+        assert len(key) >= 32 and (disk / "secret_key").read_text() == key
