@@ -25,6 +25,9 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 APT_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,63}$")
 PIP_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")  # a PyPI project name, no version
 NPM_RE = re.compile(r"^(?:@[a-z0-9][a-z0-9._-]{0,99}/)?[a-z0-9][a-z0-9._-]{0,113}$")
+# pip and npm take a name ending like this for a file to install, when one of that name is at hand
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tbz2", ".tar.xz", ".txz",
+                    ".egg", ".pybundle")
 MCP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 # The model route of the proxy; a credential route may not shadow it.
@@ -187,11 +190,13 @@ def check_packages(apt, npm, pip=None) -> tuple[list[str], list[str], list[str]]
         if not APT_RE.match(name):
             raise RuleError(f"{name!r} is not a Debian package name (lower case letters, digits, '+', '-', '.')")
     for name in npm_list:
-        if not NPM_RE.match(name):
-            raise RuleError(f"{name!r} is not an npm package name (lower case, optionally @scope/name)")
+        if not NPM_RE.match(name) or name.endswith(ARCHIVE_SUFFIXES):
+            raise RuleError(f"{name!r} is not an npm package name (lower case, optionally @scope/name; a registry "
+                            "name, never a file)")
     for name in pip_list:
-        if not PIP_RE.match(name):
-            raise RuleError(f"{name!r} is not a PyPI package name (letters, digits, '.', '_', '-'; no version)")
+        if not PIP_RE.match(name) or name.lower().endswith(ARCHIVE_SUFFIXES):
+            raise RuleError(f"{name!r} is not a PyPI package name (letters, digits, '.', '_', '-'; no version; a "
+                            "registry name, never a file)")
     return sorted(set(apt_list)), sorted(set(npm_list)), sorted(set(pip_list))
 
 
