@@ -88,3 +88,19 @@ def test_a_file_to_send_is_read_without_following_a_link(tmp_path):
     with pytest.raises(delivery.DeliveryError, match="file refused"):
         with delivery.outbox_copy(path, "outbox/up/host-secret.txt"):
             pass
+
+
+def test_a_link_swapped_in_after_the_plain_file_check_is_caught_after_the_open(tmp_path, monkeypatch):
+    """The agent swaps outbound.db for a link to another session's database right after the host
+    checked it was a plain file: the host sees what SQLite actually opened and reads nothing."""
+    path = tmp_path / "s"
+    store.prepare(path, Target("telegram", "1"))
+    (tmp_path / "elsewhere").mkdir()
+    conn = schema.connect(tmp_path / "elsewhere" / "outbound.db")  # same tables, rows not this session's
+    conn.close()
+    store.outbound_db(path).unlink(missing_ok=True)
+    os.symlink(tmp_path / "elsewhere" / "outbound.db", store.outbound_db(path))
+    monkeypatch.setattr(store, "agent_file", lambda p: p)  # the check passed a moment before the swap
+    conn = sqlite3.connect(":memory:")
+    assert store.attach_outbound(conn, path) is False
+    assert store.open_agent_db(store.outbound_db(path)) is None

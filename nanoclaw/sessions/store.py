@@ -90,6 +90,32 @@ def agent_file(path: Path) -> Path | None:
         return None
 
 
+def opened_in_place(conn: sqlite3.Connection, name: str, path: Path) -> bool:
+    """Whether database `name` of conn is the file at `path` itself, not one a link there led to.
+    SQLite resolves links when it opens a file and reports the resolved name, and keeps the file it
+    opened: so a plain-file check followed by this check after the open leaves no gap for a link
+    the agent swaps in between."""
+    for _seq, db, filename in conn.execute("PRAGMA database_list"):
+        if db == name:
+            return filename == os.path.join(os.path.realpath(path.parent), path.name)
+    return False
+
+
+def open_agent_db(path: Path, timeout: float = 1.0) -> sqlite3.Connection | None:
+    """The agent's outbound.db at `path`, read-only, if it is a plain file there (never through a link)."""
+    if agent_file(path) is None:
+        return None
+    try:
+        conn = schema.connect(path, readonly=True, timeout=timeout)
+        conn.execute("PRAGMA schema_version").fetchone()  # opens the file now
+    except sqlite3.Error:
+        return None
+    if not opened_in_place(conn, "main", path):
+        conn.close()
+        return None
+    return conn
+
+
 HOST_ENTRIES = (schema.INBOUND, "inbox")  # of the old flat layout, what moves to host/ (not the journal)
 
 
@@ -122,6 +148,9 @@ def attach_outbound(conn: sqlite3.Connection, path: Path,
     try:
         conn.execute("ATTACH DATABASE ? AS ob", (f"file:{outbound}?mode=ro",))
     except sqlite3.Error:
+        return False
+    if not opened_in_place(conn, "ob", outbound):  # swapped for a link between the check and the open
+        conn.execute("DETACH DATABASE ob")
         return False
     marks = ", ".join("?" * len(tables))
     try:

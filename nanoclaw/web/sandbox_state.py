@@ -56,12 +56,14 @@ def _epoch(iso: str | None) -> float | None:
         return None
 
 
-def _query(path: Path | None, sql: str, args=()) -> list[sqlite3.Row]:
+def _query(path: Path | None, sql: str, args=(), *, agents: bool = False) -> list[sqlite3.Row]:
     if path is None or not path.exists():
         return []
     try:
-        conn = schema.connect(path, readonly=True, timeout=1.0)
+        conn = store.open_agent_db(path) if agents else schema.connect(path, readonly=True, timeout=1.0)
     except sqlite3.Error:
+        return []
+    if conn is None:
         return []
     try:
         return conn.execute(sql, args).fetchall()
@@ -77,11 +79,13 @@ def observe(session_path: Path, running: bool | None) -> Observed:
         heartbeat = store.heartbeat_file(session_path).stat().st_mtime
     except OSError:
         heartbeat = None
-    acks = _query(outbound, "SELECT message_id, status_changed FROM processing_ack WHERE status = 'processing'")
+    acks = _query(outbound, "SELECT message_id, status_changed FROM processing_ack WHERE status = 'processing'",
+                  agents=True)
     tries = {r["id"]: r["tries"] for r in _query(inbound, "SELECT id, tries FROM messages_in WHERE status = 'pending'")}
     claims = tuple(sweep.Claim(a["message_id"], _epoch(a["status_changed"]) or 0.0, tries.get(a["message_id"], 0))
                    for a in acks if a["message_id"] in tries)
-    tool = _query(outbound, "SELECT current_tool, tool_declared_timeout_ms FROM container_state WHERE id = 1")
+    tool = _query(outbound, "SELECT current_tool, tool_declared_timeout_ms FROM container_state WHERE id = 1",
+                  agents=True)
     last = _query(inbound, "SELECT status, timestamp FROM messages_in WHERE trigger = 1 ORDER BY seq DESC LIMIT 1")
     view = sweep.SessionView(
         running=bool(running), heartbeat_at=heartbeat, claims=claims,
