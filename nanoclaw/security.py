@@ -143,3 +143,15 @@ def _names(dfd: int, rel: str, skip) -> list[str]:
     except OSError as exc:
         skip(rel, exc.strerror or str(exc))
         return []
+
+
+def write_text_nofollow(folder: os.PathLike | str, name: str, text: str) -> None:
+    """Write `folder/name` without following a link at either (an agent's folder: a CLAUDE.md the
+    agent replaced with a link must not make the host write through it). A link there is an error."""
+    dfd = os.open(folder, _DIR_OPEN)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    finally:
+        os.close(dfd)

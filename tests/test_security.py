@@ -119,3 +119,20 @@ def test_chown_tree_never_changes_what_a_link_points_at(tmp_path):
     chown_tree(agent, 1000, 1000)
     assert (agent / "sub" / "f").stat().st_uid == 1000 and (agent / "sub").stat().st_uid == 1000
     assert host.stat().st_uid == 0 and tmp_path.stat().st_uid == 0
+
+
+def test_the_host_never_writes_an_agents_file_through_a_link(tmp_path):
+    from nanoclaw.security import write_text_nofollow
+    host = tmp_path / "host-file"
+    host.write_text("the host's")
+    group = tmp_path / "group"
+    group.mkdir()
+    (group / "CLAUDE.md").symlink_to(host)
+    with pytest.raises(OSError):
+        write_text_nofollow(group, "CLAUDE.md", "# Andy")
+    assert host.read_text() == "the host's"
+    (tmp_path / "group-link").symlink_to(group)
+    with pytest.raises(OSError):
+        write_text_nofollow(tmp_path / "group-link", "new.md", "x")
+    write_text_nofollow(group, "notes.md", "ok")
+    assert (group / "notes.md").read_text() == "ok"

@@ -27,7 +27,7 @@ from ..inbound.wiring import resolve_engage
 from ..lifecycle.housekeeping import register_job
 from ..models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, PendingChannelApproval,
                       PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
-from ..security import folder_problem, slugify
+from ..security import folder_problem, slugify, write_text_nofollow
 from ..sessions.store import Target
 
 log = logging.getLogger("nanoclaw.approvals")
@@ -220,8 +220,8 @@ def create_agent(settings, name: str, actor: str, folder: str | None = None) -> 
     instructions = f"You are {name}, a helpful personal assistant."
     path = settings.groups_dir / folder
     path.mkdir(parents=True, exist_ok=True)
-    if not (path / "CLAUDE.md").exists():
-        (path / "CLAUDE.md").write_text(f"# {name}\n\n{instructions}\n")
+    if not (path / "CLAUDE.md").exists() and not (path / "CLAUDE.md").is_symlink():
+        write_text_nofollow(path, "CLAUDE.md", f"# {name}\n\n{instructions}\n")
     with database.atomic():
         agent = AgentGroup.create(name=name, folder=folder, instructions=instructions)
         audit(actor, "agent.create", folder, name=name, via="approval")

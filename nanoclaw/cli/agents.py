@@ -10,7 +10,7 @@ from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AgentGroupMember, MessagingGroup, User, UserRole, Wiring, audit)
-from ..security import folder_problem, slugify
+from ..security import folder_problem, slugify, write_text_nofollow
 from .base import (CHAT_ID_ARGS, Mistake, command, get_agent, group, parse_user_id, print_table, require_schema,
                    settings)
 
@@ -37,8 +37,8 @@ def agent_create(name, folder, instructions):
     path = settings().groups_dir / folder
     path.mkdir(parents=True, exist_ok=True)
     claude_md = path / "CLAUDE.md"
-    if not claude_md.exists():
-        claude_md.write_text(f"# {name}\n\n{instructions}\n")
+    if not claude_md.exists() and not claude_md.is_symlink():
+        write_text_nofollow(path, "CLAUDE.md", f"# {name}\n\n{instructions}\n")
     with database.atomic():
         AgentGroup.create(name=name, folder=folder, instructions=instructions)
         audit("cli", "agent.create", folder, name=name)

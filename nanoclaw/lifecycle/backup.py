@@ -67,7 +67,7 @@ def copy_sqlite(source: Path, dest: Path, *, writable_source: bool = False) -> N
         src.close()
 
 
-class _Walk:
+class Walk:
     """What one backup passed over because it changed under it (an agent's own folder, at worst)."""
 
     def __init__(self):
@@ -78,20 +78,22 @@ class _Walk:
         log.warning("backup: passed over %s (%s)", arc, why)
 
 
-def _add_tree(tar: tarfile.TarFile, root: Path, arc_root: str, walk: _Walk, skip_names: tuple[str, ...] = ()) -> int:
+def add_tree(tar: tarfile.TarFile, root: Path, arc_root: str, walk: Walk, skip_names: tuple[str, ...] = (),
+             skip_suffixes: tuple[str, ...] = SKIP_SUFFIXES) -> int:
     """Plain files under root, read through descriptors opened without following a link at any
     level (security.walk_tree): links, devices and fifos are never archived, and an agent swapping a
     folder for a link while this runs gets at most its own files left out, never the host's in."""
     count = 0
     for entry in walk_tree(root, on_skip=lambda rel, why: walk.skip(f"{arc_root}/{rel}", why)):
-        if entry.is_dir or entry.rel in skip_names or entry.name in SKIP_NAMES or entry.name.endswith(SKIP_SUFFIXES):
+        if (entry.is_dir or entry.rel in skip_names or entry.name in SKIP_NAMES
+                or (skip_suffixes and entry.name.endswith(skip_suffixes))):
             continue
         if _add_open_file(tar, entry.fd, f"{arc_root}/{entry.rel}", entry.st, walk):
             count += 1
     return count
 
 
-def _add_open_file(tar: tarfile.TarFile, fd: int, arcname: str, st: os.stat_result, walk: _Walk) -> bool:
+def _add_open_file(tar: tarfile.TarFile, fd: int, arcname: str, st: os.stat_result, walk: Walk) -> bool:
     """One file from an open descriptor; copied first, so a file that grows or shrinks meanwhile
     is archived as it was read instead of breaking the archive."""
     with tempfile.SpooledTemporaryFile(max_size=8 << 20) as copy:
@@ -108,7 +110,7 @@ def _add_open_file(tar: tarfile.TarFile, fd: int, arcname: str, st: os.stat_resu
     return True
 
 
-def _agent_db_copy(agent_part: Path, dest: Path, walk: _Walk, arc: str) -> bool:
+def _agent_db_copy(agent_part: Path, dest: Path, walk: Walk, arc: str) -> bool:
     """A consistent copy of the agent's outbound.db (written by the agent, in WAL mode, in a folder it
     controls): the database and its WAL are read through descriptors (no link followed), then SQLite
     puts the copy together and checks it. A copy torn by a write meanwhile is taken again; one that
@@ -166,7 +168,7 @@ def write_backup(settings, dest: Path | None = None, *, with_secrets: bool = Fal
             if central is not None:
                 copy_sqlite(central, Path(tmp) / "nanoclaw.db")
                 tar.add(Path(tmp) / "nanoclaw.db", arcname="db/nanoclaw.db")
-            files, walk = 0, _Walk()
+            files, walk = 0, Walk()
             sessions_dir = Path(settings.sessions_dir)
             for session in sorted(sessions_dir.glob("*/*")) if sessions_dir.is_dir() else []:
                 arc = f"sessions/{session.relative_to(sessions_dir).as_posix()}"
@@ -180,10 +182,10 @@ def write_backup(settings, dest: Path | None = None, *, with_secrets: bool = Fal
                 if _agent_db_copy(session / "agent", Path(tmp) / "agent.db", walk, arc):
                     tar.add(Path(tmp) / "agent.db", arcname=f"{arc}/agent/{OUTBOUND}")
                     (Path(tmp) / "agent.db").unlink()
-                files += _add_tree(tar, session / "host", f"{arc}/host", walk, (INBOUND,))
-                files += _add_tree(tar, session / "agent", f"{arc}/agent", walk, (OUTBOUND,))
-            files += _add_tree(tar, Path(settings.groups_dir), "groups", walk)
-            files += _add_tree(tar, Path(settings.data_dir) / "policy", "policy", walk)
+                files += add_tree(tar, session / "host", f"{arc}/host", walk, (INBOUND,))
+                files += add_tree(tar, session / "agent", f"{arc}/agent", walk, (OUTBOUND,))
+            files += add_tree(tar, Path(settings.groups_dir), "groups", walk)
+            files += add_tree(tar, Path(settings.data_dir) / "policy", "policy", walk)
             allowlist = Path(settings.mount_allowlist)
             if allowlist.is_file():
                 tar.add(allowlist, arcname="mount-allowlist.json")

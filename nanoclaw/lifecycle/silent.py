@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from ..models import AgentGroup, ScheduledTask, Session, audit
 from ..security import UnsafePath
 from ..sessions import store
+from .backup import Walk, add_tree
 from .housekeeping import register_job
 from .retention import _epoch, keep_reason, read_run, remove_session_folder
 
@@ -37,9 +38,10 @@ def archive_folder(settings, folder: str, session_id: str) -> str:
     os.chmod(target.parent, 0o700)
     name = target / f"{folder}-{session_id}-{datetime.now(timezone.utc):%Y%m%d}.tar.gz"
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    walk = Walk()
     with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-        tar.add(path, arcname=f"{folder}/{session_id}", recursive=True,
-                filter=lambda info: None if info.issym() or info.islnk() else info)  # the agent's links stay out
+        for part in ("host", "agent"):  # through descriptors, no link followed at any level (security.walk_tree)
+            add_tree(tar, path / part, f"{folder}/{session_id}/{part}", walk, skip_suffixes=())  # the sandbox is stopped
     return str(name)
 
 

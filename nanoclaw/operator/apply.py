@@ -26,6 +26,7 @@ from ..runtime import docker as docker_rt
 from ..runtime.image import ImageBuildError, build_group_image
 from ..runtime.image import group_image_repo
 from ..runtime.image import prune_group_images
+from ..security import write_text_nofollow
 
 log = logging.getLogger("nanoclaw.operator.apply")
 
@@ -197,8 +198,8 @@ def apply_create_agent(settings, payload: dict, actor: str) -> Outcome:
         raise ApplyError(str(exc)) from None
     if payload.get("instructions"):
         AgentGroup.update(instructions=payload["instructions"]).where(AgentGroup.id == agent.id).execute()
-        (settings.groups_dir / agent.folder / "CLAUDE.md").write_text(
-            f"# {agent.name}\n\n{payload['instructions']}\n")
+        write_text_nofollow(settings.groups_dir / agent.folder, "CLAUDE.md",
+                            f"# {agent.name}\n\n{payload['instructions']}\n")
     return Outcome(f"The agent {agent.name} was created (folder {agent.folder}); the owner can wire it to a chat.",
                    [f"+ agent {agent.name} (folder {agent.folder})"], extra={"folder": agent.folder})
 
