@@ -33,7 +33,8 @@ from nanoclaw.app import create_app
 from nanoclaw.inbound import router
 from nanoclaw.tasks import scheduling  # noqa: E402
 from nanoclaw.lifecycle.background import start as start_background  # noqa: E402
-from nanoclaw.channels.base import InboundEvent, iso_utc, register  # noqa: E402
+from nanoclaw.channels.base import register  # noqa: E402
+from nanoclaw.channels.events import InboundEvent, iso_utc
 from nanoclaw.config import Settings  # noqa: E402
 from nanoclaw.db import database  # noqa: E402
 from nanoclaw.migrate import apply_pending  # noqa: E402

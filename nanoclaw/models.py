@@ -138,7 +138,7 @@ class Session(Base):
         indexes = ((("agent_group", "messaging_group", "thread_id"), True),)
 
 
-class InboundEvent(Base):
+class AcceptedEvent(Base):
     channel = pw.CharField()
     event_id = pw.CharField()
     received_at = pw.DateTimeField(default=utcnow)
@@ -241,7 +241,7 @@ class PendingQuestion(Base):
 
 
 ALL_MODELS = [AgentGroup, MessagingGroup, Wiring, User, UserRole, AgentGroupMember, UserDm, Session,
-              InboundEvent, DroppedMessage, AuditLog, PendingSenderApproval, PendingChannelApproval,
+              AcceptedEvent, DroppedMessage, AuditLog, PendingSenderApproval, PendingChannelApproval,
               PendingQuestion]
 
 

@@ -582,7 +582,7 @@ def test_empty_chat_message_is_refused(owner):
 
 def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site, cli):
     from nanoclaw.inbound import router
-    from nanoclaw.channels.base import InboundEvent
+    from nanoclaw.channels.events import InboundEvent
     from nanoclaw.models import PendingSenderApproval, UserDm
     from nanoclaw.sessions import store
     settings = site.config["NANOCLAW"]

@@ -301,7 +301,7 @@ def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
     """The operator page sends the card's own action ids (channel 'web', no chat) and replies to
     a "name the new agent" item through pending.reply."""
     from nanoclaw.approvals import actions, pending
-    from nanoclaw.channels.base import Action
+    from nanoclaw.channels.events import Action
     owner_with_andy(app)
     cli(app, "agent", "create", "Bea")
     cli(app, "wire", "telegram", str(GROUP), "andy", "--kind", "group")

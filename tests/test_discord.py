@@ -32,7 +32,7 @@ from nanoclaw.channels.discord_messages import message_to_event, payload_from_me
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, InboundEvent, Session
+from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
 from nanoclaw.inbound.router import route
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
@@ -102,7 +102,7 @@ def post(app, payload, **kw):
 
 
 def nothing_stored():
-    return InboundEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
 
 
 def session_rows(app, session) -> list[dict]:
@@ -265,7 +265,7 @@ def test_wired_dm_is_routed_once_and_our_echo_never(app, wired):
     assert (row["trigger"], row["platform_id"]) == (1, DM_CHANNEL)
     echo = message_to_event(fixture("gateway_message_bot_echo"), bot_id=BOT_ID)
     assert route(echo, settings).dropped == "own_message"
-    assert len(session_rows(app, Session.get())) == 1 and InboundEvent.select().count() == 1
+    assert len(session_rows(app, Session.get())) == 1 and AcceptedEvent.select().count() == 1
 
 
 def discordpy_messages(*names: str, cdn: str | None = None) -> list:

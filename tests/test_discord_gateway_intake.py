@@ -38,7 +38,7 @@ from nanoclaw.channels.discord_messages import payload_from_message
 from nanoclaw.inbound.discord_gateway import Handoff, build_client, keep
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, InboundEvent, Session
+from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
 from tests.fakes.discord_api import BOT_ID, TOKEN, FakeDiscord
 from tests.fakes.discord_gateway import ClientThread, FakeGateway
 from tests.test_discord import (DM_CHANNEL, GUILD_CHANNEL, USER_ID, discord_settings, discordpy_messages, fixture,
@@ -88,7 +88,7 @@ def dm_message():
 
 
 def nothing_stored() -> bool:
-    return InboundEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and \
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and \
         Session.select().count() == 0
 
 
@@ -97,7 +97,7 @@ def texts(web) -> list[str]:
 
 
 def unrouted() -> int:
-    return InboundEvent.select().where(InboundEvent.routed_at.is_null(), InboundEvent.payload.is_null(False)).count()
+    return AcceptedEvent.select().where(AcceptedEvent.routed_at.is_null(), AcceptedEvent.payload.is_null(False)).count()
 
 
 def post(url: str, body: bytes, headers: dict) -> requests.Response:
@@ -200,7 +200,7 @@ def test_discordpy_through_a_fake_gateway_hands_over_and_wakes(web, discord_api,
     assert web.wakes, "the session was not woken"
     assert web.wakes[0][2] - sent < 2.0
     assert texts(web) == [DM_TEXT]
-    assert InboundEvent.select().count() == 1  # the echo was never recorded, let alone routed
+    assert AcceptedEvent.select().count() == 1  # the echo was never recorded, let alone routed
 
 
 # --- refused: nothing stored -------------------------------------------------------------------

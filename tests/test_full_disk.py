@@ -16,7 +16,7 @@ import pytest
 
 from conftest import require
 from nanoclaw.inbound import intake
-from nanoclaw.models import InboundEvent
+from nanoclaw.models import AcceptedEvent
 from tests.test_intake import ANNA, SETUP, session_texts, unrouted_rows
 from tests.tg_flow import SECRET, message, telegram_app, tg  # noqa: F401  (tg is a fixture)
 
@@ -92,7 +92,7 @@ def test_a_full_disk_answers_503_and_the_retry_after_space_returns_counts_once(m
         assert resp.status_code == 503, resp.data
         assert resp.headers["Retry-After"].isdigit()
         assert unavailable_total() == unavailable + 1
-        assert not InboundEvent.select().where(InboundEvent.event_id == str(update["update_id"])).exists()
+        assert not AcceptedEvent.select().where(AcceptedEvent.event_id == str(update["update_id"])).exists()
         assert session_texts(app) == ["before"]
 
         os.unlink(filler)  # space returns; Telegram sends the same update again

@@ -16,7 +16,7 @@ import pytest
 
 from nanoclaw.lifecycle import background
 from nanoclaw.inbound import intake
-from nanoclaw.models import InboundEvent as InboundEventRow
+from nanoclaw.models import AcceptedEvent
 from nanoclaw.models import Session, utcnow
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions import store
@@ -52,8 +52,8 @@ def the_session_path(app):
 
 
 def unrouted_rows() -> int:
-    return InboundEventRow.select().where(InboundEventRow.routed_at.is_null(),
-                                          InboundEventRow.payload.is_null(False)).count()
+    return AcceptedEvent.select().where(AcceptedEvent.routed_at.is_null(),
+                                          AcceptedEvent.payload.is_null(False)).count()
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_a_redelivered_update_is_acknowledged_and_written_once(app):
     post(app, update)
     assert app.extensions["nanoclaw.intake"].wait_idle(10)
     assert session_texts(app) == ["only once"]
-    row = InboundEventRow.get()
+    row = AcceptedEvent.get()
     assert row.routed_at is not None and row.payload is None  # routed: the copy of the event is dropped
 
 
@@ -160,7 +160,7 @@ def test_an_event_that_fails_for_an_hour_is_logged_whole_and_set_aside(app, capl
     blocker.write_text("not a folder")
     post(app, message(4242, ANNA, "the words are in the log"))
     assert app.extensions["nanoclaw.intake"].wait_idle(10)
-    InboundEventRow.update(received_at=utcnow() - timedelta(hours=2)).execute()
+    AcceptedEvent.update(received_at=utcnow() - timedelta(hours=2)).execute()
     with caplog.at_level(logging.ERROR, logger="nanoclaw.intake"):
         intake.recover(settings, older_than_s=0)
     assert "giving up on accepted event" in caplog.text and "the words are in the log" in caplog.text
@@ -179,7 +179,7 @@ def test_our_own_bots_message_is_never_stored(app):
     update["message"]["from"] = bot
     post(app, update)
     assert app.extensions["nanoclaw.intake"].wait_idle(10)
-    assert InboundEventRow.select().count() == 0 and session_texts(app) == []
+    assert AcceptedEvent.select().count() == 0 and session_texts(app) == []
 
 
 def test_a_batch_keeps_each_sessions_writes_together_or_not_at_all(tmp_path):
@@ -224,7 +224,7 @@ def test_a_round_keeps_only_yes_answers(app):
 
 
 def test_an_event_with_files_is_routed_alone_and_in_order():
-    from nanoclaw.channels.base import InboundEvent
+    from nanoclaw.channels.events import InboundEvent
 
     def ev(n, files=()):
         return n, InboundEvent(channel="telegram", event_id=str(n), chat_id="1", kind="dm", sender_id="1",

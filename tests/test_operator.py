@@ -344,7 +344,7 @@ def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
 
 def test_page_lists_proposals_with_the_cards_buttons_and_forms(app, tg):
     from nanoclaw.approvals import actions
-    from nanoclaw.channels.base import Action
+    from nanoclaw.channels.events import Action
     settings = app.config["NANOCLAW"]
     path = session_path(app)
     propose(app, path, "egress", {"host": "pypi.org"})

@@ -23,7 +23,7 @@ from nanoclaw.app import create_app
 from nanoclaw.config import Settings
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import InboundEvent
+from nanoclaw.models import AcceptedEvent
 
 BOT_ID = "7000001"             # the Telegram bot of the fixtures (token prefix)
 SLACK_BOT_USER = "U0BOTANDY"   # the Slack bot user of the fixtures
@@ -62,13 +62,13 @@ def app(tmp_path_factory):
 
 def accepted(channel: str, event_id: str) -> dict | None:
     """The event the webhook accepted for routing, as the router will read it; None if none."""
-    row = InboundEvent.get_or_none((InboundEvent.channel == channel) & (InboundEvent.event_id == event_id))
+    row = AcceptedEvent.get_or_none((AcceptedEvent.channel == channel) & (AcceptedEvent.event_id == event_id))
     return json.loads(row.payload) if row is not None else None
 
 
 def messages_accepted() -> int:
     """Messages accepted for routing (a click's dedup record carries no payload)."""
-    return InboundEvent.select().where(InboundEvent.payload.is_null(False)).count()
+    return AcceptedEvent.select().where(AcceptedEvent.payload.is_null(False)).count()
 
 
 POSTERS = {"telegram": post_telegram, "slack": post_slack_event, "slack-actions": post_slack_action,

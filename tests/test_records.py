@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from nanoclaw.models import (AgentGroup, AuditLog, DroppedMessage, HelpRequest, InboundEvent, MessagingGroup,
+from nanoclaw.models import (AgentGroup, AuditLog, DroppedMessage, HelpRequest, AcceptedEvent, MessagingGroup,
                              PendingProposal, PendingQuestion, Session, utcnow)
 
 
@@ -18,9 +18,9 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
     agent = AgentGroup.get()
     mg = MessagingGroup.create(channel_type="telegram", platform_id="42", kind="dm")
     session = Session.create(id="s1", agent_group=agent, messaging_group=mg)
-    InboundEvent.create(channel="telegram", event_id="old", received_at=days_ago(20), routed_at=days_ago(20))
-    InboundEvent.create(channel="telegram", event_id="new", received_at=days_ago(1), routed_at=days_ago(1))
-    InboundEvent.create(channel="telegram", event_id="unrouted", received_at=days_ago(30), payload="{}")
+    AcceptedEvent.create(channel="telegram", event_id="old", received_at=days_ago(20), routed_at=days_ago(20))
+    AcceptedEvent.create(channel="telegram", event_id="new", received_at=days_ago(1), routed_at=days_ago(1))
+    AcceptedEvent.create(channel="telegram", event_id="unrouted", received_at=days_ago(30), payload="{}")
     DroppedMessage.create(channel_type="telegram", platform_id="9", reason="no_agent_wired", created_at=days_ago(20))
     DroppedMessage.create(channel_type="telegram", platform_id="9", reason="no_agent_wired", created_at=days_ago(2))
     AuditLog.create(actor="cli", action="old", at=days_ago(400))
@@ -43,7 +43,7 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
                                      "1 closed help requests, 1 past questions, 1 audit entries; from session "
                                      "databases 0 finished messages, 0 delivery records")
     assert "retention: removed 1 routed webhook events" in caplog.text
-    assert sorted(e.event_id for e in InboundEvent.select()) == ["new", "unrouted"]  # recovery still needs it
+    assert sorted(e.event_id for e in AcceptedEvent.select()) == ["new", "unrouted"]  # recovery still needs it
     assert DroppedMessage.select().count() == 1
     assert [p.ref for p in PendingProposal.select().order_by(PendingProposal.ref)] == ["p-new", "p-open"]
     assert [h.ref for h in HelpRequest.select()] == ["h-open"]  # open ones expire first, then go

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from nanoclaw.channels.base import InboundEvent
+from nanoclaw.channels.events import InboundEvent
 from nanoclaw.models import DroppedMessage, Session
 from nanoclaw.inbound.router import engages, route, sender_admitted, session_thread
 from nanoclaw.sessions import session_schema as schema

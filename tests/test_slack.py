@@ -21,7 +21,7 @@ from nanoclaw.channels.slack import SlackAdapter, emoji_name, plain_text
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, InboundEvent, Session
+from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
 from nanoclaw.sessions import session_schema as schema, store
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.slack_api import BOT_USER_ID, SIGNING_SECRET, TOKEN, FakeSlack
@@ -89,7 +89,7 @@ def post_click(app, payload: dict):
 
 
 def nothing_stored():
-    return InboundEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
         and Session.select().count() == 0
 
 

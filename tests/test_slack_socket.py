@@ -21,7 +21,7 @@ from nanoclaw.db import database
 from nanoclaw.inbound import slack_socket as ss
 from nanoclaw.lifecycle import background
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import InboundEvent
+from nanoclaw.models import AcceptedEvent
 from tests.test_intake import session_texts
 from tests.test_telegram_poll import Web
 
@@ -104,7 +104,7 @@ def test_while_the_web_program_is_down_nothing_is_acknowledged_and_slack_sends_i
     again = socket.send("events_api", dm("sent while down", "1700000501.000100"))  # a later duplicate
     assert socket.wait_ack(again) is not None
     assert routed(web, ["sent while down"])
-    assert InboundEvent.select().where(InboundEvent.channel == "slack").count() == 1
+    assert AcceptedEvent.select().where(AcceptedEvent.channel == "slack").count() == 1
 
 
 def test_a_select_menu_gets_its_options_in_the_ack(world):
@@ -121,7 +121,7 @@ def test_a_forged_hand_over_is_refused_and_nothing_stored(world):
                          headers={"Content-Type": "application/json", "X-NanoClaw-Gateway-Signature": "0" * 64,
                                   "X-NanoClaw-Gateway-Timestamp": str(int(time.time()))})
     assert resp.status_code == 401
-    assert InboundEvent.select().count() == 0
+    assert AcceptedEvent.select().count() == 0
 
 
 def test_the_program_says_what_token_it_needs(make_settings, sqlite_url):

@@ -19,7 +19,7 @@ from nanoclaw.channels.telegram import TelegramAdapter, split_message, utf16_len
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, InboundEvent, Session
+from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.telegram_api import BOT_ID, TOKEN, USERNAME, FakeTelegram
@@ -75,7 +75,7 @@ def post(app, payload, secret: str | None = SECRET, raw: bytes | None = None):
 
 
 def nothing_stored():
-    return InboundEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
         and Session.select().count() == 0
 
 

@@ -16,7 +16,7 @@ from werkzeug.serving import make_server
 from nanoclaw.channels.telegram import POLL_PATH, update_mode
 from nanoclaw.inbound import telegram_poll as tp
 from nanoclaw.lifecycle import background
-from nanoclaw.models import InboundEvent
+from nanoclaw.models import AcceptedEvent
 from tests.test_intake import ANNA, SETUP, session_texts
 from tests.tg_flow import message, telegram_app, tg  # noqa: F401  (tg is a fixture)
 
@@ -121,7 +121,7 @@ def test_while_the_web_program_is_down_nothing_is_confirmed_and_nothing_is_lost(
     assert again.run_once() == 0.0
     p.run_once()
     assert routed(web, ["sent while the web program was down"])  # counted once
-    assert InboundEvent.select().where(InboundEvent.event_id == str(update["update_id"])).count() == 1
+    assert AcceptedEvent.select().where(AcceptedEvent.event_id == str(update["update_id"])).count() == 1
 
 
 def test_a_registered_webhook_is_named_with_the_fix(web, tg, caplog):  # noqa: F811
@@ -148,7 +148,7 @@ def test_a_forged_hand_over_is_refused_and_nothing_stored(web):
                          headers={"Content-Type": "application/json", "X-NanoClaw-Gateway-Signature": "0" * 64,
                                   "X-NanoClaw-Gateway-Timestamp": str(int(time.time()))})
     assert resp.status_code == 401
-    assert InboundEvent.select().count() == 0
+    assert AcceptedEvent.select().count() == 0
 
 
 def test_the_program_refuses_to_start_in_webhook_mode(make_settings, sqlite_url, tg):  # noqa: F811

@@ -24,7 +24,7 @@ from nanoclaw.channels import discord_handoff as handoff
 from nanoclaw.config import Settings
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import InboundEvent
+from nanoclaw.models import AcceptedEvent
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TG_SECRET, SLACK_SECRET, WA_SECRET = "tg-secret_0123456789", "slack-signing-secret", "wa-app-secret"
@@ -226,5 +226,5 @@ def test_the_service_keeps_answering_after_all_that(app):
     update = fixture("telegram", "private_message")
     update["update_id"] = 987654321
     assert post_telegram(client, update).status_code == 200
-    assert InboundEvent.select().where(InboundEvent.event_id == "987654321").exists()
+    assert AcceptedEvent.select().where(AcceptedEvent.event_id == "987654321").exists()
     assert client.get("/healthz").status_code == 200

@@ -16,13 +16,14 @@ from conftest import malformed_total
 
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
-from nanoclaw.channels.base import Action, Card, DeliveryError
+from nanoclaw.channels.base import Card, DeliveryError
+from nanoclaw.channels.events import Action
 from nanoclaw.channels.download import AttachmentError
 from nanoclaw.channels.whatsapp import WhatsAppAdapter, media_intact, parse_payload
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, InboundEvent, Session
+from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.whatsapp_api import PHONE_NUMBER_ID, RATE_LIMITED, TOKEN, FakeWhatsApp, graph_error
@@ -90,7 +91,7 @@ def session_messages(app) -> list[dict]:
 
 
 def nothing_stored():
-    return InboundEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
 
 
 # --- inbound ---------------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def test_duplicate_delivery_is_routed_once(app, wired):
     assert post(app, fixture("text_message")).status_code == 200
     assert post(app, fixture("text_message")).status_code == 200
     assert len(session_messages(app)) == 1
-    assert InboundEvent.select().count() == 1
+    assert AcceptedEvent.select().count() == 1
 
 
 def test_status_callbacks_are_acknowledged_and_ignored(app, wired):

@@ -12,7 +12,7 @@ import logging
 import re
 from typing import Callable
 
-from ..channels.base import Action
+from ..channels.events import Action
 
 log = logging.getLogger("nanoclaw.actions")
 

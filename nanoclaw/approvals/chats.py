@@ -10,6 +10,7 @@ import peewee
 
 from ..channels.base import Card
 from ..db import database
+from ..channels.events import event_to_json
 from ..inbound import lookups, router
 from ..models import AgentGroup, MessagingGroup, PendingChannelApproval, audit, utcnow
 from ..security import slugify
@@ -41,7 +42,7 @@ def ask_about_channel(event, mg: MessagingGroup, settings, wake):
         log.info("wired %s:%s to %s for its owner/admin %s", mg.channel_type, mg.platform_id, agents[0].folder,
                  event.user_id)
         return router.route(event, settings, wake=wake, replay=True)
-    stored = router.event_to_json(event)
+    stored = event_to_json(event)
     waiting = PendingChannelApproval.get_or_none(PendingChannelApproval.messaging_group == mg)
     if waiting is not None and expired(waiting, settings):
         expire(waiting, settings)  # too old: this message asks again

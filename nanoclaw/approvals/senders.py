@@ -7,6 +7,7 @@ import logging
 import peewee
 
 from ..db import database
+from ..channels.events import event_to_json
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, PendingSenderApproval, Wiring, audit
 from .actions import NOT_HERE, NotAllowed, on_card, register_action
@@ -52,7 +53,7 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
         with database.atomic():
             row = PendingSenderApproval.create(messaging_group=mg, agent_group=agent, sender_id=event.user_id,
                                                sender_name=event.sender_name,
-                                               original_message=router.event_to_json(event),
+                                               original_message=event_to_json(event),
                                                approver_user_id=approver, card_channel=dm.channel_type,
                                                card_chat_id=dm.platform_id)
     except peewee.IntegrityError:  # a concurrent message from the same stranger asked already

@@ -9,60 +9,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
 from ..sessions.store import Target
-
-
-def iso_utc(epoch_seconds: float) -> str:
-    """A platform's epoch timestamp as UTC ISO 8601 with milliseconds and Z (InboundEvent.timestamp)."""
-    dt = datetime.fromtimestamp(float(epoch_seconds), tz=timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-
-
-@dataclass(frozen=True)
-class ReplyTo:
-    message_id: str
-    sender_name: str | None = None
-    text: str | None = None
-
-
-@dataclass(frozen=True)
-class InboundEvent:
-    channel: str
-    event_id: str                    # the platform's id for dedup
-    chat_id: str
-    kind: str                        # dm | group | thread
-    sender_id: str                   # platform user id (the user is f"{channel}:{sender_id}")
-    sender_name: str
-    text: str
-    timestamp: str                   # UTC ISO
-    thread_id: str | None = None
-    message_id: str | None = None
-    mentioned: bool = False          # platform-confirmed mention of this bot (a DM counts)
-    sender_is_bot: bool = False
-    from_self: bool = False          # our own bot's message: never routed back in
-    reply_to: ReplyTo | None = None
-    attachments: tuple[dict, ...] = ()
-    chat_name: str | None = None     # the group's title, when the platform sends it (for approval cards)
-    thread_root: str | None = None   # a top-level message that can start a thread: that thread's id
-
-    @property
-    def user_id(self) -> str:
-        return f"{self.channel}:{self.sender_id}"
-
-    def content(self) -> dict:
-        """The JSON stored in messages_in.content (what the runner formats)."""
-        body = {"text": self.text, "sender": self.sender_name, "sender_id": self.user_id,
-                "message_id": self.message_id}
-        if self.reply_to:
-            body["reply_to"] = {"id": self.reply_to.message_id, "sender": self.reply_to.sender_name,
-                                "text": self.reply_to.text}
-        if self.attachments:
-            body["attachments"] = list(self.attachments)
-        return body
+from .events import Action, InboundEvent, ReplyTo, iso_utc  # noqa: F401  (the adapters' shapes)
 
 
 @dataclass(frozen=True)
@@ -70,24 +21,6 @@ class Card:
     title: str
     body: str
     buttons: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (label, action id)
-
-
-@dataclass(frozen=True)
-class Action:
-    """A button click: `<prefix>-<id>:<value>` (fits Telegram's 64-byte callback_data)."""
-    channel: str
-    action_id: str
-    user_id: str                      # "<channel>:<platform user id>" of whoever clicked
-    chat_id: str | None = None
-    message_id: str | None = None     # the card's platform message id (to edit it in place)
-    event_id: str | None = None       # for dedup
-    raw: dict | None = None           # what the platform needs to acknowledge it (e.g. callback id)
-    origin: str = "chat"              # chat: a card's button; page: the logged-in operator's page
-    user_name: str | None = None      # the clicker's display name, when the platform sends it
-
-    @property
-    def prefix(self) -> str:
-        return self.action_id.split("-", 1)[0]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..outbound import delivery
 from ..inbound import router
-from ..channels.base import InboundEvent, iso_utc
+from ..channels.events import InboundEvent, iso_utc
 from ..db import database
 from ..models import AgentGroup, MessagingGroup, User, UserRole, Wiring
 from ..lifecycle.sandboxes import SandboxManager, mounts_for

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from ..channels.base import InboundEvent
+from ..channels.events import InboundEvent
 from ..channels.discord_handoff import (PATH, RETRY_DELAYS_S, TIMEOUT_S, attempt_outcome, attempts, encode,
                                         key_for, signed_headers)
 from ..channels.discord_messages import message_to_event, payload_from_message

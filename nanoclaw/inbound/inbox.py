@@ -22,7 +22,8 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
-from ..channels.base import DeliveryError, InboundEvent, get_adapter
+from ..channels.base import DeliveryError, get_adapter
+from ..channels.events import InboundEvent
 from ..channels.download import AttachmentError, AttachmentTooLarge
 from ..sessions import session_schema as schema
 from ..sessions.store import inbox_dir

@@ -21,12 +21,12 @@ import time
 from contextlib import nullcontext
 from datetime import timedelta
 
-import peewee
 
-from . import lookups, router
-from ..channels.base import InboundEvent, get_adapter
+from . import dedup, lookups, router
+from ..channels.base import get_adapter
+from ..channels.events import InboundEvent, event_from_json, event_to_json
 from ..db import database, hot_write
-from ..models import InboundEvent as InboundEventRow
+from ..models import AcceptedEvent
 from ..models import utcnow
 from ..sessions import store
 
@@ -38,24 +38,13 @@ GIVE_UP_S = 3600.0        # an event that failed to route for an hour is logged 
 
 
 def _ts(value):
-    return InboundEventRow.received_at.db_value(value)
+    return AcceptedEvent.received_at.db_value(value)
 
 
 def accept(event: InboundEvent) -> int | None:
     """Record the event for dedup and keep it until routed. The id of its row; None if the
     platform sent it before (acknowledge and ignore)."""
-    postgres = isinstance(database.obj, peewee.PostgresqlDatabase)
-    p = database.param
-    sql = (f"INSERT INTO inbound_events (channel, event_id, received_at, payload) VALUES ({p}, {p}, {p}, {p})"
-           + (" RETURNING id" if postgres else ""))
-    # everything but the statement is done before the write queue: its holder keeps it short
-    params = (event.channel, event.event_id, _ts(utcnow()), json.dumps(router.event_to_json(event)))
-    try:  # one statement, its own transaction (both engines run in autocommit)
-        with hot_write():
-            cursor = database.execute_sql(sql, params)
-    except peewee.IntegrityError:
-        return None
-    return cursor.fetchone()[0] if postgres else cursor.lastrowid
+    return dedup.record(event.channel, event.event_id, json.dumps(event_to_json(event)))
 
 
 def _load(ids: list[int]) -> list[tuple[int, InboundEvent]]:
@@ -67,7 +56,7 @@ def _load(ids: list[int]) -> list[tuple[int, InboundEvent]]:
     events = []
     for row_id, payload in rows:
         try:
-            events.append((row_id, router.event_from_json(json.loads(payload))))
+            events.append((row_id, event_from_json(json.loads(payload))))
         except (ValueError, TypeError) as exc:  # a payload we cannot read: mark it, never loop on it
             log.error("accepted event %s is unreadable and is skipped: %s", row_id, exc)
             events.append((row_id, None))

@@ -18,16 +18,17 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import peewee
 
-from . import commands, lookups
+from . import commands, dedup, lookups
 from .. import metrics
-from ..channels.base import InboundEvent, ReplyTo, get_adapter
+from ..channels.base import get_adapter
+from ..channels.events import InboundEvent, event_from_json
 from ..db import database
-from ..models import (DroppedMessage, InboundEvent as InboundEventRow, MessagingGroup, Session, User, UserDm, Wiring,
+from ..models import (DroppedMessage, MessagingGroup, Session, User, UserDm, Wiring,
                       utcnow)
 from ..sessions import session_schema as schema
 from ..sessions import store
@@ -130,29 +131,6 @@ def creates_chat(kind: str, mentioned: bool) -> bool:
     return kind == "dm" or mentioned
 
 
-# --- replays ---------------------------------------------------------------------------------
-
-_EVENT_FIELDS = tuple(InboundEvent.__dataclass_fields__)
-
-
-def event_to_json(event: InboundEvent) -> dict:
-    """The event as JSON-ready data (by hand: dataclasses.asdict deep-copies, at a cost every
-    webhook would pay)."""
-    data = {name: getattr(event, name) for name in _EVENT_FIELDS}
-    data["reply_to"] = asdict(event.reply_to) if event.reply_to else None
-    data["attachments"] = [dict(a) for a in event.attachments]
-    return data
-
-
-def event_from_json(data: dict) -> InboundEvent:
-    data = dict(data)
-    if data.get("reply_to"):
-        data["reply_to"] = ReplyTo(**data["reply_to"])
-    data["attachments"] = tuple(data.get("attachments") or ())
-    known = InboundEvent.__dataclass_fields__
-    return InboundEvent(**{k: v for k, v in data.items() if k in known})
-
-
 # --- effects ---------------------------------------------------------------------------------
 
 @dataclass
@@ -171,16 +149,6 @@ def is_owner_or_admin(user_id: str, agent_group_id: int | None = None) -> bool:
 def is_known(user_id: str, agent_group_id: int) -> bool:
     """Owner, admin (global or of this agent group), or member."""
     return lookups.is_known(user_id, agent_group_id)
-
-
-def record_event(channel: str, event_id: str) -> bool:
-    """Dedup by (channel, platform event id). False if it was seen before."""
-    try:
-        with database.atomic():
-            InboundEventRow.create(channel=channel, event_id=event_id)
-        return True
-    except peewee.IntegrityError:
-        return False
 
 
 def drop(event: InboundEvent, reason: str, keep_content: bool = True) -> RouteResult:
@@ -313,7 +281,7 @@ def _route(event: InboundEvent, settings, wake=None, *, replay: bool = False, ac
     accepted=True: the webhook intake recorded it for dedup already (nanoclaw/intake.py)."""
     if event.from_self:
         return RouteResult(dropped="own_message")
-    if not (replay or accepted) and not record_event(event.channel, event.event_id):
+    if not (replay or accepted) and dedup.record(event.channel, event.event_id) is None:
         return RouteResult(duplicate=True)
     remember_dm(event)
     if not replay:

@@ -17,7 +17,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..models import (AuditLog, DroppedMessage, HelpRequest, InboundEvent, PendingProposal, PendingQuestion,
+from ..models import (AuditLog, DroppedMessage, HelpRequest, AcceptedEvent, PendingProposal, PendingQuestion,
                       utcnow)
 from ..outbound import delivery
 from .active import everything
@@ -48,8 +48,8 @@ def prune(settings, now: datetime | None = None) -> dict[str, int]:
     """Remove what is past its keeping time; how many of each."""
     c = cutoffs(settings, now or utcnow())
     removed = {
-        "routed webhook events": InboundEvent.delete().where(InboundEvent.routed_at.is_null(False),
-                                                             InboundEvent.routed_at < c.events).execute(),
+        "routed webhook events": AcceptedEvent.delete().where(AcceptedEvent.routed_at.is_null(False),
+                                                             AcceptedEvent.routed_at < c.events).execute(),
         "dropped-message records": DroppedMessage.delete().where(DroppedMessage.created_at < c.events).execute(),
         "decided proposals": PendingProposal.delete().where(PendingProposal.state.in_(DECIDED),
                                                             PendingProposal.decided_at < c.decided).execute(),

@@ -22,7 +22,7 @@ from flask import (Blueprint, abort, current_app, flash, g, jsonify, make_respon
 from ..lifecycle import runtime_setup
 from ..approvals import actions, common as approvals, pending
 from ..mounts import declared_mounts
-from ..channels.base import Action
+from ..channels.events import Action
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from . import auth, sandbox_state

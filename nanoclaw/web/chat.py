@@ -16,7 +16,7 @@ from flask import (Blueprint, abort, current_app, flash, g, jsonify, redirect, r
 
 from ..approvals import actions
 from ..channels import web as channel
-from ..channels.base import Action, InboundEvent, iso_utc
+from ..channels.events import Action, InboundEvent, iso_utc
 from ..db import database
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, audit, utcnow

@@ -23,7 +23,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from .. import metrics
 from ..approvals import actions
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
-from ..inbound import intake, router
+from ..inbound import dedup, intake, router
 
 bp = Blueprint("webhooks", __name__)
 PREFIX = "/webhooks/"
@@ -96,7 +96,7 @@ def handle_action(adapter, channel: str, action, parsed, settings) -> None:
     # a platform's redelivery of the same click is not run twice, but still answered (with
     # nothing to say): Telegram redelivers when the first answer never arrived, and the
     # user's button spins until one does
-    if action.event_id and not router.record_event(channel, f"action:{action.event_id}"):
+    if action.event_id and dedup.record(channel, dedup.click_key(action.event_id)) is None:
         log.info("%s action %s seen before; acknowledged and ignored", channel, action.event_id)
         reply = None
     else:
