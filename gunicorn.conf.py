@@ -30,7 +30,7 @@ control_socket = str(_settings.data_dir / "gunicorn.ctl")
 
 def post_worker_init(worker):
     """The worker that wins data/scheduler.lock runs delivery, wakes and the sweep."""
-    from nanoclaw.lifecycle.background import start_service
+    from nanoclaw.service import start_service
     start_service(worker.wsgi)
 
 
@@ -38,9 +38,5 @@ def worker_exit(server, worker):
     app = getattr(worker, "wsgi", None)
     if app is None:
         return
-    from nanoclaw.lifecycle.background import stop_intake, stop_waiting
-    stop_waiting(app)  # a worker still waiting for the scheduler lock takes nothing over now
-    stop_intake(app)  # route what this worker acknowledged before the sandboxes stop
-    bg = app.extensions.get("nanoclaw.background")
-    if bg is not None:
-        bg.shutdown()
+    from nanoclaw.service import stop_service
+    stop_service(app)

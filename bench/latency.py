@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "container")]
 from fakes.model_api import FakeModel, Reply  # noqa: E402
 from nanoclaw.app import create_app
 from nanoclaw.inbound import router  # noqa: E402
-from nanoclaw.lifecycle.background import start as start_background  # noqa: E402
+from nanoclaw.service import start as start_background  # noqa: E402
 from nanoclaw.channels.base import register  # noqa: E402
 from nanoclaw.channels.events import InboundEvent, iso_utc
 from nanoclaw.config import Settings  # noqa: E402
@@ -50,7 +50,7 @@ from nanoclaw.proxy.sockets import socket_path  # noqa: E402
 from nanoclaw.runtime import bwrap as bwrap_rt  # noqa: E402
 from nanoclaw.runtime import docker as docker_rt  # noqa: E402
 from nanoclaw.runtime.image import image_exists  # noqa: E402
-from nanoclaw.lifecycle.sandboxes import SandboxManager  # noqa: E402
+from nanoclaw.sandboxes.manager import SandboxManager  # noqa: E402
 
 HANDED: dict[str, float] = {}
 ROUTED: list[float] = []

@@ -36,7 +36,7 @@ from nanoclaw.config import Settings  # noqa: E402
 from nanoclaw.db import database  # noqa: E402
 from nanoclaw.migrate import apply_pending  # noqa: E402
 from nanoclaw.models import AgentGroup, MessagingGroup, Session  # noqa: E402
-from nanoclaw.lifecycle.sandboxes import SandboxManager, sandbox_name  # noqa: E402
+from nanoclaw.sandboxes.manager import SandboxManager, sandbox_name  # noqa: E402
 from nanoclaw.sessions import store  # noqa: E402
 
 ACTIVE_SHARE = 0.01

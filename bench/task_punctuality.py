@@ -32,7 +32,7 @@ from fakes.model_api import FakeModel, Reply  # noqa: E402
 from nanoclaw.app import create_app
 from nanoclaw.inbound import router
 from nanoclaw.tasks import scheduling  # noqa: E402
-from nanoclaw.lifecycle.background import start as start_background  # noqa: E402
+from nanoclaw.service import start as start_background  # noqa: E402
 from nanoclaw.channels.base import register  # noqa: E402
 from nanoclaw.channels.events import InboundEvent, iso_utc
 from nanoclaw.config import Settings  # noqa: E402
@@ -42,7 +42,7 @@ from nanoclaw.models import AgentGroup, MessagingGroup, Wiring  # noqa: E402
 from nanoclaw.proxy import ProxyServer  # noqa: E402
 from nanoclaw.runtime import bwrap as bwrap_rt  # noqa: E402
 from nanoclaw.runtime import docker as docker_rt  # noqa: E402
-from nanoclaw.lifecycle.sandboxes import SandboxManager  # noqa: E402
+from nanoclaw.sandboxes.manager import SandboxManager  # noqa: E402
 
 TZ = "Europe/Berlin"
 REPLIES: list[str] = []

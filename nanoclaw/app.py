@@ -5,7 +5,7 @@ import logging
 
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
-from . import capabilities, logs  # noqa: F401  (the capability modules register themselves)
+from . import logs, service
 from .cli import nanoclaw_group
 from .config import Settings
 from .db import bind, database
@@ -26,6 +26,7 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    service.build(app)  # the Wake, and the capability modules registered
     page.configure(app, settings)
     bind(settings.database_url)
 

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import actions, pending
 from nanoclaw.channels.base import Card, get_adapter
 from nanoclaw.channels import web as webchannel
@@ -243,7 +244,7 @@ def decisions():
                                     details=(("chat", "telegram:-100"),))]
 
     @actions.register_action("tst")
-    def handle(action, ident, value, settings):
+    def handle(action, ident, value, settings, wake):
         state["calls"].append((action.channel, action.user_id, ident, value))
         if state["decided_by"]:
             return f"Already decided by {state['decided_by']}."
@@ -292,7 +293,7 @@ def test_reply_box_reaches_the_registered_reply_handler(owner):
     def items(settings, user_id):
         return [pending.PendingItem(key="tq-9", kind="Question", title="Which day?", body="", created_at=utcnow(),
                                     reply_prefix="tq")]
-    pending.register_reply("tq")(lambda user_id, ident, text, settings: got.append((user_id, ident, text)) or "Sent.")
+    pending.register_reply("tq")(lambda user_id, ident, text, settings, wake: got.append((user_id, ident, text)) or "Sent.")
     try:
         page = owner.get("/admin").get_data(as_text=True)
         assert 'name="prefix" value="tq"' in page and 'name="ident" value="9"' in page
@@ -589,7 +590,8 @@ def test_a_sender_approval_decided_on_the_page_matches_the_chat_card(owner, site
     assert cli("wire", "telegram", "777", "andy").exit_code == 0  # a DM whose strangers need approval
     UserDm.create(user=OWNER, channel_type="web", platform_id=webchannel.chat_id_for(OWNER, "andy"))
     router.route(InboundEvent(channel="telegram", event_id="u1", chat_id="777", kind="dm", sender_id="777",
-                              sender_name="Bo", text="Hi, lunch?", timestamp="2026-01-01T10:00:00.000Z"), settings)
+                              sender_name="Bo", text="Hi, lunch?", timestamp="2026-01-01T10:00:00.000Z"), settings,
+                 NO_WAKE)
     row = PendingSenderApproval.get()
     chat = owner.get("/chat/andy").get_data(as_text=True)
     assert f'value="nsa-{row.token}:allow"' in chat  # the card reached the owner's DM (here: the web chat)

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals.common import Candidate, choose_approver, where
 from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, DroppedMessage, MessagingGroup,
                              PendingChannelApproval, PendingSenderApproval, Session, UserDm, Wiring)
@@ -309,20 +310,20 @@ def test_deciding_on_the_page_runs_the_same_handlers(app, tg):
     post(app, message(-100888, ADA, "hello", title="Lab", mention=True))  # unknown chat
     sender_card, chat_card = cards(tg)
     settings = app.config["NANOCLAW"]
-    assert actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:444", origin="page"), settings) == \
+    assert actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:444", origin="page"), settings, NO_WAKE) == \
         "Only Olivia or an admin can decide this."
-    answer = actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:111", origin="page"), settings)
+    answer = actions.dispatch(Action("web", buttons(sender_card)["✅ Allow"], "telegram:111", origin="page"), settings, NO_WAKE)
     assert answer.startswith("Allowed") and edits(tg)[-1]["text"].startswith("✅ Allowed by Olivia")
     create = buttons(chat_card)["➕ Create new"]
-    assert actions.dispatch(Action("web", create, "telegram:111", origin="page"), settings) == "Reply with the new agent's name."
+    assert actions.dispatch(Action("web", create, "telegram:111", origin="page"), settings, NO_WAKE) == "Reply with the new agent's name."
     assert texts(tg, 111)[-1].startswith("What should the new agent")  # asked in the owner's DM too
     ident = create.split("-", 1)[1].split(":")[0]
     with pytest.raises(actions.NotAllowed, match="^Only Olivia or an admin can decide this.$"):
-        pending.reply("nca", ident, "Lab Helper", "telegram:444", settings)
-    assert pending.reply("nca", ident, "Lab Helper", "telegram:111", settings) == \
+        pending.reply("nca", ident, "Lab Helper", "telegram:444", settings, NO_WAKE)
+    assert pending.reply("nca", ident, "Lab Helper", "telegram:111", settings, NO_WAKE) == \
         "Created the agent Lab Helper (folder lab-helper); it now answers in the Telegram group 'Lab'."
     assert [r["content"]["text"] for r in inbound(app, "lab-helper")] == ["@andy_test_bot hello"]
-    assert pending.reply("nca", ident, "Again", "telegram:111", settings) == \
+    assert pending.reply("nca", ident, "Again", "telegram:111", settings, NO_WAKE) == \
         "Already decided: a new agent was created by Olivia."
 
 

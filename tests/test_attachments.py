@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.app import create_app
 from nanoclaw.channels.download import AttachmentError, AttachmentTooLarge, fetch, host_allowed
 from nanoclaw.channels.slack import SlackAdapter
@@ -523,7 +524,7 @@ def discord_payload(host: str) -> dict:
 
 def route_discord(app, payload: dict):
     from nanoclaw.channels.discord_messages import message_to_event
-    assert route(message_to_event(payload, bot_id=discord_api.BOT_ID), app.config["NANOCLAW"]).written
+    assert route(message_to_event(payload, bot_id=discord_api.BOT_ID), app.config["NANOCLAW"], NO_WAKE).written
 
 
 def test_discord_attachment_comes_from_the_cdn_without_the_token(make_settings, sqlite_url, discord):

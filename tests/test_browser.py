@@ -47,7 +47,7 @@ def served(tmp_path_factory):
     from werkzeug.serving import make_server
 
     from nanoclaw.app import create_app
-    from nanoclaw.lifecycle.background import start_service
+    from nanoclaw.service import start_service
     from nanoclaw.config import Settings
     from nanoclaw.db import database
     from nanoclaw.migrate import apply_pending

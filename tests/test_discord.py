@@ -24,6 +24,7 @@ with warnings.catch_warnings():  # discord.py imports audioop (voice), deprecate
     from discord.http import HTTPClient
     from discord.state import ConnectionState
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
@@ -89,7 +90,7 @@ def tst_clicks():
     clicks = []
 
     @actions.register_action("tst")
-    def handle(action, ident, value, settings):
+    def handle(action, ident, value, settings, wake):
         clicks.append((action.action_id, action.user_id, action.message_id))
         return f"Chosen: {value}"
     yield clicks
@@ -259,12 +260,12 @@ def wired(cli):
 def test_wired_dm_is_routed_once_and_our_echo_never(app, wired):
     settings = app.config["NANOCLAW"]
     event = message_to_event(fixture("gateway_message_dm"), bot_id=BOT_ID)
-    assert route(event, settings).written and route(event, settings).duplicate
+    assert route(event, settings, NO_WAKE).written and route(event, settings, NO_WAKE).duplicate
     [row] = session_rows(app, Session.get())
     assert json.loads(row["content"])["text"] == "Can you summarise yesterday's meeting notes?"
     assert (row["trigger"], row["platform_id"]) == (1, DM_CHANNEL)
     echo = message_to_event(fixture("gateway_message_bot_echo"), bot_id=BOT_ID)
-    assert route(echo, settings).dropped == "own_message"
+    assert route(echo, settings, NO_WAKE).dropped == "own_message"
     assert len(session_rows(app, Session.get())) == 1 and AcceptedEvent.select().count() == 1
 
 
@@ -300,7 +301,7 @@ def test_discordpy_messages_are_routed_like_the_payloads(app, cli, wired, discor
             message_to_event(fixture(name), bot_id=BOT_ID, channel=channel)
     for message in (dm, mention, in_thread):
         payload, channel = payload_from_message(message)
-        assert route(message_to_event(payload, bot_id=BOT_ID, channel=channel, bot_name="Andy"), settings).written
+        assert route(message_to_event(payload, bot_id=BOT_ID, channel=channel, bot_name="Andy"), settings, NO_WAKE).written
     sessions = {(s.messaging_group.platform_id, s.thread_id): s for s in Session.select()}
     mention_id = "1350046344613494824"  # a top-level message: its answer goes into a thread under it
     assert set(sessions) == {(DM_CHANNEL, ""), (GUILD_CHANNEL, mention_id), (GUILD_CHANNEL, THREAD)}
@@ -325,7 +326,7 @@ def test_threads_are_threads_a_top_level_mention_is_answered_in_a_thread_under_i
     mention = fixture("gateway_message_guild_mention")
     root = mention["d"]["id"]
     discord_api.said(GUILD_CHANNEL, root)
-    assert route(message_to_event(mention, bot_id=BOT_ID, bot_name="Andy"), settings).written
+    assert route(message_to_event(mention, bot_id=BOT_ID, bot_name="Andy"), settings, NO_WAKE).written
     session = Session.get()
     assert session.thread_id == root
     path = settings.sessions_dir / "andy" / session.id
@@ -344,7 +345,7 @@ def test_threads_are_threads_a_top_level_mention_is_answered_in_a_thread_under_i
     in_our_thread = fixture("gateway_message_thread")
     in_our_thread["d"].update(channel_id=root, id="1350049740376539999", attachments=[])
     event = message_to_event(in_our_thread, bot_id=BOT_ID, channel={"id": root, "type": 11, "parent_id": GUILD_CHANNEL})
-    assert route(event, settings).written == [("andy", session.id, True)]  # no mention needed there
+    assert route(event, settings, NO_WAKE).written == [("andy", session.id, True)]  # no mention needed there
     answer("Budget: venue 1200.")
     assert [m["content"] for m in discord_api.posted(root)][-1] == "Budget: venue 1200."
     assert len(discord_api.threads) == 1
@@ -352,7 +353,7 @@ def test_threads_are_threads_a_top_level_mention_is_answered_in_a_thread_under_i
     elsewhere = fixture("gateway_message_thread")
     elsewhere["d"].update(attachments=[])
     event = message_to_event(elsewhere, bot_id=BOT_ID, channel={"id": THREAD, "type": 11, "parent_id": GUILD_CHANNEL})
-    assert not route(event, settings).written  # another thread, no mention: not for us
+    assert not route(event, settings, NO_WAKE).written  # another thread, no mention: not for us
     assert Session.select().count() == 1
 
 

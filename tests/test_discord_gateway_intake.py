@@ -29,7 +29,8 @@ with warnings.catch_warnings():  # discord.py imports audioop (voice), deprecate
     from discord.gateway import DiscordWebSocket
     from discord.http import Route
 
-from nanoclaw.lifecycle import background
+from nanoclaw.sessions.wake import NO_WAKE
+from nanoclaw import service
 from nanoclaw.app import create_app
 from nanoclaw.inbound import intake
 from nanoclaw.channels import discord_handoff as handoff
@@ -66,8 +67,8 @@ def web(make_settings, db_url, discord_api):
         result = runner.invoke(args=["nanoclaw", *args])
         assert result.exit_code == 0, (args, result.output)
     wakes: list[tuple[str, str, float]] = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: wakes.append((folder, session_id, time.monotonic()))
-    thread = background.start_intake(app)
+    app.extensions["nanoclaw.wake"].connect(lambda folder, session_id: wakes.append((folder, session_id, time.monotonic())))
+    thread = service.start_intake(app)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     serving = threading.Thread(target=server.serve_forever, daemon=True)
     serving.start()
@@ -78,7 +79,7 @@ def web(make_settings, db_url, discord_api):
                               gateway_settings=dataclasses.replace(settings, port=server.server_port))
     finally:
         server.shutdown()
-        background.stop_intake(app)
+        service.stop_intake(app)
         database.close()
 
 
@@ -279,7 +280,7 @@ def test_when_the_web_program_does_not_answer_the_message_is_kept_and_recovered(
     assert slept == list(handoff.RETRY_DELAYS_S)  # three attempts, briefly apart
     assert "accepted it into the database here" in caplog.text
     assert unrouted() == 1 and Session.select().count() == 0 and web.wakes == []
-    assert intake.recover(web.settings, older_than_s=0) == 1  # the web program's recovery pass
+    assert intake.recover(web.settings, NO_WAKE, older_than_s=0) == 1  # the web program's recovery pass
     assert texts(web) == [DM_TEXT] and unrouted() == 0
 
 
@@ -308,7 +309,7 @@ def test_a_hand_off_the_web_program_refuses_is_an_error_kept_not_retried(web, ca
     assert slept == []  # not retried
     assert web.intake.wait_idle(5)
     assert unrouted() == 1 and web.wakes == []
-    assert intake.recover(web.settings, older_than_s=0) == 1
+    assert intake.recover(web.settings, NO_WAKE, older_than_s=0) == 1
     assert texts(web) == [DM_TEXT]
 
 

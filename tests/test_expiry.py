@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import chats, common as approvals, pending, questions
 from nanoclaw.lifecycle import housekeeping
 from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, PendingChannelApproval, PendingQuestion,
@@ -201,6 +202,6 @@ def test_the_page_form_of_an_expired_new_chat_does_nothing(app, tg):
     post(app, message(GROUP, BOB, "help with research", title="Lab", mention=True))
     [row] = PendingChannelApproval.select()
     age(PendingChannelApproval, 73)
-    answer = chats.create_from_page("telegram:111", row.token, {"name": "Lab Helper"}, app.config["NANOCLAW"])
+    answer = chats.create_from_page("telegram:111", row.token, {"name": "Lab Helper"}, app.config["NANOCLAW"], NO_WAKE)
     assert (answer.ok, answer.message) == (False, "This request expired.")
     assert not AgentGroup.select().where(AgentGroup.name == "Lab Helper").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.inbound import intake
 from nanoclaw.models import AcceptedEvent
 from tests.test_intake import ANNA, SETUP, session_texts, unrouted_rows
@@ -122,8 +123,8 @@ def test_a_full_sessions_disk_keeps_the_accepted_event_until_it_can_be_written(m
         assert integrity(session_db) == "ok"
 
         os.unlink(filler)
-        assert intake.recover(app.config["NANOCLAW"], older_than_s=0) == 1  # the background's periodic pass
+        assert intake.recover(app.config["NANOCLAW"], NO_WAKE, older_than_s=0) == 1  # the background's periodic pass
         assert unrouted_rows() == 0
         assert session_texts(app) == ["before", "while full"]
-        assert intake.recover(app.config["NANOCLAW"], older_than_s=0) == 0
+        assert intake.recover(app.config["NANOCLAW"], NO_WAKE, older_than_s=0) == 0
         assert session_texts(app) == ["before", "while full"]

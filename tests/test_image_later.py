@@ -15,12 +15,14 @@ from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN
 from nanoclaw.app import create_app
 from nanoclaw.db import database
-from nanoclaw.lifecycle import background, runtime_setup
+from nanoclaw import service
+from nanoclaw.lifecycle import background
+from nanoclaw.sandboxes import setup as runtime_setup
 from nanoclaw.models import Session
 from nanoclaw.runtime import bwrap
 from nanoclaw.runtime import docker as docker_rt
 from nanoclaw.runtime.switching import SwitchingRuntime
-from nanoclaw.lifecycle.sandboxes import sandbox_name
+from nanoclaw.sandboxes.manager import sandbox_name
 from tests.tg_flow import SECRET, Service, Telegram, app_with_door, message, person, texts
 
 ANNA, BOB = person(4242, "Anna"), person(5151, "Bob")
@@ -37,32 +39,32 @@ def test_bubblewrap_serves_while_the_image_is_built_then_new_sandboxes_use_docke
                                  ANTHROPIC_API_KEY="sk-ant-image-later", NANOCLAW_RUNTIME="auto",
                                  NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imglater-{os.getpid()}")
         app, door = app_with_door(settings)
-        service = Service(app, tg, model, settings)
+        svc = Service(app, tg, model, settings)
         for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
                      ("user", "add", "telegram:5151", "--role", "member", "--agent", "andy"),
                      ("wire", "telegram", "4242", "andy"), ("wire", "telegram", "5151", "andy")):
-            service.cli(*args)
-        bg = background.start_service(app)
+            svc.cli(*args)
+        bg = service.start_service(app)
         try:
             runtime = bg.manager.runtime
             assert isinstance(runtime, SwitchingRuntime) and runtime.name == "bwrap"
-            service.post(message(4242, ANNA, "first, before the image exists"))
-            service.wait(lambda: texts(tg, 4242) == ["here"], what="the answer from bubblewrap")
+            svc.post(message(4242, ANNA, "first, before the image exists"))
+            svc.wait(lambda: texts(tg, 4242) == ["here"], what="the answer from bubblewrap")
             first = sandbox_name(settings.install_id, "andy", Session.get().id)
 
-            service.wait(lambda: runtime_setup.BUILD.state in ("built", "failed"), timeout=600, what="the image build")
+            svc.wait(lambda: runtime_setup.BUILD.state in ("built", "failed"), timeout=600, what="the image build")
             assert runtime_setup.BUILD.state == "built", runtime_setup.BUILD.error
             assert runtime.name == "docker"
             assert client.images.get(image).labels.get("nanoclaw.source")
             assert runtime.is_running(first)  # the bubblewrap sandbox keeps running where it started
-            service.post(message(5151, BOB, "after the build"))
-            service.wait(lambda: texts(tg, 5151) == ["here"], what="the answer from Docker")
+            svc.post(message(5151, BOB, "after the build"))
+            svc.wait(lambda: texts(tg, 5151) == ["here"], what="the answer from Docker")
             second = [s for s in Session.select() if sandbox_name(settings.install_id, "andy", s.id) != first][0]
             name = sandbox_name(settings.install_id, "andy", second.id)
             assert runtime.current.is_running(name)  # the new sandbox runs in Docker
             assert client.containers.get(name).attrs["Config"]["Image"] == image
         finally:
-            background.stop_intake(app)
+            service.stop_intake(app)
             bg.shutdown()
             door.stop()
             database.close()
@@ -105,20 +107,20 @@ def test_with_only_docker_possible_the_chat_is_told_and_answered_after_the_build
                                  ANTHROPIC_API_KEY="sk-ant-image-only", NANOCLAW_RUNTIME="auto",
                                  NANOCLAW_AGENT_IMAGE=image, NANOCLAW_INSTALL_ID=f"imgonly-{os.getpid()}")
         app, door = app_with_door(settings)
-        service = Service(app, tg, model, settings)
+        svc = Service(app, tg, model, settings)
         for args in (("agent", "create", "Andy"), ("user", "add", "telegram:4242", "--role", "owner"),
                      ("wire", "telegram", "4242", "andy")):
-            service.cli(*args)
-        bg = background.start_service(app)
+            svc.cli(*args)
+        bg = service.start_service(app)
         try:
             assert bg.manager is None  # nothing can start a sandbox until the image is built
-            service.post(message(4242, ANNA, "hello?"))
-            service.wait(lambda: texts(tg, 4242)[:1] == ["(Setting up: your agent's sandbox is being built; the "
+            svc.post(message(4242, ANNA, "hello?"))
+            svc.wait(lambda: texts(tg, 4242)[:1] == ["(Setting up: your agent's sandbox is being built; the "
                                                          "first answer takes a minute or two.)"], what="the notice")
-            service.wait(lambda: texts(tg, 4242)[1:] == ["here"], timeout=600, what="the answer from Docker")
+            svc.wait(lambda: texts(tg, 4242)[1:] == ["here"], timeout=600, what="the answer from Docker")
             assert bg.manager is not None and bg.manager.runtime.name == "docker"
         finally:
-            background.stop_intake(app)
+            service.stop_intake(app)
             bg.shutdown()
             door.stop()
             database.close()

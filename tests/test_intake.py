@@ -14,7 +14,8 @@ from datetime import timedelta
 
 import pytest
 
-from nanoclaw.lifecycle import background
+from nanoclaw.sessions.wake import NO_WAKE
+from nanoclaw import service
 from nanoclaw.inbound import intake
 from nanoclaw.models import AcceptedEvent
 from nanoclaw.models import Session, utcnow
@@ -59,11 +60,11 @@ def unrouted_rows() -> int:
 @pytest.fixture
 def app(make_settings, db_url, tg):  # noqa: F811
     with telegram_app(make_settings, db_url, tg, *SETUP) as app:
-        thread = background.start_intake(app)
+        thread = service.start_intake(app)
         try:
             yield app
         finally:
-            background.stop_intake(app)
+            service.stop_intake(app)
             assert not thread._thread.is_alive()
 
 
@@ -104,7 +105,7 @@ def test_the_agent_is_woken_only_after_its_messages_are_committed(app):
         conn = schema.connect(path / "host" / schema.INBOUND, readonly=True)
         seen.append(conn.execute("SELECT COUNT(*) FROM messages_in").fetchone()[0])
         conn.close()
-    app.extensions["nanoclaw.waker"] = wake
+    app.extensions["nanoclaw.wake"].connect(wake)
     thread = app.extensions["nanoclaw.intake"]
     post(app, message(4242, ANNA, "warm up"))
     assert thread.wait_idle(10)
@@ -120,20 +121,20 @@ def test_the_agent_is_woken_only_after_its_messages_are_committed(app):
 
 
 def test_an_event_acknowledged_by_a_process_that_died_is_routed_at_start_up(app):
-    background.stop_intake(app)
+    service.stop_intake(app)
     dead = intake.IntakeThread(app.config["NANOCLAW"], lambda: None)  # never started: the worker died
     app.extensions["nanoclaw.intake"] = dead
     post(app, message(4242, ANNA, "sent just before the crash"))
     app.extensions.pop("nanoclaw.intake")
     assert session_texts(app) == [] and unrouted_rows() == 1
-    bg = background.start(app, None)  # the next start of the web program
+    bg = service.start(app, None)  # the next start of the web program
     try:
         assert bg.ready.wait(20)
         assert session_texts(app) == ["sent just before the crash"]
         assert unrouted_rows() == 0
     finally:
         bg.shutdown()
-    background.start_intake(app)
+    service.start_intake(app)
 
 
 def test_an_event_whose_routing_fails_stays_until_it_can_be_routed(app, caplog):
@@ -146,10 +147,10 @@ def test_an_event_whose_routing_fails_stays_until_it_can_be_routed(app, caplog):
         assert app.extensions["nanoclaw.intake"].wait_idle(10)
     assert "routing telegram event" in caplog.text and "will be retried" in caplog.text
     assert unrouted_rows() == 1
-    assert intake.recover(settings, older_than_s=0) == 0  # still failing: still kept
+    assert intake.recover(settings, NO_WAKE, older_than_s=0) == 0  # still failing: still kept
     assert unrouted_rows() == 1
     blocker.unlink()
-    assert intake.recover(settings, older_than_s=0) == 1
+    assert intake.recover(settings, NO_WAKE, older_than_s=0) == 1
     assert session_texts(app) == ["kept"] and unrouted_rows() == 0
 
 
@@ -162,7 +163,7 @@ def test_an_event_that_fails_for_an_hour_is_logged_whole_and_set_aside(app, capl
     assert app.extensions["nanoclaw.intake"].wait_idle(10)
     AcceptedEvent.update(received_at=utcnow() - timedelta(hours=2)).execute()
     with caplog.at_level(logging.ERROR, logger="nanoclaw.intake"):
-        intake.recover(settings, older_than_s=0)
+        intake.recover(settings, NO_WAKE, older_than_s=0)
     assert "giving up on accepted event" in caplog.text and "the words are in the log" in caplog.text
     assert unrouted_rows() == 0
 

@@ -14,7 +14,7 @@ from nanoclaw.config import PROJECT_ROOT
 PACKAGE = PROJECT_ROOT / "nanoclaw"
 SHARED_ROOT = {"config", "db", "models", "migrate", "security", "mounts", "proposal_rules", "metrics", "logs",
                "__init__"}
-ENTRY_POINTS = {"app", "capabilities", "supervise", "cli"}
+ENTRY_POINTS = {"app", "service", "supervise", "cli"}
 MAX_LINES = 450
 MAX_ROOT_MODULES = 12
 

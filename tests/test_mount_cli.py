@@ -88,7 +88,7 @@ def test_nanoclaw_itself_cannot_be_mounted(cli, everything_allowed, tmp_path):
 
 
 def test_a_mount_declared_before_is_refused_at_sandbox_start(app, everything_allowed):
-    from nanoclaw.lifecycle.sandboxes import mounts_for
+    from nanoclaw.sandboxes.manager import mounts_for
     from nanoclaw.mounts import MountRefused
     settings = everything_allowed
     app.test_cli_runner().invoke(args=["nanoclaw", "agent", "create", "Andy"])

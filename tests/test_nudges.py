@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoclaw.lifecycle import sandboxes
+from nanoclaw.sandboxes import manager as sandboxes
 from nanoclaw.outbound import watcher as delivery_watcher
 from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
 from nanoclaw.sessions import store

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.app import create_app
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
@@ -14,7 +15,7 @@ from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AgentGroup, AuditLog, HelpRequest, PendingProposal, Session
 from nanoclaw.approvals.pending import pending_items, reply as page_reply
 from nanoclaw.runtime.image import group_dockerfile, group_image_tag
-from nanoclaw.lifecycle.sandboxes import build_spec
+from nanoclaw.sandboxes.manager import build_spec
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target
 from nanoclaw.approvals import actions
@@ -44,7 +45,7 @@ def app(make_settings, db_url, tg):
     database.connect(reuse_if_open=True)
     apply_pending(database.obj, log=lambda _l: None)
     app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
+    app.extensions["nanoclaw.wake"].connect(lambda folder, session_id: app.woken.append(folder))
     runner = app.test_cli_runner()
     for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia"),
                  ("wire", "telegram", "111", "andy"), ("wire", "telegram", "-100200", "andy", "--kind", "group")):
@@ -233,7 +234,7 @@ def test_only_the_owner_or_a_global_admin_adds_the_new_agent_to_a_chat(app, tg):
 
 def test_create_agent_is_offered_only_to_an_admins_agent(app):
     from agent_runner.mcp_tools import tool_names
-    from nanoclaw.lifecycle.sandboxes import withheld_tools
+    from nanoclaw.sandboxes.manager import withheld_tools
     group_path = session_path(app, chat=-100200, sender=OWNER, title="Team", mention=True)
     dm_path = session_path(app)
     assert withheld_tools(group_path.name) == ("create_agent",)
@@ -299,7 +300,7 @@ def test_mcp_server_goes_into_the_sandbox_spec(app, tg):
     post(app, click(buttons(card)["✅ Approve"], OWNER, card))
     config = AgentGroup.get(AgentGroup.folder == "andy").container_config
     assert config["mcp_servers"]["fetch"]["command"] == "python3"
-    from nanoclaw.lifecycle.sandboxes import agent_capabilities
+    from nanoclaw.sandboxes.manager import agent_capabilities
     spec = build_spec(app.config["NANOCLAW"], "andy", "s1", **agent_capabilities("andy"))
     servers = extra_mcp_servers({**spec.env, "TZ": "UTC"})
     assert servers == {"fetch": {"type": "stdio", "command": "python3", "args": ["-m", "fetcher"],
@@ -330,8 +331,8 @@ def test_help_on_the_page_and_dismissed_from_the_card(app, tg):
     assert [i for i in pending_items(settings, "telegram:666").items if i.key.startswith("nhr-")] == []
     h1 = HelpRequest.get(HelpRequest.ref == "h1")
     with pytest.raises(actions.NotAllowed, match="^Only Olivia"):
-        page_reply("nhr", h1.token, "It is in the wiki", "telegram:666", settings)
-    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+        page_reply("nhr", h1.token, "It is in the wiki", "telegram:666", settings, NO_WAKE)
+    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings, NO_WAKE) == "Sent to Andy."
     [answer] = inbound(path, "answer")
     assert answer["content"]["help_ref"] == "h1" and answer["trigger"] == 1
     assert answer["content"]["text"].endswith("It is in the wiki")
@@ -352,7 +353,7 @@ def test_page_lists_proposals_with_the_cards_buttons_and_forms(app, tg):
     assert item.kind == "Network access" and [b[0] for b in item.buttons] == ["✅ Approve", "❌ Reject"]
     assert [f.name for f in item.forms] == ["npr.modify", "npr.reject"] and item.reply_prefix is None
     approve = dict(item.buttons)["✅ Approve"]  # the page's button posts the card's own action id
-    assert actions.dispatch(Action("web", approve, "telegram:111", origin="page"), settings) == "Approved: allow HTTPS to pypi.org."
+    assert actions.dispatch(Action("web", approve, "telegram:111", origin="page"), settings, NO_WAKE) == "Approved: allow HTTPS to pypi.org."
     assert edits(tg)[-1]["text"].startswith("✅ Approved by Olivia")
 
 
@@ -431,7 +432,7 @@ def test_a_page_answer_to_a_help_request_edits_the_chat_card(app, tg):
     ask_help(path)
     deliver_session(path, settings)
     h1 = HelpRequest.get(HelpRequest.ref == "h1")
-    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings) == "Sent to Andy."
+    assert page_reply("nhr", h1.token, "It is in the wiki", "telegram:111", settings, NO_WAKE) == "Sent to Andy."
     edited = edits(tg)[-1]
     assert str(edited["message_id"]) == h1.card_message_id and "Olivia" in edited["text"]
     assert "It is in the wiki" in edited["text"]
@@ -477,16 +478,16 @@ def test_only_the_owner_grants_a_host_secret_the_agents_admins_were_not_given(ap
     assert "Only the owner can approve this: $GITHUB_TOKEN is a host secret this agent's admins were not given" \
         in shown(card)
     with pytest.raises(actions.NotAllowed, match=r"^Only the owner can grant \$GITHUB_TOKEN"):
-        proposals.decide(p.token, "approve", "telegram:555", settings)
+        proposals.decide(p.token, "approve", "telegram:555", settings, NO_WAKE)
     assert PendingProposal.get_by_id(p.id).state == "pending"
-    assert proposals.decide(p.token, "approve", "telegram:111", settings).startswith("Approved")
+    assert proposals.decide(p.token, "approve", "telegram:111", settings, NO_WAKE).startswith("Approved")
 
     # given to the agent's admins by the owner, the next such route is theirs to decide
     assert runner.invoke(args=["nanoclaw", "credentials", "delegate", "andy", "JIRA_TOKEN"]).exit_code == 0
     propose(app, path, "credential_route", {**route, "match": "/jira/", "secret": "JIRA_TOKEN"}, ref="c2")
     p2 = PendingProposal.get(PendingProposal.ref == "c2")
     assert p2.approver_user_id == "telegram:555" and "Only the owner" not in shown(cards(tg)[-1])
-    assert proposals.decide(p2.token, "approve", "telegram:555", settings).startswith("Approved")
+    assert proposals.decide(p2.token, "approve", "telegram:555", settings, NO_WAKE).startswith("Approved")
     listing = runner.invoke(args=["nanoclaw", "credentials", "list", "andy"]).output
     assert "/gh/ -> https://api.github.com" in listing and "$JIRA_TOKEN" in listing and "ghp_" not in listing
 

@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.config import Settings, SettingsError
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.models import AgentGroup, AuditLog, PendingChannelApproval, PendingProposal, Session, Wiring
@@ -353,8 +354,8 @@ def test_only_someone_allowed_to_decide_may_create(app, tg):
     row = unknown_chat(app, tg)
     from nanoclaw.approvals.actions import NotAllowed
     with pytest.raises(NotAllowed, match="^Only Olivia or an admin can decide this.$"):
-        create_from_page("telegram:666", row.token, {"name": "Mine"}, app.config["NANOCLAW"])
-    assert create_from_page("telegram:111", row.token, {"name": "  "}, app.config["NANOCLAW"]).message == \
+        create_from_page("telegram:666", row.token, {"name": "Mine"}, app.config["NANOCLAW"], NO_WAKE)
+    assert create_from_page("telegram:111", row.token, {"name": "  "}, app.config["NANOCLAW"], NO_WAKE).message == \
         "Give the new agent a name."
     assert PendingChannelApproval.select().count() == 1
 

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.channels.events import InboundEvent
 from nanoclaw.models import DroppedMessage, Session
 from nanoclaw.inbound.router import engages, route, sender_admitted, session_thread
@@ -72,12 +73,12 @@ def test_dm_from_owner_is_written_once_and_wakes(cli, app):
 
 def test_unwired_and_unknown_are_dropped_with_reasons(cli, app):
     settings = app.config["NANOCLAW"]
-    assert route(event(1, chat="999"), settings).dropped == "no_agent_wired"
+    assert route(event(1, chat="999"), settings, NO_WAKE).dropped == "no_agent_wired"
     cli("agent", "create", "Andy")
     cli("wire", "telegram", "42", "andy")
-    assert route(event(2, sender="7"), settings).dropped == "unknown_sender_request_approval"
+    assert route(event(2, sender="7"), settings, NO_WAKE).dropped == "unknown_sender_request_approval"
     cli("wire", "telegram", "42", "andy", "--unknown-senders", "strict")
-    assert route(event(3, sender="7"), settings).dropped == "unknown_sender_strict"
+    assert route(event(3, sender="7"), settings, NO_WAKE).dropped == "unknown_sender_strict"
     reasons = [d.reason for d in DroppedMessage.select().order_by(DroppedMessage.id)]
     assert reasons == ["no_agent_wired", "unknown_sender_request_approval", "unknown_sender_strict"]
     assert Session.select().count() == 0
@@ -89,9 +90,9 @@ def test_fan_out_accumulate_and_trigger(cli, app):
     cli("agent", "create", "Bea")
     cli("wire", "telegram", "-5", "andy", "--kind", "group", "--ignored", "accumulate", "--unknown-senders", "public")
     cli("wire", "telegram", "-5", "bea", "--engage", "pattern", "--pattern", "(?i)bea")
-    route(event(1, "chatter", chat="-5"), settings)
-    route(event(2, "hey Bea", chat="-5"), settings)
-    route(event(3, "@andy answer", chat="-5", mentioned=True), settings)
+    route(event(1, "chatter", chat="-5"), settings, NO_WAKE)
+    route(event(2, "hey Bea", chat="-5"), settings, NO_WAKE)
+    route(event(3, "@andy answer", chat="-5", mentioned=True), settings, NO_WAKE)
     andy = Session.get(Session.agent_group == 1)
     bea = Session.get(Session.agent_group == 2)
     assert rows(app, "andy", andy.id) == [(0, "chatter"), (0, "hey Bea"), (1, "@andy answer")]
@@ -101,5 +102,5 @@ def test_fan_out_accumulate_and_trigger(cli, app):
 def test_own_messages_never_routed(cli, app):
     cli("agent", "create", "Andy")
     cli("wire", "telegram", "42", "andy", "--unknown-senders", "public")
-    assert route(event(1, from_self=True), app.config["NANOCLAW"]).dropped == "own_message"
+    assert route(event(1, from_self=True), app.config["NANOCLAW"], NO_WAKE).dropped == "own_message"
     assert Session.select().count() == 0

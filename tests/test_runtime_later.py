@@ -13,6 +13,7 @@ from conftest import require
 from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN
 from nanoclaw.db import database
+from nanoclaw import service
 from nanoclaw.lifecycle import background
 from nanoclaw.runtime import bwrap
 from tests.test_intake import ANNA, SETUP
@@ -30,19 +31,19 @@ def test_a_message_stored_without_a_runtime_is_answered_once_one_works(make_sett
                                  ANTHROPIC_API_KEY="sk-ant-later-e2e", NANOCLAW_RUNTIME="bwrap",
                                  NANOCLAW_INSTALL_ID=f"later-{os.getpid()}")
         app, door = app_with_door(settings)
-        service = Service(app, tg, model, settings)
+        svc = Service(app, tg, model, settings)
         for args in SETUP:
-            service.cli(*args)
-        bg = background.start_service(app)
+            svc.cli(*args)
+        bg = service.start_service(app)
         try:
             assert bg is not None and bg.manager is None  # started without a runtime
-            service.post(message(4242, ANNA, "are you there?"))
+            svc.post(message(4242, ANNA, "are you there?"))
             assert texts(tg, 4242) == [] and model.model_calls() == []
             monkeypatch.setattr(bwrap, "probe", real_probe)  # e.g. the owner installed bubblewrap
-            service.wait(lambda: texts(tg, 4242) == ["Answered after all."], what="the stored message's answer")
+            svc.wait(lambda: texts(tg, 4242) == ["Answered after all."], what="the stored message's answer")
             assert bg.manager is not None and "are you there?" in model.model_calls()[0].current_prompt()
         finally:
-            background.stop_intake(app)
+            service.stop_intake(app)
             bg.shutdown()
             door.stop()
             database.close()

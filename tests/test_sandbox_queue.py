@@ -8,7 +8,7 @@ import pytest
 
 from conftest import _build_app
 from nanoclaw.db import database
-from nanoclaw.lifecycle.sandboxes import QueuedWake, SandboxManager, pick_next
+from nanoclaw.sandboxes.manager import QueuedWake, SandboxManager, pick_next
 
 
 class MemoryRuntime:

@@ -14,6 +14,7 @@ from nanoclaw.config import PROJECT_ROOT
 CHILD = r"""
 import os, sys, time
 from nanoclaw.app import create_app
+from nanoclaw import service
 from nanoclaw.lifecycle import background
 marker = sys.argv[1]
 original = background.Background.sweep
@@ -25,10 +26,10 @@ background.Background.sweep = sweep
 background.SWEEP_INTERVAL_S = 0.2
 background.LOCK_RETRY_S = 0.2
 app = create_app()
-bg = background.start(app, None)
+bg = service.start(app, None)
 print("jobs" if bg else "none", flush=True)
 if bg is None:
-    background.wait_for_lock(app, lambda handle: background.start(app, None, handle))
+    service.wait_for_lock(app, lambda handle: service.start(app, None, handle))
 time.sleep(60)
 """
 

@@ -114,17 +114,17 @@ def wire_alice(app):
 def test_a_slow_user_lookup_never_holds_up_the_acknowledgement(app, fake):
     """Slack wants the 200 within 3 s. The sender's name (users.info) is looked up on the intake
     thread, after the acknowledgement; the stored message still carries it."""
-    from nanoclaw.lifecycle import background
+    from nanoclaw import service
     wire_alice(app)
     fake.users_info_delay = 2.5
-    thread = background.start_intake(app)
+    thread = service.start_intake(app)
     try:
         started = time.monotonic()
         assert post_event(app, fixture("dm_message")).status_code == 200
         assert time.monotonic() - started < 1.0
         assert thread.wait_idle(10)
     finally:
-        background.stop_intake(app)
+        service.stop_intake(app)
     [row] = rows(app, Session.get())
     assert row["sender"] == "alice" and len(fake.calls("users.info")) == 1
 
@@ -297,7 +297,7 @@ def test_card_button_round_trip(app, fake):
     clicks = []
 
     @actions.register_action("tst")
-    def on_click(action, ident, value, settings):
+    def on_click(action, ident, value, settings, wake):
         clicks.append((action.user_id, action.chat_id, action.message_id, ident, value))
         return f"Done: {value}"
 

@@ -19,7 +19,7 @@ from nanoclaw.app import create_app
 from nanoclaw.channels.slack import SOCKET_PATH
 from nanoclaw.db import database
 from nanoclaw.inbound import slack_socket as ss
-from nanoclaw.lifecycle import background
+from nanoclaw import service
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AcceptedEvent
 from tests.test_intake import session_texts
@@ -51,12 +51,12 @@ def world(make_settings, db_url):
                                        SLACK_APP_TOKEN=APP_TOKEN, SLACK_BOT_USER_ID=BOT_USER_ID))
         database.connect(reuse_if_open=True)
         apply_pending(database.obj, log=lambda _l: None)
-        app.extensions["nanoclaw.waker"] = lambda folder, session_id: None
+        app.extensions["nanoclaw.wake"].connect(lambda folder, session_id: None)
         runner = app.test_cli_runner()
         for args in (("agent", "create", "Andy"), ("user", "add", "slack:U0ALICE01", "--role", "owner"),
                      ("wire", "slack", "D0DMALICE", "andy")):
             assert runner.invoke(args=["nanoclaw", *args]).exit_code == 0
-        background.start_intake(app)
+        service.start_intake(app)
         web = Web(app)
         bridge = ss.SocketBridge(dataclasses.replace(app.config["NANOCLAW"], port=web.port))
         threading.Thread(target=bridge.run, daemon=True).start()
@@ -66,7 +66,7 @@ def world(make_settings, db_url):
         finally:
             bridge.stop.set()
             web.stop()
-            background.stop_intake(app)
+            service.stop_intake(app)
             database.close()
 
 

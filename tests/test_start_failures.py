@@ -12,13 +12,13 @@ import uuid
 import pytest
 
 from fakes.telegram_api import TOKEN, FakeTelegram
-from nanoclaw.lifecycle import sandboxes
-from nanoclaw.lifecycle.background import tell_owner
+from nanoclaw.sandboxes import manager as sandboxes
+from nanoclaw.service import tell_owner
 from nanoclaw.runtime import bwrap as bwrap_rt
 from nanoclaw.runtime import docker as docker_rt
-from nanoclaw.lifecycle.sandboxes import SandboxManager, sandbox_name
+from nanoclaw.sandboxes.manager import SandboxManager, sandbox_name
 from nanoclaw.sessions import store
-from nanoclaw.lifecycle.start_failures import (MAX_BACKOFF_S, NOTICE_AFTER, StartState, came_up, short_reason,
+from nanoclaw.sandboxes.start_failures import (MAX_BACKOFF_S, NOTICE_AFTER, StartState, came_up, short_reason,
                                                should_tell, wait_s)
 from nanoclaw.db import database
 from tests.conftest import _build_app, require

@@ -281,7 +281,7 @@ def test_card_button_round_trip(app, fake):
     clicks = []
 
     @actions.register_action("tst")
-    def on_click(action, ident, value, settings):
+    def on_click(action, ident, value, settings, wake):
         clicks.append((action.user_id, action.chat_id, action.message_id, ident, value))
         return f"Done: {value}"
 

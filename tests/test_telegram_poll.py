@@ -15,7 +15,7 @@ from werkzeug.serving import make_server
 
 from nanoclaw.channels.telegram import POLL_PATH, update_mode
 from nanoclaw.inbound import telegram_poll as tp
-from nanoclaw.lifecycle import background
+from nanoclaw import service
 from nanoclaw.models import AcceptedEvent
 from tests.test_intake import ANNA, SETUP, session_texts
 from tests.tg_flow import message, telegram_app, tg  # noqa: F401  (tg is a fixture)
@@ -71,13 +71,13 @@ class Web:
 @pytest.fixture
 def web(make_settings, db_url, tg):  # noqa: F811
     with telegram_app(make_settings, db_url, tg, *SETUP, TELEGRAM_MODE="poll") as app:
-        background.start_intake(app)
+        service.start_intake(app)
         served = Web(app)
         try:
             yield served
         finally:
             served.stop()
-            background.stop_intake(app)
+            service.stop_intake(app)
 
 
 def poller(web: Web) -> tp.Poller:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from nanoclaw.config import PROJECT_ROOT, SettingsError
-from nanoclaw.lifecycle.sandboxes import build_spec
+from nanoclaw.sandboxes.manager import build_spec
 
 sys.path.insert(0, str(PROJECT_ROOT / "container"))
 from agent_runner.config import RunnerConfig  # noqa: E402

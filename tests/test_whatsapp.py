@@ -199,7 +199,7 @@ def tst_clicks():
     clicks = []
 
     @actions.register_action("tst")
-    def handle(action, ident, value, settings):
+    def handle(action, ident, value, settings, wake):
         clicks.append((action.action_id, action.user_id, action.message_id))
         return f"Chosen: {value}"
     yield clicks

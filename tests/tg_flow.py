@@ -169,10 +169,10 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
     import shutil
 
     from conftest import require
-    from nanoclaw.lifecycle import background
+    from nanoclaw import service
     from nanoclaw.db import database
     from nanoclaw.runtime.select import select_runtime
-    from nanoclaw.lifecycle.sandboxes import SandboxManager, mounts_for
+    from nanoclaw.sandboxes.manager import SandboxManager, mounts_for
     from tests.fakes.model_api import FakeModel
     from tests.fakes.telegram_api import TOKEN
 
@@ -190,14 +190,14 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
             app, door = app_with_door(settings)
             sandbox_runtime = select_runtime(settings, lambda _line: None)
             manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))
-            background.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
-            bg = background.start(app, manager)
+            service.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
+            bg = service.start(app, manager)
             try:
                 svc = Service(app, tg, model, settings)
                 svc.runtime = sandbox_runtime
                 yield svc
             finally:
-                background.stop_intake(app)
+                service.stop_intake(app)
                 bg.shutdown()
                 for name in sandbox_runtime.list_sandboxes(settings.install_id):
                     sandbox_runtime.stop(name)
@@ -222,7 +222,7 @@ def telegram_app(make_settings, db_url, tg, *setup: tuple[str, ...], **env):
     database.connect(reuse_if_open=True)
     apply_pending(database.obj, log=lambda _l: None)
     app.woken = []
-    app.extensions["nanoclaw.waker"] = lambda folder, session_id: app.woken.append(folder)
+    app.extensions["nanoclaw.wake"].connect(lambda folder, session_id: app.woken.append(folder))
     runner = app.test_cli_runner()
     for args in setup:
         result = runner.invoke(args=["nanoclaw", *args])

@@ -49,16 +49,17 @@ class NotAllowed(Exception):
     changed. str() is the short refusal: a toast in chat, a 403 on the page."""
 
 
-def dispatch(action: Action, settings, *, refusals: bool = False) -> str | None:
+def dispatch(action: Action, settings, wake, *, refusals: bool = False) -> str | None:
     """Run the prefix's handler; returns the text to show the clicker, if any. A refusal is that
-    text too, unless `refusals` (the page), where NotAllowed is raised for a 403."""
+    text too, unless `refusals` (the page), where NotAllowed is raised for a 403. `wake` starts
+    the agent's sandbox when the handler wrote to its session."""
     parts = parse_action_id(action.action_id)
     if parts is None or parts[0] not in _HANDLERS:
         log.warning("ignored unknown action %r from %s", action.action_id, action.user_id)
         return "This button is no longer handled."
     prefix, ident, value = parts
     try:
-        return _HANDLERS[prefix](action, ident, value, settings)
+        return _HANDLERS[prefix](action, ident, value, settings, wake)
     except NotAllowed as exc:
         log.info("refused %s to %s: %s", action.action_id, action.user_id, exc)
         if refusals:

@@ -109,7 +109,7 @@ def refusal(known: bool, policy: str, sender_scope: str) -> str | None:
 
 
 @register_action(PREFIX)
-def clicked(action, ident: str, value: str, settings) -> str | None:
+def clicked(action, ident: str, value: str, settings, wake) -> str | None:
     card = AgentCard.get_or_none(AgentCard.token == ident)
     if card is None:
         return "This card's buttons are no longer active."
@@ -136,7 +136,5 @@ def clicked(action, ident: str, value: str, settings) -> str | None:
                         content={"text": click_text(card.title, label, meaning), "sender": name,
                                  "sender_id": action.user_id, "message_id": action.message_id,
                                  "button": {"card": card.title, "label": label, "value": meaning}})
-    wake = router.current_waker()
-    if wake is not None:
-        wake(session)
+    wake(session)
     return None  # the agent answers in the chat; the platform only acknowledges the click

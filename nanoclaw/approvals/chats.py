@@ -96,7 +96,7 @@ def _agent_for(value: str) -> AgentGroup | None:
 
 
 @register_action("nca")
-def decide_channel(action, ident: str, value: str, settings) -> str:
+def decide_channel(action, ident: str, value: str, settings, wake) -> str:
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
     if row is None:
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
@@ -137,7 +137,7 @@ def decide_channel(action, ident: str, value: str, settings) -> str:
         audit(action.user_id, "approval.channel.ignore", key, chat=f"{mg.channel_type}:{mg.platform_id}")
         edit_card(settings, row, f"Ignored by {decider}: no agent answers {place}.")
         return "Ignored."
-    _wire_and_replay(row, mg, agent, action.user_id, settings)
+    _wire_and_replay(row, mg, agent, action.user_id, settings, wake)
     audit(action.user_id, "approval.channel.connect", key, chat=f"{mg.channel_type}:{mg.platform_id}",
           agent=agent.folder)
     edit_card(settings, row, f"🔌 Connected by {decider}: {agent.name} now answers {place}.")
@@ -145,11 +145,11 @@ def decide_channel(action, ident: str, value: str, settings) -> str:
 
 
 def _wire_and_replay(row: PendingChannelApproval, mg: MessagingGroup, agent: AgentGroup, actor: str,
-                     settings, wake=None) -> None:
+                     settings, wake) -> None:
     connect(mg, agent, actor)
     if row.sender_id:
         add_member(row.sender_id, row.sender_name, agent.id)
-    router.replay(row.original_message, settings, wake=wake or router.current_waker())
+    router.replay(row.original_message, settings, wake)
 
 
 @router.register_gate("before")
@@ -171,7 +171,7 @@ def take_new_agent_name(event, settings, wake):
     return router.RouteResult(handled="approval_name")
 
 
-def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, settings, wake=None) -> str | None:
+def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, settings, wake) -> str | None:
     """Create the agent named `text` (or drop the request on 'cancel'), wire the chat to it and
     replay its message. Returns what to tell the approver; None if the row was decided meanwhile."""
     mg = row.messaging_group
@@ -189,7 +189,7 @@ def name_new_agent(row: PendingChannelApproval, user_id: str, text: str | None, 
     return create_for_chat(row, user_id, name, settings, wake)
 
 
-def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settings, wake=None, *,
+def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settings, wake, *,
                     folder: str | None = None, via: str = "chat") -> str | None:
     """Create the agent `name` (folder: a free slug of `folder`, default the name), wire the chat to
     it and replay its stored message; the chat flow and the page share this. Returns what to tell the
@@ -204,14 +204,14 @@ def create_for_chat(row: PendingChannelApproval, user_id: str, name: str, settin
     audit(user_id, "approval.channel.create", key, chat=f"{mg.channel_type}:{mg.platform_id}", agent=agent.folder,
           via=via)
     edit_card(settings, row, f"➕ Created by {display(user_id)}: {agent.name} now answers {place}.")
-    _wire_and_replay(row, mg, agent, user_id, settings, wake=wake)
+    _wire_and_replay(row, mg, agent, user_id, settings, wake)
     return f"Created the agent {agent.name} (folder {agent.folder}); it now answers {place}."
 
 
 # --- the operator page: the listing, a name replied there, the create form -----------------------
 
 @register_reply("nca")
-def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
+def reply_with_name(user_id: str, ident: str, text: str, settings, wake) -> str:
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
     if row is None or row.state != "naming":
         return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
@@ -219,7 +219,7 @@ def reply_with_name(user_id: str, ident: str, text: str, settings) -> str:
         return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
     if not may_decide(user_id, row.approver_user_id, None):
         raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
-    return name_new_agent(row, user_id, text, settings, router.current_waker()) or \
+    return name_new_agent(row, user_id, text, settings, wake) or \
         earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
 
 
@@ -227,7 +227,7 @@ NAME_LIMIT = 64
 
 
 @register_form("nca.create")
-def create_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+def create_from_page(user_id: str, ident: str, values: dict[str, str], settings, wake) -> FormAnswer:
     """The page's "Create a new agent" form of an unknown chat: name (and optionally folder) right
     there instead of a DM round trip; from the card or the naming state alike, first answer wins."""
     row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
@@ -245,7 +245,7 @@ def create_from_page(user_id: str, ident: str, values: dict[str, str], settings)
     if len(name) > NAME_LIMIT:
         return FormAnswer(False, f"The name is longer than {NAME_LIMIT} characters.")
     try:
-        answer = create_for_chat(row, user_id, name, settings, router.current_waker(), folder=folder, via="web")
+        answer = create_for_chat(row, user_id, name, settings, wake, folder=folder, via="web")
     except ValueError:
         return FormAnswer(False, f"'{folder or name}' has no letters or digits to make a folder from; "
                                  "type another " + ("folder." if folder else "name, or a folder."))

@@ -85,7 +85,7 @@ def unregister_pending(name: str) -> None:
 
 
 def register_reply(prefix: str):
-    """Decorator: `@register_reply("ncq") def reply(user_id, ident, text, settings) -> str`."""
+    """Decorator: `@register_reply("ncq") def reply(user_id, ident, text, settings, wake) -> str`."""
     def decorate(fn):
         _REPLIES[prefix] = fn
         return fn
@@ -93,7 +93,7 @@ def register_reply(prefix: str):
 
 
 def register_form(name: str):
-    """Decorator: `@register_form("npr.modify") def submit(user_id, ident, values, settings) -> FormAnswer`."""
+    """Decorator: `@register_form("npr.modify") def submit(user_id, ident, values, settings, wake) -> FormAnswer`."""
     def decorate(fn):
         _FORMS[name] = fn
         return fn
@@ -123,15 +123,15 @@ def pending_items(settings, user_id: str) -> Listing:
     return Listing(items, problems)
 
 
-def reply(prefix: str, ident: str, text: str, user_id: str, settings) -> str:
+def reply(prefix: str, ident: str, text: str, user_id: str, settings, wake) -> str:
     handler = _REPLIES.get(prefix)
     if handler is None:
         return "This item no longer takes replies."
-    return handler(user_id, ident, text, settings)
+    return handler(user_id, ident, text, settings, wake)
 
 
-def submit_form(name: str, ident: str, values: dict[str, str], user_id: str, settings) -> FormAnswer:
+def submit_form(name: str, ident: str, values: dict[str, str], user_id: str, settings, wake) -> FormAnswer:
     handler = _FORMS.get(name)
     if handler is None:
         return FormAnswer(False, "This item no longer takes that form.")
-    return handler(user_id, ident, values, settings)
+    return handler(user_id, ident, values, settings, wake)

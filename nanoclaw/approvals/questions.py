@@ -173,7 +173,7 @@ def may_answer_question(user_id: str, pq: PendingQuestion) -> bool:
 
 
 @register_action("ncq")
-def answer_question(action, ident: str, value: str, settings) -> str:
+def answer_question(action, ident: str, value: str, settings, wake) -> str:
     pq = PendingQuestion.get_or_none(PendingQuestion.token == ident)
     if pq is None:
         return "This question is no longer open."
@@ -210,9 +210,7 @@ def answer_question(action, ident: str, value: str, settings) -> str:
                                  "option_index": index, "answer": choice})
     audit(action.user_id, "question.answer", f"ncq-{pq.token}", session=session.id, option=index)
     _edit(settings, pq, outcome_text(pq, f"✅ {name} chose: {choice}"))
-    wake = router.current_waker()
-    if wake is not None:
-        wake(session)  # the sandbox waits already; this only matters if it stopped meanwhile
+    wake(session)  # the sandbox waits already; this only matters if it stopped meanwhile
     return f"You chose: {choice}"
 
 

@@ -71,7 +71,7 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
 
 
 @register_action("nsa")
-def decide_sender(action, ident: str, value: str, settings) -> str:
+def decide_sender(action, ident: str, value: str, settings, wake) -> str:
     row = PendingSenderApproval.get_or_none(PendingSenderApproval.token == ident)
     if row is None:
         return earlier_decision(f"nsa-{ident}", SENDER_VERBS)
@@ -94,7 +94,7 @@ def decide_sender(action, ident: str, value: str, settings) -> str:
           chat=f"{mg.channel_type}:{mg.platform_id}")
     if value == "allow":
         edit_card(settings, row, f"✅ Allowed by {decider}: {who} can now talk to {agent.name} {place}.")
-        router.replay(row.original_message, settings, wake=router.current_waker())
+        router.replay(row.original_message, settings, wake)
         return f"Allowed: {row.sender_name or row.sender_id} can talk to {agent.name} now."
     edit_card(settings, row, f"🚫 Denied by {decider}: {who} may not talk to {agent.name} {place}.")
     return f"Denied: {row.sender_name or row.sender_id} was not let in."

@@ -19,7 +19,7 @@ from ..inbound import router
 from ..channels.events import InboundEvent, iso_utc
 from ..db import database
 from ..models import AgentGroup, MessagingGroup, User, UserRole, Wiring
-from ..lifecycle.sandboxes import SandboxManager, mounts_for
+from ..sandboxes.manager import SandboxManager, mounts_for
 from ..proxy import ProxyServer
 from ..runtime.select import select_runtime
 

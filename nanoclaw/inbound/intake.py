@@ -100,7 +100,7 @@ def segments(events: list[tuple[int, InboundEvent | None]]) -> list[tuple[bool, 
     return runs
 
 
-def route_accepted(ids: list[int], settings, wake=None) -> int:
+def route_accepted(ids: list[int], settings, wake) -> int:
     """Route these accepted events (those not routed yet), in order, and mark them routed.
 
     A round's session writes share one transaction per session (store.batched), and the wakes
@@ -113,7 +113,7 @@ def route_accepted(ids: list[int], settings, wake=None) -> int:
         loaded = [(row_id, event and enrich(event, settings)) for row_id, event in _load(ids[start:start + BATCH])]
         for batched, events in segments(loaded):
             done, woken = [], {}
-            collect = None if wake is None else _collector(woken)
+            collect = _collector(woken)
             with store.batched() if batched else nullcontext(), lookups.routing_round():
                 for row_id, event in events:
                     if event is not None:
@@ -153,7 +153,7 @@ def _give_up(ids: list[int]) -> None:
     _mark_routed(ids)
 
 
-def recover(settings, wake=None, older_than_s: float = RECOVER_AFTER_S) -> int:
+def recover(settings, wake, older_than_s: float = RECOVER_AFTER_S) -> int:
     """Route what a dead process accepted and never routed (or what failed to route)."""
     with database.connection_context():
         ids = unrouted(older_than_s)
@@ -171,9 +171,9 @@ def recover(settings, wake=None, older_than_s: float = RECOVER_AFTER_S) -> int:
 class IntakeThread:
     """One per web process: routes what this process's request threads accepted."""
 
-    def __init__(self, settings, wake_factory):
+    def __init__(self, settings, wake):
         self.settings = settings
-        self._wake_factory = wake_factory  # called per round: the waker exists only once background started
+        self.wake = wake  # connected once the background jobs run in this process
         self._queue: queue.Queue[int | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="nanoclaw-intake", daemon=True)
         self._pending = 0
@@ -212,7 +212,7 @@ class IntakeThread:
                 return
             try:
                 with database.connection_context():
-                    route_accepted(ids, self.settings, self._wake_factory())
+                    route_accepted(ids, self.settings, self.wake)
             except Exception:  # the database is away: the rows stay and the recovery pass retries them
                 log.exception("routing %d accepted event(s) failed; they will be retried", len(ids))
                 time.sleep(1)

@@ -33,7 +33,6 @@ from ..models import (DroppedMessage, MessagingGroup, Session, User, UserDm, Wir
 from ..sessions import session_schema as schema
 from ..sessions import store
 from .inbox import InboxFiles
-from flask import current_app
 
 log = logging.getLogger("nanoclaw.router")
 
@@ -238,25 +237,12 @@ def _already_written(path, message_id: str) -> bool:
         conn.close()
 
 
-def current_waker():
-    """The web program's wake(session) (set by background.start), when called inside the app;
-    card handlers use it to wake the agent after a replay."""
-    try:
-        waker = current_app.extensions.get("nanoclaw.waker")
-    except RuntimeError:  # outside an app context (a plain script or test)
-        return None
-    if waker is None:
-        return None
-    return lambda session: waker(session.agent_group.folder, session.id)
-
-
-def replay(stored: dict, settings, wake=None) -> RouteResult:
+def replay(stored: dict, settings, wake) -> RouteResult:
     """Route a stored event again (after an approval), with its original time; no dedup."""
     return route(event_from_json(stored), settings, wake=wake, replay=True)
 
 
-def route(event: InboundEvent, settings, wake=None, *, replay: bool = False, accepted: bool = False
-          ) -> RouteResult:
+def route(event: InboundEvent, settings, wake, *, replay: bool = False, accepted: bool = False) -> RouteResult:
     """Route one inbound event (counted in nanoclaw_messages_in_total by its outcome)."""
     result = _route(event, settings, wake, replay=replay, accepted=accepted)
     metrics.MESSAGES_IN.labels(event.channel, *outcome_of(result)).inc()
@@ -274,8 +260,7 @@ def outcome_of(result: RouteResult) -> tuple[str, str]:
     return ("written", "") if result.written else ("ignored", "")
 
 
-def _route(event: InboundEvent, settings, wake=None, *, replay: bool = False, accepted: bool = False
-           ) -> RouteResult:
+def _route(event: InboundEvent, settings, wake, *, replay: bool = False, accepted: bool = False) -> RouteResult:
     """Route one inbound event. `wake(session)` is called for each session given a trigger.
     replay=True: an approved message routed again (it was recorded for dedup the first time);
     accepted=True: the webhook intake recorded it for dedup already (nanoclaw/intake.py)."""
@@ -365,7 +350,7 @@ def _fan_out(event: InboundEvent, mg: MessagingGroup, wirings: list[Wiring], set
         if engaged and session.engaged_at is None:
             lookups.mark_engaged(session, now)
         result.written.append((session.agent_group.folder, session.id, engaged))
-        if engaged and wake is not None:
+        if engaged:
             wake(session)
     if not result.written:
         if refused_command:

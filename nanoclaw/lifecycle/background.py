@@ -35,20 +35,16 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import metrics
-from ..channels.base import get_adapter
 from ..db import database
 from ..inbound import intake
 from ..outbound.watcher import DeliveryLoop
-from ..runtime.base import RuntimeUnavailable
-from ..runtime.select import image_to_build, select_runtime
-from ..runtime.switching import SwitchingRuntime
 from ..sessions import store
 from ..sessions.store import SessionRef
+from ..sessions.wake import NO_WAKE
 from ..tasks.timer import TaskTimer
-from . import housekeeping, runtime_setup, sweep
+from . import housekeeping, sweep
 from . import image_prune, records, retention, silent  # noqa: F401  (their housekeeping jobs register themselves)
 from .active import ActiveSet, everything, session_ids_of
-from .sandboxes import SandboxManager, mounts_for
 
 log = logging.getLogger("nanoclaw.background")
 
@@ -122,7 +118,7 @@ class Background:
     def recover_intake(self, older_than_s: float = intake.RECOVER_AFTER_S) -> None:
         """Route webhook events a stopped process accepted and never routed."""
         try:
-            intake.recover(self.settings, self.wake_session if self.manager else None, older_than_s)
+            intake.recover(self.settings, self.wake_session if self.manager else NO_WAKE, older_than_s)
         except Exception as exc:
             log.exception("intake recovery failed: %s", exc)
 
@@ -232,7 +228,7 @@ class Background:
             self.drain()
         return result
 
-    def await_runtime(self, app, find) -> None:
+    def await_runtime(self, wake, find) -> None:
         """No sandbox runtime at start: look again every RUNTIME_RETRY_S (`find()` makes a manager or
         raises RuntimeUnavailable). Once one works it is attached and every session swept, so the
         messages stored meanwhile are answered without a restart."""
@@ -244,13 +240,13 @@ class Background:
             except RuntimeUnavailable:
                 return
             self.scheduler.remove_job("runtime")
-            self.attach(app, manager)
+            self.attach(wake, manager)
         self.scheduler.add_job(attempt, "interval", seconds=RUNTIME_RETRY_S, id="runtime", max_instances=1,
                                coalesce=True)
 
-    def attach(self, app, manager) -> None:
+    def attach(self, wake, manager) -> None:
         self.manager = manager
-        install_waker(app, self)
+        wake.connect(self.wake_session, manager)
         log.info("a sandbox runtime works now (%s): answering what waited for it", manager.runtime.name)
         self.sweep(full=True, skip_woken=False)  # sessions "woken" while nothing could start them too
 
@@ -294,135 +290,3 @@ class Background:
             database.close()
         self.lock_handle.close()
         log.info("background jobs stopped in pid %d", os.getpid())
-
-
-def start(app, manager=None, handle=None) -> Background | None:
-    """Start the background jobs in this process if it wins the scheduler lock (or was handed it)."""
-    settings = app.config["NANOCLAW"]
-    handle = handle or take_lock(settings.data_dir / "scheduler.lock")
-    if handle is None:
-        log.info("another process holds %s; this one runs no background jobs while it does",
-                 settings.data_dir / "scheduler.lock")
-        return None
-    bg = Background(settings=settings, manager=manager, lock_handle=handle)
-    bg.start()
-    app.extensions["nanoclaw.background"] = bg
-    if manager is not None:
-        install_waker(app, bg)
-    return bg
-
-
-def wait_for_lock(app, begin) -> threading.Thread:
-    """The lock is held elsewhere: try it every LOCK_RETRY_S and, once this process has it, run
-    `begin(handle)`. The holder may be the worker of a web master that was killed, finishing its
-    shutdown (stopping sandboxes takes seconds); the worker started in its place must take over
-    when it lets go, not only when it is itself restarted. stop_waiting() ends the wait."""
-    path = app.config["NANOCLAW"].data_dir / "scheduler.lock"
-    stop = threading.Event()
-    app.extensions["nanoclaw.lock_wait"] = stop
-
-    def wait() -> None:
-        while not stop.wait(LOCK_RETRY_S):
-            handle = take_lock(path)
-            if handle is None:
-                continue
-            if stop.is_set():
-                handle.close()
-                return
-            log.info("took over %s: this process runs the background jobs from now on", path)
-            try:
-                begin(handle)
-            except Exception:  # never silently: without the jobs nothing is delivered
-                log.exception("could not start the background jobs after taking over the lock")
-                handle.close()
-            return
-
-    thread = threading.Thread(target=wait, name="nanoclaw-lock-wait", daemon=True)
-    thread.start()
-    return thread
-
-
-def stop_waiting(app) -> None:
-    stop = app.extensions.pop("nanoclaw.lock_wait", None)
-    if stop is not None:
-        stop.set()
-
-
-def install_waker(app, bg: Background) -> None:
-    settings = app.config["NANOCLAW"]
-
-    def waker(folder: str, session_id: str) -> None:
-        """Called by routing: watch the session and start its sandbox off the request thread."""
-        bg.watch(store.session_path(settings.sessions_dir, folder, session_id))
-        bg.wake(folder, session_id)
-    app.extensions["nanoclaw.waker"] = waker
-
-
-def start_intake(app) -> intake.IntakeThread:
-    """Every web process routes what its own requests accepted, after acknowledging them."""
-    def wake_factory():
-        waker = app.extensions.get("nanoclaw.waker")
-        return (lambda session: waker(session.agent_group.folder, session.id)) if waker else None
-    thread = intake.IntakeThread(app.config["NANOCLAW"], wake_factory).start()
-    app.extensions["nanoclaw.intake"] = thread
-    return thread
-
-
-def stop_intake(app) -> None:
-    thread = app.extensions.pop("nanoclaw.intake", None)
-    if thread is not None:
-        thread.stop()
-
-
-def start_service(app) -> Background | None:
-    """The web program's start: the intake thread, the sandbox runtime, then the background jobs.
-
-    Docker answering without the agent image: the image is built here in the background. Bubblewrap
-    serves meanwhile when it works (new sandboxes move to Docker once the image is there); when it
-    does not, the first messages wait for the build and their chats are told why."""
-    start_intake(app)
-    bg = start_jobs(app)
-    if bg is None:
-        wait_for_lock(app, lambda handle: start_jobs(app, handle))
-    return bg
-
-
-def start_jobs(app, handle=None) -> Background | None:
-    """The sandbox runtime, then the background jobs if this process holds (or wins) the lock."""
-    settings = app.config["NANOCLAW"]
-    to_build = image_to_build(settings)
-
-    def find(say=log) -> SandboxManager:
-        runtime = select_runtime(settings, say)
-        if to_build is not None:
-            runtime = SwitchingRuntime(runtime)
-        return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
-    try:
-        bg = start(app, find(), handle)
-    except RuntimeUnavailable as exc:
-        log.error("no sandbox runtime: %s. Messages are stored and answered once one works (checked every %.0f s, "
-                  "no restart needed)", exc, RUNTIME_RETRY_S)
-        bg = start(app, None, handle)
-        if bg is not None:
-            bg.await_runtime(app, lambda: find(lambda _line: None))
-            if to_build is not None:
-                app.extensions["nanoclaw.waker"] = runtime_setup.tell_once(settings, "(Setting up: your agent's sandbox is being "
-                                                                       "built; the first answer takes a minute or two.)")
-    if bg is not None and to_build is not None:
-        threading.Thread(target=runtime_setup.build_in_background, args=(bg.manager, settings, to_build),
-                         name="nanoclaw-image-build", daemon=True).start()
-    return bg
-
-
-def tell_owner(settings):
-    """When a sandbox cannot start (e.g. a refused mount), say why in the session's chat."""
-
-    def notify(folder: str, session_id: str, message: str) -> None:
-        path = store.session_path(settings.sessions_dir, folder, session_id)
-        try:
-            target = store.routing_of(path)
-            if target is not None:
-                get_adapter(target.channel_type, settings).send_text(target, f"(Your agent could not start: {message})")
-        except Exception as exc:
-            log.error("could not tell %s/%s why its sandbox did not start: %s", folder, session_id, exc)
-    return notify

@@ -14,7 +14,7 @@ import logging
 from .housekeeping import register_job
 from ..models import AgentGroup
 from ..runtime.image import group_image_repo, prune_group_images
-from .sandboxes import sandbox_name
+from ..sandboxes.manager import sandbox_name
 from ..runtime import docker as docker_rt
 from ..runtime.base import RuntimeUnavailable
 from ..runtime.select import select_runtime

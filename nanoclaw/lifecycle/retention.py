@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .housekeeping import register_job
 from ..models import AgentGroup, ScheduledTask, Session, audit
-from .sandboxes import sandbox_name
+from ..sandboxes.manager import sandbox_name
 from ..security import UnsafePath, contained, validate_folder
 from ..sessions import session_schema as schema
 from ..sessions import store

@@ -18,7 +18,7 @@ from ..proxy.credentials import HostSecrets
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
 from . import checks, packages
-from ..lifecycle.sandboxes import package_prefix
+from ..sandboxes.manager import package_prefix
 from ..runtime.base import PACKAGES_TARGET
 from ..approvals.common import create_agent
 from ..proxy.policy import check_route

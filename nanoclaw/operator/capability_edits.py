@@ -21,13 +21,13 @@ class CapabilityRefused(ValueError):
     """The change breaks a rule or could not be applied; the message says which."""
 
 
-def _restart_and_tell(settings, agent: AgentGroup, text: str, message_id: str, sandboxes=None) -> None:
+def _restart_and_tell(settings, agent: AgentGroup, text: str, message_id: str, wake) -> None:
     try:
-        restarted = stop_group(settings, agent, runtime_for(settings, sandboxes))
+        restarted = stop_group(settings, agent, runtime_for(settings, wake.manager))
     except Exception:  # noqa: BLE001 - no runtime here: the next start has the change anyway
         restarted = []
     for session in restarted:
-        tell_agent(settings, session, text, message_id=f"{message_id}:{session.id}")
+        tell_agent(settings, session, text, message_id=f"{message_id}:{session.id}", wake=wake)
 
 
 def _who(actor: str) -> str:
@@ -44,7 +44,7 @@ def _packages(agent: AgentGroup) -> dict[str, list[str]]:
 
 
 def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: str, why: str | None = None,
-                 sandboxes=None) -> list[str]:
+                 *, wake) -> list[str]:
     if manager not in checks.PACKAGE_MANAGERS:
         raise CapabilityRefused(f"{manager!r} is not a package manager here ({', '.join(checks.PACKAGE_MANAGERS)})")
     try:
@@ -66,12 +66,12 @@ def add_packages(settings, actor: str, agent: AgentGroup, manager: str, names: s
     diff = [f"+ {manager}: {p}" for p in new]
     audit(actor, "packages.add", agent.folder, diff=diff, **({"why": why} if why else {}))
     _restart_and_tell(settings, agent, f"{_who(actor)} installed {manager} packages for you: {' '.join(new)}; your sandbox "
-                      "restarted with them" + _why(why), f"packages-added:{manager}:{' '.join(new)}", sandboxes)
+                      "restarted with them" + _why(why), f"packages-added:{manager}:{' '.join(new)}", wake)
     return diff
 
 
 def remove_package(settings, actor: str, agent: AgentGroup, manager: str, name: str, why: str | None = None,
-                   sandboxes=None) -> list[str]:
+                   *, wake) -> list[str]:
     have = _packages(AgentGroup.get_by_id(agent.id))
     if name not in have.get(manager, []):
         raise CapabilityRefused(f"{agent.folder} has no {manager} package {name!r}")
@@ -83,7 +83,7 @@ def remove_package(settings, actor: str, agent: AgentGroup, manager: str, name: 
     diff = [f"- {manager}: {name}"]
     audit(actor, "packages.remove", agent.folder, diff=diff, **({"why": why} if why else {}))
     _restart_and_tell(settings, agent, f"{_who(actor)} removed the {manager} package {name}; your sandbox restarted "
-                      "without it" + _why(why), f"package-removed:{manager}:{name}", sandboxes)
+                      "without it" + _why(why), f"package-removed:{manager}:{name}", wake)
     return diff
 
 
@@ -108,7 +108,7 @@ def _set_server(agent: AgentGroup, name: str, server: dict | None) -> dict | Non
 
 
 def add_mcp_server(settings, actor: str, agent: AgentGroup, name: str, command: str, args: list[str],
-                   env: list[str], why: str | None = None, sandboxes=None) -> list[str]:
+                   env: list[str], why: str | None = None, *, wake) -> list[str]:
     """Add or change an MCP server (stdio, started by the agent's CLI inside its sandbox)."""
     try:
         server = checks.check_payload("mcp_server", {"name": name, "command": command, "args": args, "env": env})
@@ -121,12 +121,12 @@ def add_mcp_server(settings, actor: str, agent: AgentGroup, name: str, command: 
     audit(actor, "mcp.add", agent.folder, diff=diff, server=server["name"], **({"why": why} if why else {}))
     _restart_and_tell(settings, agent, f"{_who(actor)} {'changed' if old else 'added'} the MCP server {server['name']}; your "
                       f"sandbox restarted and its tools are available as mcp__{server['name']}__*" + _why(why),
-                      f"mcp-added:{server['name']}", sandboxes)
+                      f"mcp-added:{server['name']}", wake)
     return diff
 
 
 def remove_mcp_server(settings, actor: str, agent: AgentGroup, name: str, why: str | None = None,
-                      sandboxes=None) -> list[str]:
+                      *, wake) -> list[str]:
     """Take an MCP server away: its sandboxes restart without it (the conversation goes on, and the
     agent is told why it is gone)."""
     old = _set_server(agent, name, None)
@@ -135,5 +135,5 @@ def remove_mcp_server(settings, actor: str, agent: AgentGroup, name: str, why: s
     diff = [f"- {_server_line({'name': name, **old})}"]
     audit(actor, "mcp.remove", agent.folder, diff=diff, server=name, **({"why": why} if why else {}))
     _restart_and_tell(settings, agent, f"{_who(actor)} removed the MCP server {name}; your sandbox restarted without "
-                      "it" + _why(why), f"mcp-removed:{name}", sandboxes)
+                      "it" + _why(why), f"mcp-removed:{name}", wake)
     return diff

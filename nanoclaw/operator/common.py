@@ -45,20 +45,13 @@ def card_place(session: Session, session_path: Path, owner_only: bool = False) -
     return None, home
 
 
-_CURRENT = object()
-
-
-def tell_agent(settings, session: Session, text: str, *, message_id: str, kind: str = "system",
-               extra: dict | None = None, sender: str = "System", waker=_CURRENT) -> None:
-    """A message in the agent's inbound.db that wakes it: what the owner decided or answered.
-    waker: captured on the request thread when this runs on a worker (no app context there);
-    without one, the background wake job starts a stopped sandbox within seconds."""
+def tell_agent(settings, session: Session, text: str, *, message_id: str, wake, kind: str = "system",
+               extra: dict | None = None, sender: str = "System") -> None:
+    """A message in the agent's inbound.db that wakes it: what the owner decided or answered."""
     path = router.session_dir(settings, session)
     store.write_message(path, content={"text": text, "sender": sender, **(extra or {})}, target=None,
                         kind=kind, trigger=True, message_id=message_id)
-    wake = router.current_waker() if waker is _CURRENT else waker
-    if wake is not None:
-        wake(session)
+    wake(session)
 
 
 __all__ = ["connected", "session_for", "routing_of", "card_place", "send_card", "edit_card", "tell_agent",

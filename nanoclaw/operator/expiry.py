@@ -10,6 +10,7 @@ from ..approvals.common import EXPIRE_CHECK_S
 from ..lifecycle.housekeeping import register_job
 from ..models import HelpRequest, PendingProposal, audit, utcnow
 from . import checks
+from ..sessions.wake import NO_WAKE  # a background job: the sweep wakes what is due
 from .common import edit_card, tell_agent
 
 log = logging.getLogger("nanoclaw.operator")
@@ -27,7 +28,7 @@ def expire_proposal(settings, p: PendingProposal, now: datetime) -> bool:
     edit_card(settings, p, f"⏱ Expired: nobody decided within {hours} h: {summary}. Nothing was changed.")
     tell_agent(settings, p.session, f"Your proposal id={p.ref} ({summary}) expired: nobody decided within {hours} h. "
                                     "Nothing was changed; ask again if you still need it.",
-               message_id=f"proposal:{p.ref}:decided")
+               message_id=f"proposal:{p.ref}:decided", wake=NO_WAKE)
     return True
 
 
@@ -41,7 +42,7 @@ def expire_help(settings, h: HelpRequest, now: datetime) -> bool:
     edit_card(settings, h, f"⏱ Expired: nobody answered within {hours} h.")
     tell_agent(settings, h.session, f"Your question to the operator id={h.ref} expired: nobody answered within "
                                     f"{hours} h. Carry on without it, or ask again later.",
-               message_id=f"help:{h.ref}:answer")
+               message_id=f"help:{h.ref}:answer", wake=NO_WAKE)
     return True
 
 

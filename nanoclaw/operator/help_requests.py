@@ -75,7 +75,7 @@ def deliver_help_request(session_path: Path, row, settings) -> str | None:
 register_op("help_request", deliver_help_request)
 
 
-def answer(ident: str, text: str | None, user_id: str, settings) -> str:
+def answer(ident: str, text: str | None, user_id: str, settings, wake) -> str:
     """Answer help request `ident` (None text = dismiss). Returns what to tell the person."""
     h = HelpRequest.get_or_none(HelpRequest.token == ident)
     if h is None:
@@ -99,7 +99,7 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
     shown = text if text is not None else "(dismissed without an answer)"
     tell_agent(settings, h.session, f"(the operator's answer to your help request id={h.ref}: "
                                     f"“{excerpt(h.text, 120)}”) {shown}",
-               message_id=f"help:{h.ref}", kind="answer", sender=who,
+               message_id=f"help:{h.ref}", wake=wake, kind="answer", sender=who,
                extra={"sender_id": user_id, "help_ref": h.ref, "answer": shown})
     audit(user_id, "help.answer" if text is not None else "help.dismiss", f"{PREFIX}-{h.token}",
           agent=agent.folder, session=h.session_id)
@@ -109,18 +109,18 @@ def answer(ident: str, text: str | None, user_id: str, settings) -> str:
 
 
 @register_action(PREFIX)
-def on_click(action, ident: str, value: str, settings) -> str:
+def on_click(action, ident: str, value: str, settings, wake) -> str:
     h = HelpRequest.get_or_none(HelpRequest.token == ident)
     if h is not None and not on_card(action, h.card_channel, h.card_chat_id):
         raise NotAllowed(NOT_HERE)
     if value != "dismiss":
         return "Reply to the card with your answer."
-    return answer(ident, None, action.user_id, settings)
+    return answer(ident, None, action.user_id, settings, wake)
 
 
 @register_reply(PREFIX)
-def page_reply(user_id: str, ident: str, text: str, settings) -> str:
-    return answer(ident, text, user_id, settings)
+def page_reply(user_id: str, ident: str, text: str, settings, wake) -> str:
+    return answer(ident, text, user_id, settings, wake)
 
 
 @router.register_gate("before")
@@ -130,7 +130,7 @@ def reply_to_card(event, settings, wake):
     if h is None:
         return None
     try:
-        told = answer(h.token, event.text, event.user_id, settings)
+        told = answer(h.token, event.text, event.user_id, settings, wake)
     except NotAllowed as exc:
         told = str(exc)
     router.tell(event, settings, told)

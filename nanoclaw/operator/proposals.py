@@ -35,7 +35,8 @@ from ..sessions.store import Target
 from . import checks
 from .apply import ApplyError, apply, current_state, docker_available
 from .common import card_place, connected, edit_card, replied_card, send_card, session_for, tell_agent
-from .restart import current_manager, runtime_for, stop_group
+from ..sessions.wake import NO_WAKE
+from .restart import runtime_for, stop_group
 
 log = logging.getLogger("nanoclaw.operator.proposals")
 
@@ -132,7 +133,8 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
             audit(f"agent:{session.agent_group.folder}", "proposal.refused", f"proposal:{ref}", kind=kind,
                   error=str(exc))
             tell_agent(settings, session, f"Your proposal id={ref} was refused by the host before reaching the "
-                                          f"owner: {exc}", message_id=f"proposal:{ref}:refused")
+                                          f"owner: {exc}", message_id=f"proposal:{ref}:refused",
+                       wake=NO_WAKE)  # its sandbox runs: it wrote the proposal a moment ago
             return None
         only_owner = checks.owner_only(kind, payload, delegated_secrets(session.agent_group))
         approver, target = card_place(session, session_path, owner_only=only_owner)
@@ -173,14 +175,14 @@ def earlier(p: PendingProposal) -> str:
 
 
 @register_action(PREFIX)
-def on_click(action, ident: str, value: str, settings) -> str:
+def on_click(action, ident: str, value: str, settings, wake) -> str:
     p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is not None and not on_card(action, p.card_channel, p.card_chat_id):
         raise NotAllowed(NOT_HERE)
-    return decide(ident, value, action.user_id, settings)
+    return decide(ident, value, action.user_id, settings, wake)
 
 
-def decide(ident: str, decision: str, user_id: str, settings, note: str | None = None) -> str:
+def decide(ident: str, decision: str, user_id: str, settings, wake, note: str | None = None) -> str:
     """Approve or reject proposal `ident` as `user_id`; returns what to tell them."""
     p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None:
@@ -214,17 +216,16 @@ def decide(ident: str, decision: str, user_id: str, settings, note: str | None =
         edit_card(settings, p, f"❌ Rejected by {who}: {summary}" + (f"\nReason: {note}" if note else ""))
         tell_agent(settings, p.session, f"The owner rejected your proposal id={p.ref} ({summary})"
                                         + (f": {note}" if note else ".") + " Nothing was changed.",
-                   message_id=f"proposal:{p.ref}:decided")
+                   message_id=f"proposal:{p.ref}:decided", wake=wake)
         return f"Rejected: {summary}."
     if p.kind in SLOW_KINDS:
         edit_card(settings, p, f"⏳ Approved by {who}: {summary}. Applying (this can take minutes)…")
-        waker, manager = router.current_waker(), current_manager()
-        worker = threading.Thread(target=_apply_in_background, args=(p.id, user_id, settings, waker, manager),
+        worker = threading.Thread(target=_apply_in_background, args=(p.id, user_id, settings, wake),
                                   name=f"proposal-{p.id}", daemon=True)
         _workers.append(worker)
         worker.start()
         return f"Approved: {summary}. Applying it now; the card will say when it is done."
-    return finish(p, user_id, settings, router.current_waker(), current_manager(), wire=wire)
+    return finish(p, user_id, settings, wake, wire=wire)
 
 
 def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | None = None,
@@ -295,12 +296,12 @@ def _replace_card(settings, p: PendingProposal, user_id: str) -> None:
     PendingProposal.update(card_message_id=message_id).where(PendingProposal.id == p.id).execute()
 
 
-def _apply_in_background(pid: int, user_id: str, settings, waker, manager) -> None:
+def _apply_in_background(pid: int, user_id: str, settings, wake) -> None:
     with database.connection_context():
-        finish(PendingProposal.get_by_id(pid), user_id, settings, waker, manager)
+        finish(PendingProposal.get_by_id(pid), user_id, settings, wake)
 
 
-def finish(p: PendingProposal, user_id: str, settings, waker, manager, wire: bool = False) -> str:
+def finish(p: PendingProposal, user_id: str, settings, wake, wire: bool = False) -> str:
     """Apply an approved proposal, record the outcome, restart if needed, tell the agent.
     wire: a new agent is also wired to the chat it was asked from."""
     key, who, summary = f"{PREFIX}-{p.token}", display(user_id), checks.summary(p.kind, p.payload)
@@ -319,19 +320,19 @@ def finish(p: PendingProposal, user_id: str, settings, waker, manager, wire: boo
         edit_card(settings, p, f"⚠️ Approved by {who} but could not be applied: {summary}\n{exc}")
         tell_agent(settings, p.session, f"The owner approved your proposal id={p.ref} ({summary}){after_changes}, "
                                         f"but applying it failed: {exc}. Nothing was changed.",
-                   message_id=f"proposal:{p.ref}:decided", waker=waker)
+                   message_id=f"proposal:{p.ref}:decided", wake=wake)
         return f"Approved, but applying it failed: {exc}"
     PendingProposal.update(state="approved").where(PendingProposal.id == p.id).execute()
     audit(user_id, "proposal.approve", key, kind=p.kind, summary=summary, reason=p.reason, diff=outcome.diff,
           agent=agent.folder, session=p.session_id, **({"changed": changes} if changes else {}), **outcome.extra)
     edit_card(settings, p, f"✅ Approved by {who}: {summary}\n" + "\n".join(outcome.diff))
-    restarted = _restart(settings, agent, manager) if outcome.restart else []
+    restarted = _restart(settings, agent, wake.manager) if outcome.restart else []
     sessions = {p.session_id: p.session, **{s.id: s for s in restarted}}
     for session in sessions.values():
         text = (f"The owner approved your proposal id={p.ref} ({summary}){after_changes}. {outcome.agent_text}"
                 if session.id == p.session_id else
                 f"Your sandbox was restarted: the owner approved a change for this agent ({summary}).")
-        tell_agent(settings, session, text, message_id=f"proposal:{p.ref}:decided", waker=waker)
+        tell_agent(settings, session, text, message_id=f"proposal:{p.ref}:decided", wake=wake)
     return f"Approved: {summary}."
 
 
@@ -360,7 +361,7 @@ def reply_to_card(event, settings, wake):
     text = " ".join((event.text or "").split())
     decision = "approve" if text.lower().rstrip(".!") in APPROVE_WORDS else "reject"
     try:
-        answer = decide(p.token, decision, event.user_id, settings, note=None if decision == "approve" else text)
+        answer = decide(p.token, decision, event.user_id, settings, wake, note=None if decision == "approve" else text)
     except NotAllowed as exc:
         answer = str(exc)
     router.tell(event, settings, answer)

@@ -9,20 +9,10 @@ from __future__ import annotations
 import logging
 
 from ..models import AgentGroup, Session
-from ..lifecycle.sandboxes import sandbox_name
+from ..sandboxes.manager import sandbox_name
 from ..runtime.select import select_runtime
-from flask import current_app
 
 log = logging.getLogger("nanoclaw.operator.restart")
-
-
-def current_manager():
-    """The web program's SandboxManager, when called inside the app (None in a plain script)."""
-    try:
-        bg = current_app.extensions.get("nanoclaw.background")
-    except RuntimeError:
-        return None
-    return getattr(bg, "manager", None)
 
 
 def running_sessions(settings, agent: AgentGroup, runtime) -> list[Session]:

@@ -48,7 +48,7 @@ def pending_proposals(settings, user_id: str):
 
 
 @register_form(MODIFY)
-def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings, wake) -> FormAnswer:
     p = PendingProposal.get_or_none(PendingProposal.token == ident)
     if p is None or p.kind not in edit_form.EDITABLE:
         return FormAnswer(False, "This proposal no longer exists." if p is None else "This kind cannot be modified.")
@@ -58,7 +58,7 @@ def modify_from_page(user_id: str, ident: str, values: dict[str, str], settings)
 
 
 @register_form(REJECT)
-def reject_from_page(user_id: str, ident: str, values: dict[str, str], settings) -> FormAnswer:
+def reject_from_page(user_id: str, ident: str, values: dict[str, str], settings, wake) -> FormAnswer:
     reason = " ".join((values.get("reason") or "").split())
     if not reason:
         return FormAnswer(False, "Say why it is rejected: the agent is told the reason.")
@@ -66,7 +66,7 @@ def reject_from_page(user_id: str, ident: str, values: dict[str, str], settings)
     if p is None:
         return FormAnswer(False, "This proposal no longer exists.")
     was_pending = p.state == "pending"
-    message = proposals.decide(ident, "reject", user_id, settings, note=reason)
+    message = proposals.decide(ident, "reject", user_id, settings, wake, note=reason)
     p = PendingProposal.get_by_id(p.id)
     # decided before (here or in chat), or not theirs to decide: the message says which
     return FormAnswer(was_pending and p.state == "rejected" and p.decided_by == user_id, message)

@@ -19,13 +19,13 @@ from zoneinfo import ZoneInfo
 from flask import (Blueprint, abort, current_app, flash, g, jsonify, make_response, redirect, render_template,
                    request, url_for)
 
-from ..lifecycle import runtime_setup
+from ..sandboxes import setup as runtime_setup
 from ..approvals import actions, common as approvals, pending
 from ..mounts import declared_mounts
 from ..channels.events import Action
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
-from . import auth, sandbox_state
+from . import auth, current_manager, current_wake, sandbox_state
 from .changes import ChangeRefused, Forbidden, WiringForm, clean_why, field_diff, remove_wiring, save_wiring
 from ..tasks.scheduling import TaskError, set_state
 
@@ -41,8 +41,7 @@ def settings():
 
 
 def manager():
-    bg = current_app.extensions.get("nanoclaw.background")
-    return getattr(bg, "manager", None)
+    return current_manager()
 
 
 def agent_or_404(folder: str) -> AgentGroup:
@@ -131,7 +130,7 @@ def item_form():
         abort(400)
     values = {k: v for k, v in request.form.items() if k not in FORM_META}
     try:
-        answer = pending.submit_form(name, ident, values, g.user_id, settings())
+        answer = pending.submit_form(name, ident, values, g.user_id, settings(), current_wake())
     except actions.NotAllowed as exc:
         return forbidden(str(exc).rstrip("."))
     except Exception:
@@ -165,7 +164,7 @@ def decide():
     action = Action(channel="web", action_id=action_id, user_id=g.user_id, event_id=uuid.uuid4().hex, origin="page",
                     user_name=g.user.name)
     try:
-        answer = actions.dispatch(action, settings(), refusals=True)
+        answer = actions.dispatch(action, settings(), current_wake(), refusals=True)
     except actions.NotAllowed as exc:
         return forbidden(str(exc).rstrip("."))
     except Exception:
@@ -185,7 +184,7 @@ def reply():
         flash("Write a reply first.", "error")
         return redirect(url_for("admin.waiting"))
     try:
-        answer = pending.reply(prefix, ident, text.strip(), g.user_id, settings())
+        answer = pending.reply(prefix, ident, text.strip(), g.user_id, settings(), current_wake())
     except actions.NotAllowed as exc:
         return forbidden(str(exc).rstrip("."))
     except Exception:

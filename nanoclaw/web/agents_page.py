@@ -12,7 +12,7 @@ from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
 from ..operator import capability_edits, policy_edits
 from ..sessions import destinations
-from . import auth
+from . import auth, current_wake
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
 from .scope import chat_facts, destination_refusal
@@ -163,9 +163,8 @@ def route_remove(folder: str):
 # --- packages and MCP servers: installed or started inside its sandboxes, which restart -----------------
 
 def _capability_change(folder: str, done: str, edit, *args):
-    """edit(settings, user, agent, *args, sandboxes=) of capability_edits, answered like the reach section's."""
-    from .admin import manager
-    return _policy_change(folder, lambda a: edit(settings(), g.user_id, a, *args, sandboxes=manager()), done,
+    """edit(settings, user, agent, *args, wake=) of capability_edits, answered like the reach section's."""
+    return _policy_change(folder, lambda a: edit(settings(), g.user_id, a, *args, wake=current_wake()), done,
                           "capabilities")
 
 

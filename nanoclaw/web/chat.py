@@ -21,7 +21,7 @@ from ..db import database
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, audit, utcnow
 from ..security import UnsafePath, contained
-from . import auth
+from . import auth, current_wake
 
 bp = Blueprint("chat", __name__)
 bp.before_request(auth.require_login)
@@ -51,7 +51,7 @@ class Posted:
     sessions: list      # router Sessions that were given a trigger
 
 
-def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake=None) -> Posted:
+def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake) -> Posted:
     """The user typed `text` on the page: record it, then route it like any inbound message."""
     text = text.strip()[:channel.MAX_TEXT]
     ensure_web_chat(agent, user_id)
@@ -64,8 +64,7 @@ def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, w
 
     def on_wake(session):
         woken.append(session)
-        if wake is not None:
-            wake(session)
+        wake(session)
     result = router.route(event, settings, wake=on_wake)
     return Posted(row, bool(result.written), result.dropped, woken)
 
@@ -96,11 +95,6 @@ def wants_json() -> bool:
     return request.accept_mimetypes.best == "application/json"
 
 
-def waker():
-    wake = current_app.extensions.get("nanoclaw.waker")
-    return None if wake is None else (lambda session: wake(session.agent_group.folder, session.id))
-
-
 @bp.get("/chat")
 def index():
     agents = list(auth.visible_agents(g.user_id))
@@ -115,7 +109,7 @@ def conversation(folder: str):
     rows = channel.transcript(channel.chat_id_for(g.user_id, folder))
     return render_template("chat.html", agent=agent, rows=rows, cursor=utcnow().isoformat(),
                            last_id=rows[-1].id if rows else 0,
-                           live=current_app.extensions.get("nanoclaw.waker") is not None)
+                           live=current_wake().connected)
 
 
 @bp.post("/chat/<folder>")
@@ -128,11 +122,11 @@ def send(folder: str):
         flash("Write a message first.", "error")
         return redirect(url_for("chat.conversation", folder=folder))
     posted = post(current_app.config["NANOCLAW"], agent, g.user_id, g.user.name or g.user_id, text,
-                          wake=waker())
+                          wake=current_wake())
     note = None
     if not posted.routed:
         note = f"Not delivered to {agent.name}: {posted.dropped}."
-    elif current_app.extensions.get("nanoclaw.waker") is None:
+    elif not current_wake().connected:
         note = "Stored. No sandbox runtime runs in this process; the agent answers when the service runs."
     if wants_json():
         return jsonify(message=channel.serialize(posted.message), note=note)
@@ -167,7 +161,7 @@ def action(folder: str):
                      chat_id=channel.chat_id_for(g.user_id, folder), message_id=request.form.get("message_id"),
                      event_id=uuid.uuid4().hex)
     try:
-        answer = actions.dispatch(clicked, current_app.config["NANOCLAW"])
+        answer = actions.dispatch(clicked, current_app.config["NANOCLAW"], current_wake())
     except Exception:
         log.exception("web chat action %s failed", action_id)
         answer = "Something went wrong handling that button."

@@ -21,6 +21,7 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from .. import metrics
+from . import current_wake
 from ..approvals import actions
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
 from ..inbound import dedup, intake, router
@@ -38,13 +39,6 @@ class PageSessions(SecureCookieSessionInterface):
             return self.make_null_session(app)
         return super().open_session(app, request)
 log = logging.getLogger("nanoclaw.webhooks")
-
-
-def _wake_async(app):
-    waker = app.extensions.get("nanoclaw.waker")
-    if waker is None:
-        return None
-    return lambda session: waker(session.agent_group.folder, session.id)
 
 
 RETRY_AFTER_S = 30
@@ -87,7 +81,7 @@ def submit(accepted: list[int], settings) -> None:
         thread.submit(accepted)
         return
     try:  # no intake thread (tests, the CLI): routed in the request
-        intake.route_accepted(accepted, settings, wake=_wake_async(current_app))
+        intake.route_accepted(accepted, settings, current_wake())
     except STORE_FAILURES as exc:
         log.warning("routing %d accepted event(s) failed (%s); the recovery pass routes them later", len(accepted), exc)
 
@@ -101,7 +95,7 @@ def handle_action(adapter, channel: str, action, parsed, settings) -> None:
         reply = None
     else:
         try:
-            reply = actions.dispatch(action, settings)
+            reply = actions.dispatch(action, settings, current_wake())
         except STORE_FAILURES:
             raise  # the click can be tried again: 503
         except Exception:
