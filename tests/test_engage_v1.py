@@ -9,7 +9,7 @@ import json
 import pytest
 
 from nanoclaw.models import AgentGroup, DroppedMessage, PendingSenderApproval, Session
-from nanoclaw.inbound.router import engages, trigger_pattern
+from nanoclaw.inbound.decide import engages, trigger_pattern
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.inbound.wiring import resolve_engage
 from tests.fakes.model_api import Reply
@@ -229,5 +229,5 @@ def test_accumulated_context_reaches_the_agent_with_the_trigger(make_settings, s
     ("what's for dinner?", set()),
 ])
 def test_addressed_by_name(text, expected):
-    from nanoclaw.inbound.router import addressed
+    from nanoclaw.inbound.decide import addressed
     assert addressed(text, {1: "Andy", 2: "Scout"}) == expected

@@ -6,7 +6,8 @@ import pytest
 from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.channels.events import InboundEvent
 from nanoclaw.models import DroppedMessage, Session
-from nanoclaw.inbound.router import engages, route, sender_admitted, session_thread
+from nanoclaw.inbound.decide import engages, sender_admitted, session_thread
+from nanoclaw.inbound.router import route
 from nanoclaw.sessions import session_schema as schema
 
 

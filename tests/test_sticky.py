@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanoclaw.inbound.router import is_sticky
+from nanoclaw.inbound.decide import is_sticky
 from nanoclaw.models import Session
 from tests.tg_flow import message, person, post, telegram_app, tg  # noqa: F401  (tg is a fixture)
 

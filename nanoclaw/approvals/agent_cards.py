@@ -18,7 +18,7 @@ import peewee
 
 from ..channels.base import Card, DeliveryError, get_adapter
 from ..db import database
-from ..inbound import lookups, router
+from ..inbound import decide, lookups, router
 from ..models import AgentCard, MessagingGroup, Session, User
 from ..outbound.delivery import register_op
 from ..sessions import store
@@ -102,7 +102,7 @@ register_op("card", deliver_agent_card)
 
 def refusal(known: bool, policy: str, sender_scope: str) -> str | None:
     """Why this person may not click here (None: they may): the gates of a message from them."""
-    admitted, _ = router.sender_admitted(policy, known)
+    admitted, _ = decide.sender_admitted(policy, known)
     if not admitted or (sender_scope == "known" and not known):
         return "Only people this agent knows can use its buttons here."
     return None

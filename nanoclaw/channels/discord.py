@@ -10,7 +10,7 @@ response itself (type 7 UPDATE_MESSAGE), never by a later REST call.
 Outbound goes to `{DISCORD_API_BASE}` with `Authorization: Bot <token>`. A thread is a
 channel of its own in Discord, so a Target's thread_id, when set, is where we post. In a threaded
 channel the answer to a top-level message goes into a thread under it, whose id is the message's
-(router.thread_of): the first post finds no such channel (10003), starts the thread from the
+(inbound/decide.thread_of): the first post finds no such channel (10003), starts the thread from the
 message, and posts again; where no thread can be started, it posts in the channel.
 
 Attachments of Gateway messages are fetched from their CDN url (signed, no token) by

@@ -26,6 +26,7 @@ from ..approvals.common import connect, display, may_decide
 from ..channels.base import Card, DeliveryError
 from ..db import database
 from ..inbound import lookups, router
+from ..inbound.decide import trigger_pattern
 from ..inbound.lookups import is_admin_agent
 from ..inbound.wiring import resolve_engage
 from ..models import AgentGroup, AuditLog, PendingProposal, Session, Wiring, audit, utcnow
@@ -96,7 +97,7 @@ def wire_new_agent(p: PendingProposal, folder: str, user_id: str) -> str:
     if not others:
         connect(mg, agent, user_id)
         return f"It answers in {chat_label(mg)}."
-    values = dict(resolve_engage(mg.kind, "pattern", router.trigger_pattern(None, agent.name)).__dict__)
+    values = dict(resolve_engage(mg.kind, "pattern", trigger_pattern(None, agent.name)).__dict__)
     with database.atomic():
         _, created = Wiring.get_or_create(messaging_group=mg, agent_group=agent, defaults=values)
         if created:
