@@ -15,9 +15,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dotenv import dotenv_values
 
+from . import platforms
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("auto", "docker", "bwrap")
-TELEGRAM_MODES = ("auto", "poll", "webhook")
 
 
 class SettingsError(ValueError):
@@ -141,19 +142,6 @@ class Settings:
     max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
     log_format: str = "text"  # text | json (one object per line)
 
-    # Platform settings stay in one dict so adding a platform adds no field here.
-    PLATFORM_VARS = (
-        ("TELEGRAM_BOT_TOKEN", None), ("TELEGRAM_WEBHOOK_SECRET", None),
-        ("TELEGRAM_API_BASE", "https://api.telegram.org"), ("TELEGRAM_MODE", "auto"),
-        ("SLACK_BOT_TOKEN", None), ("SLACK_SIGNING_SECRET", None), ("SLACK_BOT_USER_ID", None),
-        ("SLACK_APP_TOKEN", None),
-        ("SLACK_API_BASE", "https://slack.com/api"),
-        ("WHATSAPP_TOKEN", None), ("WHATSAPP_APP_SECRET", None), ("WHATSAPP_VERIFY_TOKEN", None),
-        ("WHATSAPP_PHONE_NUMBER_ID", None), ("WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0"),
-        ("DISCORD_BOT_TOKEN", None), ("DISCORD_PUBLIC_KEY", None), ("DISCORD_APPLICATION_ID", None),
-        ("DISCORD_API_BASE", "https://discord.com/api/v10"),
-    )
-
     @property
     def sessions_dir(self) -> Path:
         return self.data_dir / "sessions"
@@ -190,9 +178,14 @@ class Settings:
         if not assistant:
             raise SettingsError("NANOCLAW_ASSISTANT_NAME is empty; it accepts any non-empty name")
 
-        if (mode := get("TELEGRAM_MODE", "auto")) not in TELEGRAM_MODES:
-            raise SettingsError(f"TELEGRAM_MODE={mode!r} is unknown; it accepts one of: {', '.join(TELEGRAM_MODES)} "
-                                "(auto: webhook when TELEGRAM_WEBHOOK_SECRET is set, else long polling)")
+        # each platform's own settings, as its folder declares them (nanoclaw/platforms/<name>/__init__.py);
+        # they stay in one dict, so adding a platform adds no field here
+        platform = {s.name: (_url(s.name, value) if s.name.endswith("_API_BASE") else value)
+                    for p in platforms.all_platforms() for s in p.settings
+                    if (value := get(s.name, s.default)) is not None}
+        for p in platforms.all_platforms():
+            if problem := p.check(platform):
+                raise SettingsError(problem)
 
         if (log_format := get("NANOCLAW_LOG_FORMAT", "text")) not in ("text", "json"):
             raise SettingsError(f"NANOCLAW_LOG_FORMAT={log_format!r} is unknown; it accepts text or json")
@@ -219,11 +212,7 @@ class Settings:
             agent_image=get("NANOCLAW_AGENT_IMAGE", "nanoclaw-agent:latest"),
             install_id=install_id,
             mount_allowlist=Path(get("NANOCLAW_MOUNT_ALLOWLIST", "~/.config/nanoclaw/mount-allowlist.json")).expanduser(),
-            platform={
-                name: (_url(name, value) if name.endswith("_API_BASE") else value)
-                for name, default in cls.PLATFORM_VARS
-                if (value := get(name, default)) is not None
-            },
+            platform=platform,
             secret_key=_checked_key(raw, "NANOCLAW_SECRET_KEY") if (raw := get("NANOCLAW_SECRET_KEY")) else None,
             attachment_max_bytes=_int("NANOCLAW_ATTACHMENT_MAX_BYTES",
                                       get("NANOCLAW_ATTACHMENT_MAX_BYTES", str(20 * 1024 * 1024)), 1024, 2**31),

@@ -1,12 +1,24 @@
 """The proposal rules the runner checks inside the sandbox, for the host to check them again.
 
 One definition (container/agent_runner/proposal_rules.py, stdlib only) serves both sides, the way
-session_schema does.
+session_schema does. The host adds what only it knows: every chat platform's secret prefixes (the
+registry), which no agent may be granted or ask an MCP server for.
 """
+from agent_runner import proposal_rules as _rules
 from agent_runner.proposal_rules import (  # container/ is on sys.path: see nanoclaw/__init__.py
-    MAX_PACKAGES, HostEntry, RuleError, check_agent, check_host_entry, check_hostname, check_mcp_server,
-    check_packages, check_path_prefix, check_port, check_route_match, check_secret_name, check_text,
-    check_upstream, split_host_port)
+    MAX_PACKAGES, HostEntry, RuleError, check_agent, check_host_entry, check_hostname, check_packages,
+    check_path_prefix, check_port, check_route_match, check_text, check_upstream, split_host_port)
+
+from .platforms import secret_prefixes
+
+
+def check_secret_name(raw: str) -> str:
+    return _rules.check_secret_name(raw, reserved=secret_prefixes())
+
+
+def check_mcp_server(name, command, args=None, env=None) -> dict:
+    return _rules.check_mcp_server(name, command, args, env, reserved=secret_prefixes())
+
 
 __all__ = ["MAX_PACKAGES", "HostEntry", "RuleError", "check_agent", "check_host_entry", "check_hostname",
            "check_mcp_server", "check_packages", "check_path_prefix", "check_port", "check_route_match",

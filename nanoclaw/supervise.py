@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .channels.telegram import update_mode
+from . import platforms
 from .config import PROJECT_ROOT, Settings, SettingsError, install_secret
 
 
@@ -56,6 +56,35 @@ def ensure_runtime(settings) -> None:
           f"to get one run `{INSTALL_BWRAP}`", file=sys.stderr, flush=True)
 
 
+def listener_programs(settings, project: Path, venv_bin: Path) -> str:
+    """supervisord sections for every platform's listener programs (pure): each starts only when
+    its platform's settings want it (a bot token there, no webhook configured, …)."""
+    sections = []
+    for platform in platforms.all_platforms():
+        for listener in platform.listeners:
+            sections.append(
+                f"[program:{listener.program}]\n"
+                f"command={venv_bin}/flask --app app nanoclaw {' '.join(listener.command)}\n"
+                f"directory={project}\n"
+                f"autostart={'true' if listener.wanted(settings.platform) else 'false'}\n"
+                f"autorestart=true\nstartsecs={listener.startsecs}\nstopsignal=TERM\n"
+                f"stopwaitsecs={listener.stopwaitsecs}\n"
+                "stdout_logfile=/dev/stdout\nstdout_logfile_maxbytes=0\nredirect_stderr=true\n")
+    return "\n".join(sections)
+
+
+def write_listener_programs(settings, project: Path, venv_bin: Path) -> Path:
+    """The generated part of supervisord's configuration, included by supervisord.conf."""
+    folder = settings.data_dir / "supervisor.d"
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.conf"):
+        old.unlink()
+    path = folder / "listeners.conf"
+    path.write_text("; written by `make run` (nanoclaw/supervise.py) from the platforms' declarations\n\n"
+                    + listener_programs(settings, project, venv_bin))
+    return path
+
+
 def main() -> None:
     try:
         settings = Settings.load()
@@ -74,13 +103,8 @@ def main() -> None:
                PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
                NANOCLAW_DATA_DIR=str(settings.data_dir),
                NANOCLAW_PORT=str(settings.port),
-               NANOCLAW_VENV_BIN=str(Path(sys.executable).parent),
-               # the Discord Gateway program runs only when there is a bot to connect as
-               NANOCLAW_DISCORD_GATEWAY="true" if settings.platform.get("DISCORD_BOT_TOKEN") else "false",
-               # Telegram by long polling when there is a bot and no webhook (no public URL needed)
-               NANOCLAW_TELEGRAM_POLL="true" if update_mode(settings.platform) == "poll" else "false",
-               # Slack over Socket Mode when there is an app-level token (no public URL needed)
-               NANOCLAW_SLACK_SOCKET="true" if settings.platform.get("SLACK_APP_TOKEN") else "false")
+               NANOCLAW_VENV_BIN=str(Path(sys.executable).parent))
+    write_listener_programs(settings, PROJECT_ROOT, Path(sys.executable).parent)
     supervisord = Path(sys.executable).parent / "supervisord"
     print(f"nanoclaw: web on http://127.0.0.1:{settings.port} (data in {settings.data_dir}); Ctrl-C stops",
           file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ import pytest
 from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.app import create_app
 from nanoclaw.channels.download import AttachmentError, AttachmentTooLarge, fetch, host_allowed
-from nanoclaw.channels.slack import SlackAdapter
+from nanoclaw.platforms.slack.adapter import SlackAdapter
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import Session
@@ -523,7 +523,7 @@ def discord_payload(host: str) -> dict:
 
 
 def route_discord(app, payload: dict):
-    from nanoclaw.channels.discord_messages import message_to_event
+    from nanoclaw.platforms.discord.messages import message_to_event
     assert route(message_to_event(payload, bot_id=discord_api.BOT_ID), app.config["NANOCLAW"], NO_WAKE).written
 
 

@@ -28,8 +28,8 @@ from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
-from nanoclaw.channels.discord import DiscordAdapter, decided_card
-from nanoclaw.channels.discord_messages import message_to_event, payload_from_message
+from nanoclaw.platforms.discord.adapter import DiscordAdapter, decided_card
+from nanoclaw.platforms.discord.messages import message_to_event, payload_from_message
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending

@@ -33,10 +33,10 @@ from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw import service
 from nanoclaw.app import create_app
 from nanoclaw.inbound import intake
-from nanoclaw.channels import discord_handoff as handoff
+from nanoclaw.platforms.discord import handoff
 from nanoclaw.channels.base import MalformedPayload, WebhookRefused
-from nanoclaw.channels.discord_messages import payload_from_message
-from nanoclaw.inbound.discord_gateway import Handoff, build_client, keep
+from nanoclaw.platforms.discord.messages import payload_from_message
+from nanoclaw.platforms.discord.listener import Handoff, build_client, keep
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
@@ -267,7 +267,7 @@ def test_when_the_web_program_does_not_answer_the_message_is_kept_and_recovered(
 
     def run(port):
         gateway = Handoff(dataclasses.replace(web.settings, port=port), sleep=slept.append)
-        with caplog.at_level(logging.WARNING, logger="nanoclaw.inbound.discord_gateway"):
+        with caplog.at_level(logging.WARNING, logger="nanoclaw.platforms.discord.listener"):
             outcome = gateway.forward_message(dm_message(), BOT_ID, "Andy")
         return gateway, outcome
 
@@ -302,9 +302,9 @@ def test_a_hand_off_the_web_program_refuses_is_an_error_kept_not_retried(web, ca
     other = dataclasses.replace(web.gateway_settings, secret_key="a-different-secret-key")  # misconfigured
     slept: list[float] = []
     gateway = Handoff(other, sleep=slept.append)
-    with caplog.at_level(logging.WARNING, logger="nanoclaw.inbound.discord_gateway"):
+    with caplog.at_level(logging.WARNING, logger="nanoclaw.platforms.discord.listener"):
         assert gateway.forward_message(dm_message(), BOT_ID, "Andy") == "kept"
-    [record] = [r for r in caplog.records if r.name == "nanoclaw.inbound.discord_gateway"]
+    [record] = [r for r in caplog.records if r.name == "nanoclaw.platforms.discord.listener"]
     assert record.levelno == logging.ERROR and "refused" in record.getMessage() and "401" in record.getMessage()
     assert slept == []  # not retried
     assert web.intake.wait_idle(5)

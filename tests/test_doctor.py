@@ -89,7 +89,7 @@ def test_the_programs_a_configuration_starts():
     assert expected_programs({}) == ["web", "proxy"]
     assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a"}) == ["web", "proxy", "telegram-poll"]
     assert expected_programs({"TELEGRAM_BOT_TOKEN": "1:a", "TELEGRAM_WEBHOOK_SECRET": "s", "SLACK_APP_TOKEN": "xapp-1",
-                              "DISCORD_BOT_TOKEN": "d"}) == ["web", "proxy", "slack-socket", "discord-gateway"]
+                              "DISCORD_BOT_TOKEN": "d"}) == ["web", "proxy", "discord-gateway", "slack-socket"]
 
 
 def test_docker_the_image_built_from_these_sources_is_current(make_settings, sqlite_url, fakes):

@@ -13,7 +13,7 @@ from nanoclaw.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "nanoclaw"
 SHARED_ROOT = {"config", "db", "models", "migrate", "security", "mounts", "proposal_rules", "metrics", "logs",
-               "__init__"}
+               "__init__", "platforms"}
 ENTRY_POINTS = {"app", "service", "supervise", "cli"}
 MAX_LINES = 450
 MAX_ROOT_MODULES = 12
@@ -54,20 +54,35 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, known) for name, path in known.items()}
 
 
+# A platform folder's files keep their layer: its declaration (the folder's __init__) and the
+# registry are shared like the root modules; the rest are rooms of their own by what the file is.
+PLATFORM_FILES = {"adapter": "platform adapters", "schema": "platform adapters", "text": "platform adapters",
+                  "messages": "platform adapters", "handoff": "platform adapters",
+                  "listener": "platform listeners", "commands": "platform commands", "doctor": "platform commands"}
+
+
 def room(module: str) -> str:
-    """'inbound' for nanoclaw.inbound.router, 'config' for nanoclaw.config, '__init__' for nanoclaw."""
+    """'inbound' for nanoclaw.inbound.router, 'config' for nanoclaw.config, '__init__' for nanoclaw,
+    'platforms' for the registry and a platform's declaration, 'platform adapters' for
+    nanoclaw.platforms.telegram.adapter."""
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] == "platforms":
+        return PLATFORM_FILES.get(parts[3], f"platform file {parts[3]}") if len(parts) > 3 else "platforms"
     return parts[1] if len(parts) > 1 else "__init__"
 
 
 def allowed_imports() -> dict[str, set[str]]:
-    """The map's table: room -> the rooms it may import (besides the shared root modules)."""
+    """The map's table: room -> the rooms it may import (besides the shared root modules). A room is
+    a folder (`inbound/`) or a kind of platform file (`platforms/*/adapter.py` and the like)."""
     text = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
     allowed = {}
     for line in text.splitlines():
         m = re.match(r"^\| `(\w+)/` \|[^|]*\| ([^|]*) \|$", line)
         if m:
-            allowed[m.group(1)] = set(re.findall(r"`(\w+)`", m.group(2)))
+            allowed[m.group(1)] = set(re.findall(r"`([\w ]+)`", m.group(2)))
+        m = re.match(r"^\| (platform \w+) [^|]*\|[^|]*\| ([^|]*) \|$", line)
+        if m:
+            allowed[m.group(1)] = set(re.findall(r"`([\w ]+)`", m.group(2)))
     return allowed
 
 
@@ -115,7 +130,8 @@ def test_rooms_import_only_what_the_map_allows():
     allowed = allowed_imports()
     assert {"channels", "inbound", "approvals", "sessions", "runtime", "outbound", "tasks", "lifecycle",
             "operator", "proxy", "web", "cli"} <= set(allowed), "the map in docs/architecture.md lost a room"
-    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} - {"platforms"}
+    rooms |= {room(m) for m in modules() if m.startswith("nanoclaw.platforms.") and m.count(".") == 3}
     assert rooms <= set(allowed), f"rooms missing from the map: {sorted(rooms - set(allowed))}"
     wrong = []
     for module, targets in graph().items():
@@ -153,3 +169,45 @@ def test_every_module_says_what_it_owns():
     missing = [module_name(p) for p in PACKAGE.rglob("*.py")
                if ast.get_docstring(ast.parse(p.read_text())) is None]
     assert missing == []
+
+
+def code_words(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every name and string in a file's code: comments and docstrings left out."""
+    import io
+    import tokenize
+    tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+    words, previous = [], None
+    for i, token in enumerate(tokens):
+        if token.type == tokenize.STRING and previous in (None, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            following = next((t for t in tokens[i + 1:] if t.type not in (tokenize.NL, tokenize.COMMENT)), None)
+            if following is None or following.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                previous = token.type
+                continue  # a docstring
+        if token.type in (tokenize.NAME, tokenize.STRING):
+            words.append((token.start[0], token.string))
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = token.type
+    return words
+
+
+def test_a_platform_is_named_in_code_only_in_its_own_folder():
+    """Adding a platform is adding a folder: outside nanoclaw/platforms/<name>/ its name appears in
+    code (not comments or docstrings) in at most one file, and no list of platforms is written out."""
+    from nanoclaw import platforms
+    files = [p for p in [*PACKAGE.rglob("*.py"), *(PROJECT_ROOT / "container" / "agent_runner").rglob("*.py")]]
+    named: dict[str, list[str]] = {}
+    for platform in platforms.names():
+        own = PACKAGE / "platforms" / platform
+        for path in files:
+            if own in path.parents:
+                continue
+            hits = sorted({line for line, word in code_words(path) if platform in word.lower()})
+            if hits:
+                named.setdefault(platform, []).append(f"{path.relative_to(PROJECT_ROOT)}:{hits}")
+    assert {p: places for p, places in named.items() if len(places) > 1} == {}
+
+
+def test_the_name_finder_sees_code_and_skips_prose(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text('"""Telegram in a docstring."""\n# telegram in a comment\nx = "telegram"\ntelegram_y = 1\n')
+    assert [word for _line, word in code_words(sample) if "telegram" in word.lower()] == ['"telegram"', "telegram_y"]

@@ -17,7 +17,7 @@ from conftest import malformed_total
 from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
-from nanoclaw.channels.slack import SlackAdapter, emoji_name, plain_text
+from nanoclaw.platforms.slack.adapter import SlackAdapter, emoji_name, plain_text
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending

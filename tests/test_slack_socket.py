@@ -16,9 +16,9 @@ import requests
 from fakes.slack_api import BOT_USER_ID, TOKEN, FakeSlack
 from fakes.slack_socket import APP_TOKEN, FakeSocketMode
 from nanoclaw.app import create_app
-from nanoclaw.channels.slack import SOCKET_PATH
+from nanoclaw.platforms.slack.adapter import SOCKET_PATH
 from nanoclaw.db import database
-from nanoclaw.inbound import slack_socket as ss
+from nanoclaw.platforms.slack import listener as ss
 from nanoclaw import service
 from nanoclaw.migrate import apply_pending
 from nanoclaw.models import AcceptedEvent

@@ -15,7 +15,7 @@ from nanoclaw.approvals import actions
 from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
 from nanoclaw.channels.download import AttachmentError
-from nanoclaw.channels.telegram import TelegramAdapter, split_message, utf16_len
+from nanoclaw.platforms.telegram.adapter import TelegramAdapter, split_message, utf16_len
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending

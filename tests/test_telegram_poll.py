@@ -13,8 +13,8 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
-from nanoclaw.channels.telegram import POLL_PATH, update_mode
-from nanoclaw.inbound import telegram_poll as tp
+from nanoclaw.platforms.telegram.adapter import POLL_PATH, update_mode
+from nanoclaw.platforms.telegram import listener as tp
 from nanoclaw import service
 from nanoclaw.models import AcceptedEvent
 from tests.test_intake import ANNA, SETUP, session_texts
@@ -127,7 +127,7 @@ def test_while_the_web_program_is_down_nothing_is_confirmed_and_nothing_is_lost(
 def test_a_registered_webhook_is_named_with_the_fix(web, tg, caplog):  # noqa: F811
     tg.webhook = {"url": "https://example.org/webhooks/telegram"}
     p = poller(web)
-    with caplog.at_level(logging.WARNING, logger="nanoclaw.telegram_poll"):
+    with caplog.at_level(logging.WARNING, logger="nanoclaw.platforms.telegram.listener"):
         assert p.run_once() == tp.CONFLICT_WAIT_S
     assert "flask --app app nanoclaw telegram delete-webhook" in caplog.text
     result = web.app.test_cli_runner().invoke(args=["nanoclaw", "telegram", "delete-webhook"])

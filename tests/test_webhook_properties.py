@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from nacl.signing import SigningKey
 
 from nanoclaw.app import create_app
-from nanoclaw.channels import discord_handoff as handoff
+from nanoclaw.platforms.discord import handoff
 from nanoclaw.config import Settings
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending

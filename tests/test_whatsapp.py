@@ -19,7 +19,7 @@ from nanoclaw.app import create_app
 from nanoclaw.channels.base import Card, DeliveryError
 from nanoclaw.channels.events import Action
 from nanoclaw.channels.download import AttachmentError
-from nanoclaw.channels.whatsapp import WhatsAppAdapter, media_intact, parse_payload
+from nanoclaw.platforms.whatsapp.adapter import WhatsAppAdapter, media_intact, parse_payload
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending

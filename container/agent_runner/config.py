@@ -51,6 +51,7 @@ class RunnerConfig:
     withheld_tools: frozenset[str]  # tools of ours the host does not offer this agent (it checks anyway)
     keep_messages_days: float      # delivered replies older than this go at start (the host prunes its side)
     cli_max_retries: str
+    reserved_secret_prefixes: tuple[str, ...] = ()  # the host's platforms' (proposal_rules)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RunnerConfig":
@@ -75,6 +76,8 @@ class RunnerConfig:
             # The CLI retries failed model calls for minutes by default; a chat user should hear
             # about a failure quickly instead (the host retries the message later).
             cli_max_retries=env.get("CLAUDE_CODE_MAX_RETRIES") or "2",
+            reserved_secret_prefixes=tuple(p for p in (env.get("NANOCLAW_RESERVED_SECRET_PREFIXES") or "").split(",")
+                                           if p),
         )
 
     @property

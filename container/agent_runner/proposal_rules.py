@@ -33,9 +33,10 @@ MCP_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 # The model route of the proxy; a credential route may not shadow it.
 RESERVED_PREFIXES = ("/v1/",)
 # Variables the host keeps for itself: no credential route may hand them to an upstream the agent
-# names, and no MCP server may ask for them.
-RESERVED_SECRET_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "NANOCLAW_", "TELEGRAM_", "SLACK_", "WHATSAPP_",
-                            "DISCORD_", "DATABASE_", "AWS_", "GOOGLE_APPLICATION_")
+# names, and no MCP server may ask for them. Each chat platform's own prefixes come on top: the host
+# passes its registry's (nanoclaw/proposal_rules.py), and gives them to the sandbox in
+# NANOCLAW_RESERVED_SECRET_PREFIXES for the runner's first check.
+RESERVED_SECRET_PREFIXES = ("ANTHROPIC_", "CLAUDE_", "NANOCLAW_", "DATABASE_", "AWS_", "GOOGLE_APPLICATION_")
 RESERVED_SECRET_NAMES = frozenset({"SECRET_KEY", "FLASK_SECRET_KEY", "DATABASE_URL", "PATH", "HOME",
                                    "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "NODE_OPTIONS"})
 
@@ -169,12 +170,12 @@ def check_upstream(raw: str) -> str:
     return f"https://{shown}{f':{port}' if port else ''}{path}"
 
 
-def check_secret_name(raw: str) -> str:
+def check_secret_name(raw: str, reserved: tuple[str, ...] = ()) -> str:
     name = (raw or "").strip()
     if not SECRET_NAME_RE.match(name):
         raise RuleError(f"{raw!r}: a secret is named by a host environment variable such as GITHUB_TOKEN "
                         "(capitals, digits, '_')")
-    if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES):
+    if name in RESERVED_SECRET_NAMES or name.startswith(RESERVED_SECRET_PREFIXES + tuple(reserved)):
         raise RuleError(f"{name} is reserved for the host itself and cannot be used for a route")
     return name
 
@@ -221,7 +222,7 @@ def check_text(raw, what: str = "text", limit: int = MAX_TEXT, *, required: bool
     return text
 
 
-def check_mcp_server(name, command, args=None, env=None) -> dict:
+def check_mcp_server(name, command, args=None, env=None, reserved: tuple[str, ...] = ()) -> dict:
     """An MCP server the agent wants started (stdio, inside its own sandbox)."""
     name = (name or "").strip() if isinstance(name, str) else ""
     if not MCP_NAME_RE.match(name) or name == "nanoclaw":
@@ -242,7 +243,7 @@ def check_mcp_server(name, command, args=None, env=None) -> dict:
         if not ENV_NAME_RE.match(var):
             raise RuleError(f"{var!r} is not an environment variable name")
         upper = var.upper()
-        if upper in RESERVED_SECRET_NAMES or upper.startswith(RESERVED_SECRET_PREFIXES):
+        if upper in RESERVED_SECRET_NAMES or upper.startswith(RESERVED_SECRET_PREFIXES + tuple(reserved)):
             raise RuleError(f"{var} is reserved for the host")
     return {"name": name, "command": command, "args": list(args), "env": sorted(set(env))}
 

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .. import platforms
 from ..channels.base import Card, get_adapter
 from ..db import database
 from ..inbound import router
@@ -32,8 +33,7 @@ from ..sessions.store import Target
 
 log = logging.getLogger("nanoclaw.approvals")
 
-PLATFORM_NAMES = {"telegram": "Telegram", "whatsapp": "WhatsApp", "slack": "Slack", "discord": "Discord",
-                  "web": "the web chat", "cli": "the local chat"}
+CHANNEL_NAMES = {"web": "the web chat", "cli": "the local chat"}  # the two that are no platform
 EXCERPT = 200
 CANCEL_WORDS = ("cancel", "ignore", "stop", "never mind", "nevermind")
 
@@ -41,7 +41,8 @@ CANCEL_WORDS = ("cancel", "ignore", "stop", "never mind", "nevermind")
 # --- pure helpers ----------------------------------------------------------------------------
 
 def platform_name(channel: str) -> str:
-    return PLATFORM_NAMES.get(channel, channel.capitalize())
+    found = platforms.get(channel)
+    return found.label if found else CHANNEL_NAMES.get(channel, channel.capitalize())
 
 
 def person(name: str | None, user_id: str | None) -> str:

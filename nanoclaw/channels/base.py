@@ -2,8 +2,9 @@
 
 Inbound: a platform module turns a verified request into InboundEvents.
 Outbound: delivery calls send_text / edit_text / react / send_file / send_card on the
-adapter named by the row's channel_type. Adding a platform is adding a module that
-registers itself here; core code never imports a platform by name.
+adapter named by the row's channel_type. A platform's adapter lives in its folder
+(nanoclaw/platforms/<name>/adapter.py) and registers itself here when the registry loads it;
+core code never imports a platform by name.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from .. import platforms
 from ..sessions.store import Target
 from .events import Action, InboundEvent, ReplyTo, iso_utc  # noqa: F401  (the adapters' shapes)
 
@@ -100,10 +102,15 @@ def register(name: str):
 
 
 def get_adapter(name: str, settings) -> Adapter:
-    """The adapter for a channel, loading its module (nanoclaw.channels.<name>) on first use."""
+    """The adapter for a channel, loaded on first use: a platform's from its folder (the registry
+    says where), the web chat's and the local CLI's from here."""
     if name not in _FACTORIES:
+        platform = platforms.get(name)
         try:
-            importlib.import_module(f"{__package__}.{name}")
+            if platform is not None:
+                platform.part(platform.adapter)
+            else:
+                importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError:
             raise DeliveryError(f"no channel adapter named {name!r}", permanent=True) from None
     key = (name, id(settings))

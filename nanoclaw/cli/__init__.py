@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import click
 
-from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, mounts, pairing, platforms,
-               service, tasks)
+from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, mounts, pairing, service,
+               tasks)
+from .. import platforms
 from .base import Group
 
 
@@ -17,8 +18,15 @@ def nanoclaw_group():
 
 
 for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
-                 agents.wirings, mounts.mount_group, service.proxy_cmd, platforms.discord_gateway_cmd, platforms.slack_cli,
-                 service.chat_cmd, image.image_group, platforms.telegram_cli, admin.admin_group, tasks.tasks_group,
+                 agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
+                 admin.admin_group, tasks.tasks_group,
                  credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
                  destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd):
     nanoclaw_group.add_command(_command)
+
+# each platform's set-up commands, from its folder (nanoclaw/platforms/<name>/commands.py)
+for _platform in platforms.all_platforms():
+    if _platform.commands:
+        _found = _platform.part(_platform.commands)
+        for _command in _found if isinstance(_found, (list, tuple)) else (_found,):
+            nanoclaw_group.add_command(_command)

@@ -11,8 +11,8 @@ from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
                       AgentGroup, AgentGroupMember, MessagingGroup, User, UserRole, Wiring, audit)
 from ..security import folder_problem, slugify, write_text_nofollow
-from .base import (CHAT_ID_ARGS, Mistake, command, get_agent, group, parse_user_id, print_table, require_schema,
-                   settings)
+from .base import (CHAT_ID_ARGS, Mistake, channel_names, command, get_agent, group, parse_user_id, print_table,
+                   require_schema, settings)
 
 
 @group("agent")
@@ -135,8 +135,8 @@ def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: st
 @click.argument("chat_id")
 @click.argument("agent_folder")
 @click.option("--kind", type=click.Choice(CHAT_KINDS),
-              help="Chat kind (default: the chat's known kind; else a Slack channel is thread, a negative "
-                   "Telegram id group, anything else dm).")
+              help="Chat kind (default: the chat's known kind; else what the platform tells from the id, and "
+                   "dm when it cannot).")
 @click.option("--engage", type=click.Choice(ENGAGE_MODES),
               help="When the agent answers. Defaults: dm -> pattern '.', group -> mention, thread -> mention-sticky.")
 @click.option("--pattern", help="Regular expression for --engage pattern ('.' = every message).")
@@ -156,7 +156,7 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
     """
     require_schema()
     if not channel.isidentifier():
-        raise Mistake(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web, cli)")
+        raise Mistake(f"channel {channel!r} is not a channel name (one of: {', '.join(channel_names())})")
     agent = get_agent(agent_folder)
     mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
     chat_kind = _kind_default(mg, kind, channel, chat_id)

@@ -7,6 +7,7 @@ from flask import current_app
 from flask.cli import AppGroup, with_appcontext
 
 from .. import migrate as migrations
+from .. import platforms
 from ..db import database
 from ..models import AgentGroup
 
@@ -94,10 +95,16 @@ def group(name: str, **kwargs):
     return click.group(name, cls=Group, **kwargs)
 
 
+def channel_names() -> tuple[str, ...]:
+    """Every channel a chat or a user id can be on: the platforms', the web chat, the local CLI."""
+    return (*platforms.names(), "web", "cli")
+
+
 def parse_user_id(user_id: str) -> str:
     channel, sep, native = user_id.partition(":")
     if not sep or not channel or not native or not channel.isidentifier():
-        raise Mistake(f"user id {user_id!r} must look like <channel>:<platform user id>, e.g. telegram:42")
+        raise Mistake(f"user id {user_id!r} must look like <channel>:<platform user id>, the channel one of: "
+                      f"{', '.join(channel_names())}")
     return user_id
 
 

@@ -1,7 +1,7 @@
 """`doctor`: is this install ready to answer? One line per check, ✓ or ✗ with what to do.
 
 Each check returns a Finding; `doctor` prints them and exits 0 only when none failed. Nothing it
-prints holds a secret: tokens go in headers (Telegram's in the URL, which is never shown), and an
+prints holds a secret: tokens go in headers (or in a URL that is never shown), and an
 error is reported by its status or exception type, never by a text that could echo a request.
 """
 from __future__ import annotations
@@ -9,34 +9,23 @@ from __future__ import annotations
 import shutil
 import tempfile
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import requests
 
-from ..channels.telegram import update_mode
+from .. import platforms
 from ..db import database
 from ..models import UserRole
 from ..proxy.headers import OAUTH_BETA, credential_headers
 from ..runtime import bwrap
 from ..runtime import docker as docker_rt
+from ..platforms import Finding
 from ..runtime.image import image_source, source_digest
 from .base import command, settings as current_settings
 
 MIN_FREE_BYTES = 1 << 30   # 1 GiB: sessions, transcripts, images being built
 TIMEOUT = (5, 15)
-
-
-@dataclass
-class Finding:
-    ok: bool | None          # None: not applicable here (not configured)
-    name: str
-    detail: str
-
-    def line(self) -> str:
-        mark = {True: "✓", False: "✗", None: "·"}[self.ok]
-        return f"{mark} {self.name}: {self.detail}"
 
 
 def check_model_key(settings) -> Finding:
@@ -114,84 +103,10 @@ def check_timezone(settings) -> Finding:
     return Finding(True, "timezone", f"{settings.timezone}")
 
 
-def _get(url: str, **kwargs) -> tuple[int | None, dict]:
-    try:
-        resp = requests.request(kwargs.pop("method", "GET"), url, timeout=TIMEOUT, **kwargs)
-    except requests.RequestException as exc:
-        return None, {"_error": type(exc).__name__}
-    try:
-        body = resp.json()
-    except ValueError:
-        body = {}
-    return resp.status_code, body if isinstance(body, dict) else {}
-
-
-def check_telegram(platform: dict) -> Finding | None:
-    mode = update_mode(platform)
-    if mode is None:
-        return None
-    api = f"{platform.get('TELEGRAM_API_BASE')}/bot{platform['TELEGRAM_BOT_TOKEN']}"
-    status, me = _get(f"{api}/getMe", method="POST")
-    if status != 200 or not me.get("ok"):
-        return Finding(False, "Telegram", f"the bot token was refused ({status or me.get('_error')}); copy it "
-                                          "again from @BotFather into TELEGRAM_BOT_TOKEN")
-    name = (me.get("result") or {}).get("username", "?")
-    _status, info = _get(f"{api}/getWebhookInfo", method="POST")
-    hook = (info.get("result") or {}).get("url") or ""
-    if mode == "poll" and hook:
-        return Finding(False, "Telegram", f"@{name}: a webhook is registered, so long polling gets nothing; run "
-                                          "`flask --app app nanoclaw telegram delete-webhook`")
-    if mode == "webhook" and not hook:
-        return Finding(False, "Telegram", f"@{name}: webhook mode but no webhook registered; run "
-                                          "`flask --app app nanoclaw telegram set-webhook https://…/webhooks/telegram`")
-    return Finding(True, "Telegram", f"@{name}, {'long polling' if mode == 'poll' else 'webhook ' + hook}")
-
-
-def check_slack(platform: dict) -> Finding | None:
-    if not platform.get("SLACK_BOT_TOKEN"):
-        return None
-    status, body = _get(f"{platform.get('SLACK_API_BASE')}/auth.test", method="POST",
-                        headers={"Authorization": f"Bearer {platform['SLACK_BOT_TOKEN']}"})
-    if status != 200 or not body.get("ok"):
-        return Finding(False, "Slack", f"the bot token was refused ({body.get('error') or status}); copy the "
-                                       "Bot User OAuth Token into SLACK_BOT_TOKEN")
-    how = "Socket Mode" if platform.get("SLACK_APP_TOKEN") else "webhooks"
-    return Finding(True, "Slack", f"{body.get('user', '?')} in {body.get('team', '?')}, {how}")
-
-
-def check_discord(platform: dict) -> Finding | None:
-    if not platform.get("DISCORD_BOT_TOKEN"):
-        return None
-    status, body = _get(f"{platform.get('DISCORD_API_BASE')}/users/@me",
-                        headers={"Authorization": f"Bot {platform['DISCORD_BOT_TOKEN']}"})
-    if status != 200:
-        return Finding(False, "Discord", f"the bot token was refused ({status}); copy it into DISCORD_BOT_TOKEN")
-    return Finding(True, "Discord", f"{body.get('username', '?')}")
-
-
-def check_whatsapp(platform: dict) -> Finding | None:
-    if not platform.get("WHATSAPP_TOKEN"):
-        return None
-    number = platform.get("WHATSAPP_PHONE_NUMBER_ID")
-    if not number:
-        return Finding(False, "WhatsApp", "WHATSAPP_PHONE_NUMBER_ID is not set")
-    status, body = _get(f"{platform.get('WHATSAPP_API_BASE')}/{number}",
-                        headers={"Authorization": f"Bearer {platform['WHATSAPP_TOKEN']}"})
-    if status != 200:
-        return Finding(False, "WhatsApp", f"the phone number {number} could not be read with the token ({status})")
-    return Finding(True, "WhatsApp", f"{body.get('display_phone_number', number)}")
-
-
 def expected_programs(platform: dict) -> list[str]:
     """The supervisord programs this configuration starts (as nanoclaw.supervise decides)."""
-    wanted = ["web", "proxy"]
-    if update_mode(platform) == "poll":
-        wanted.append("telegram-poll")
-    if platform.get("SLACK_APP_TOKEN"):
-        wanted.append("slack-socket")
-    if platform.get("DISCORD_BOT_TOKEN"):
-        wanted.append("discord-gateway")
-    return wanted
+    return ["web", "proxy"] + [listener.program for p in platforms.all_platforms() for listener in p.listeners
+                               if listener.wanted(platform)]
 
 
 def program_states(settings) -> dict[str, str] | None:
@@ -253,8 +168,9 @@ def check_owner() -> Finding:
 
 def findings(settings, *, service: bool = True) -> list[Finding]:
     found = [check_model_key(settings), *check_runtime(settings), check_data_dir(settings), check_timezone(settings)]
-    found += [f for f in (check_telegram(settings.platform), check_slack(settings.platform),
-                          check_discord(settings.platform), check_whatsapp(settings.platform)) if f is not None]
+    for platform in platforms.all_platforms():
+        if platform.doctor:
+            found.extend(f for f in [platform.part(platform.doctor)(settings.platform)] if f is not None)
     if service:
         found.append(check_service(settings))
     with database.connection_context():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from .. import platforms
 from ..approvals import common, pairing
 from ..models import AgentGroup, UserRole
 from .base import Mistake, command, get_agent, require_schema, settings
@@ -43,7 +44,7 @@ def pair_cmd(agent_folder, role, minutes):
     who = {"owner": "the owner", "admin": f"an admin of {agent.name}", "member": f"a member of {agent.name}"}[
         pairing.role_given(role, has_owner)]
     click.echo(f"Send this code to your bot in a direct message within {minutes} minutes "
-               f"(Telegram, Slack, WhatsApp or Discord); whoever sends it first becomes {who}:")
+               f"({' or '.join(p.label for p in platforms.all_platforms())}); whoever sends it first becomes {who}:")
     click.echo("")
     click.echo(code)
     click.echo("")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .. import platforms
 from ..models import CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES
 
 # dm -> everything engages; group -> only a mention; thread -> a mention, then the thread sticks.
@@ -54,10 +55,7 @@ def resolve_engage(kind: str, engage: str | None, pattern: str | None,
 
 
 def guess_kind(channel: str, chat_id: str) -> str:
-    """A new chat's kind from its id, when the operator did not say: a Slack channel is threaded,
-    a negative Telegram id is a group, anything else a direct message."""
-    if channel == "slack":
-        return "dm" if chat_id.startswith("D") else "thread"
-    if channel == "telegram" and chat_id.startswith("-"):
-        return "group"
-    return "dm"
+    """A new chat's kind from its id, when the operator did not say: as the platform tells from
+    the id (its declaration's guess_kind), else a direct message."""
+    platform = platforms.get(channel)
+    return (platform.guess_kind(chat_id) if platform else None) or "dm"

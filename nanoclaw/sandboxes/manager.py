@@ -22,6 +22,7 @@ from pathlib import Path
 
 import peewee
 
+from .. import platforms
 from ..config import PROJECT_ROOT
 from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import destinations, store
@@ -66,6 +67,8 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
         "NANOCLAW_KEEP_MESSAGES_DAYS": str(settings.keep_messages_days),
         "NANOCLAW_FREEZE_IDLE_S": str(settings.freeze_idle_s),
+        # names, never values: the runner refuses to propose these as secrets (the host checks again)
+        "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(platforms.secret_prefixes()),
         "TZ": settings.timezone,
     }
     if withheld_tools:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import platforms
 from ..db import database
 from ..models import AgentDestination, MessagingGroup, Session, Wiring, audit
 from ..security import slugify
@@ -80,7 +81,8 @@ def add(actor: str, agent, name: str, channel: str, chat_id: str, thread: str | 
     if problem:
         raise DestinationError(problem)
     if not channel.isidentifier():
-        raise DestinationError(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
+        raise DestinationError(f"channel {channel!r} is not a channel name (one of: "
+                               f"{', '.join((*platforms.names(), 'web', 'cli'))})")
     chat_id, thread = (chat_id or "").strip(), (thread or "").strip() or None
     if not chat_id:
         raise DestinationError("a chat id is needed")

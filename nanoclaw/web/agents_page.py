@@ -7,6 +7,7 @@ import shlex
 
 from flask import flash, g, redirect, render_template, request, url_for
 
+from .. import platforms
 from ..mounts import AllowlistError, current_allowlist, declared_mounts
 from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
@@ -17,7 +18,6 @@ from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
 from .scope import chat_facts, destination_refusal
 
-PLATFORMS = ("telegram", "slack", "discord", "whatsapp", "web")
 
 
 # --- agents and their mounts ------------------------------------------------------------------
@@ -46,7 +46,7 @@ def agent(folder: str):
         hosts, routes, policy_error = [], [], str(exc)
     return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
-                           channels=PLATFORMS, hosts=hosts, routes=routes, policy_error=policy_error)
+                           channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
 
 
 @bp.post("/admin/agents/<folder>/destinations")

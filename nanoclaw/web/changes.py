@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import platforms
 from ..db import database
 from ..inbound.wiring import WiringError, resolve_engage
 from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
@@ -79,7 +80,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
     `scope`: what the actor may change (None: everything, as the CLI); Forbidden when outside it."""
     channel, chat_id = form.channel.strip(), form.chat_id.strip()
     if not channel.isidentifier():
-        raise ChangeRefused(f"channel {channel!r} is not a channel name (e.g. telegram, slack, web)")
+        raise ChangeRefused(f"channel {channel!r} is not a channel name (one of: "
+                            f"{', '.join((*platforms.names(), 'web'))})")
     if not chat_id:
         raise ChangeRefused("the chat id is empty")
     if form.unknown_senders and form.unknown_senders not in UNKNOWN_SENDER_POLICIES:

@@ -109,7 +109,7 @@ def propose_credential_route(ctx: ToolContext, host_or_path: str, upstream: str,
                              reason: str | None = None) -> str:
     match = _checked(rules.check_route_match, host_or_path)
     upstream = _checked(rules.check_upstream, upstream)
-    secret = _checked(rules.check_secret_name, secret_name)
+    secret = _checked(rules.check_secret_name, secret_name, ctx.config.reserved_secret_prefixes)
     how = (f"requests to $NANOCLAW_PROXY_URL{match}… go to {upstream}/…" if match.startswith("/")
            else f"requests to http://{match}/… (through http_proxy) go to {upstream}/…")
     return _propose(ctx, "credential_route", {"match": match, "upstream": upstream, "secret": secret}, reason,
@@ -125,7 +125,7 @@ def install_packages(ctx: ToolContext, apt=None, npm=None, pip=None, reason: str
 
 
 def add_mcp_server(ctx: ToolContext, name: str, command: str, args=None, env=None, reason: str | None = None) -> str:
-    server = _checked(rules.check_mcp_server, name, command, args, env)
+    server = _checked(rules.check_mcp_server, name, command, args, env, ctx.config.reserved_secret_prefixes)
     return _propose(ctx, "mcp_server", server, reason,
                     f"start the MCP server {server['name']} ({server['command']} {' '.join(server['args'])}) "
                     "in this sandbox (it restarts; the conversation goes on)")

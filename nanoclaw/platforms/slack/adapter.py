@@ -48,17 +48,18 @@ import requests
 from pydantic import ValidationError
 from slack_sdk.signature import SignatureVerifier
 
-from . import handoff, slack_schema as sl
-from .slack_text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
-from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, first_error,
+from ...channels import handoff
+from . import schema as sl
+from .text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
+from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, first_error,
                    iso_utc, register)
-from .download import AttachmentError, check_size, fetch, host_allowed
-from .parts import PartialSends
-from .text import split_text
-from ..config import install_secret
-from ..sessions.store import Target
+from ...channels.download import AttachmentError, check_size, fetch, host_allowed
+from ...channels.parts import PartialSends
+from ...channels.text import split_text
+from ...config import install_secret
+from ...sessions.store import Target
 
-log = logging.getLogger("nanoclaw.channels.slack")
+log = logging.getLogger(__name__)
 
 SOCKET_PATH = "/webhooks/slack/socket"   # the slack-socket program hands each envelope over here
 SOCKET_KEY_PURPOSE = b"slack-socket"

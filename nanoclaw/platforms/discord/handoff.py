@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 
-from ..config import install_secret
-from .base import InboundEvent, MalformedPayload
-from .discord_messages import message_to_event
-from .handoff import (MAX_SKEW_S, SIGNATURE_HEADER, TIMESTAMP_HEADER, attempt_outcome, attempts, purpose_key, sign,
+from ...config import install_secret
+from ...channels.base import InboundEvent, MalformedPayload
+from .messages import message_to_event
+from ...channels.handoff import (MAX_SKEW_S, SIGNATURE_HEADER, TIMESTAMP_HEADER, attempt_outcome, attempts, purpose_key, sign,
                       signed_headers, verify)
 
 __all__ = ["PATH", "KEY_PURPOSE", "TIMEOUT_S", "RETRY_DELAYS_S", "MAX_SKEW_S", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",

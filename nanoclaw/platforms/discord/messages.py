@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 
 from pydantic import ValidationError
 
-from . import discord_schema as ds
-from .base import InboundEvent, MalformedPayload, ReplyTo, first_error
+from . import schema as ds
+from ...channels.base import InboundEvent, MalformedPayload, ReplyTo, first_error
 
 CHANNEL = "discord"
 ROUTED_TYPES = {0, 19}                 # DEFAULT and REPLY; joins, pins, boosts… are not conversation

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import requests
 
-from ..channels import handoff
-from ..channels.telegram import ALLOWED_UPDATES, POLL_KEY_PURPOSE, POLL_PATH
-from ..config import install_secret
+from ...channels import handoff
+from .adapter import ALLOWED_UPDATES, POLL_KEY_PURPOSE, POLL_PATH
+from ...config import install_secret
 
-log = logging.getLogger("nanoclaw.telegram_poll")
+log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 25          # Telegram holds the request this long when there is nothing new
 MAX_BACKOFF_S = 60.0

@@ -1,16 +1,13 @@
-"""Set-up of the chat platforms: Telegram's webhook or long polling, Slack's Socket Mode, the Discord
-Gateway program."""
+"""`flask --app app nanoclaw telegram …`: the webhook (register, show, remove) or long polling."""
 from __future__ import annotations
 
 import click
 
-from ..channels.base import DeliveryError, get_adapter
-from ..channels.telegram import ALLOWED_UPDATES, SECRET_RE
-from ..channels.telegram import update_mode
-from ..inbound.discord_gateway import run_gateway
-from ..inbound.slack_socket import SocketBridge
-from ..inbound.telegram_poll import Poller
-from .base import Mistake, command, group, settings as current_settings
+from ...channels.base import DeliveryError, get_adapter
+from ...cli.base import Mistake, group, settings as current_settings
+from . import update_mode
+from .adapter import ALLOWED_UPDATES, SECRET_RE
+from .listener import Poller
 
 
 def webhook_problem(platform: dict, url: str) -> str | None:
@@ -25,7 +22,6 @@ def webhook_problem(platform: dict, url: str) -> str | None:
     if not url.startswith("https://"):
         return f"{url!r} is not an https:// URL; Telegram only calls webhooks over HTTPS"
     return None
-
 
 
 @group("telegram")
@@ -88,31 +84,3 @@ def poll_command():
         raise Mistake("TELEGRAM_MODE resolves to webhook (TELEGRAM_WEBHOOK_SECRET is set); set TELEGRAM_MODE=poll "
                       "to poll instead")
     Poller(settings).run()
-
-
-@group("slack")
-def slack_cli():
-    """Slack: Socket Mode (no public URL) when SLACK_APP_TOKEN is set."""
-
-
-@slack_cli.command("socket")
-def slack_socket_command():
-    """Run the Socket Mode client (supervisord's `slack-socket` program, started when SLACK_APP_TOKEN
-    is set): events and button clicks arrive over a connection this program opens."""
-    settings = current_settings()
-    token = settings.platform.get("SLACK_APP_TOKEN")
-    if not token:
-        raise Mistake("SLACK_APP_TOKEN is not set; make an app-level token (xapp-…) with connections:write "
-                      "under Basic Information → App-Level Tokens, and enable Socket Mode")
-    if not token.startswith("xapp-"):
-        raise Mistake("SLACK_APP_TOKEN must be an app-level token (it starts with xapp-), not the bot token")
-    SocketBridge(settings).run()
-
-
-@command("discord-gateway")
-def discord_gateway_cmd():
-    """Run the Discord Gateway client (supervisord's optional `discord-gateway` program): ordinary
-    Discord messages arrive only over the Gateway; this feeds them into the same router."""
-    if not current_settings().platform.get("DISCORD_BOT_TOKEN"):
-        raise Mistake("DISCORD_BOT_TOKEN is not set; the Discord Gateway needs the bot token")
-    run_gateway(current_settings())

@@ -21,11 +21,11 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web import WebClient
 
-from ..channels import handoff
-from ..channels.slack import SOCKET_KEY_PURPOSE, SOCKET_PATH
-from ..config import install_secret
+from ...channels import handoff
+from .adapter import SOCKET_KEY_PURPOSE, SOCKET_PATH
+from ...config import install_secret
 
-log = logging.getLogger("nanoclaw.slack_socket")
+log = logging.getLogger(__name__)
 
 HANDED_KINDS = ("events_api", "interactive")
 
@@ -82,7 +82,7 @@ class SocketBridge:
 
     def run(self) -> None:
         self.client = SocketModeClient(app_token=self.app_token, web_client=WebClient(base_url=self.api_base),
-                                       logger=logging.getLogger("nanoclaw.slack_socket.sdk"),
+                                       logger=logging.getLogger(f"{__name__}.sdk"),
                                        auto_reconnect_enabled=True)
         self.client.socket_mode_request_listeners.append(self.on_request)
         delay = 1.0

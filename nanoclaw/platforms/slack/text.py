@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from .base import Card
+from ...channels.base import Card
 
 TEXT_LIMIT = 3900
 SECTION_LIMIT = 3000

@@ -30,15 +30,15 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from pydantic import ValidationError
 
-from . import discord_handoff as handoff
-from . import discord_schema as ds
-from .base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
-from .download import AttachmentError, check_size, fetch, host_allowed
-from .parts import PartialSends
-from .text import split_text
-from ..sessions.store import Target
+from . import handoff
+from . import schema as ds
+from ...channels.base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.download import AttachmentError, check_size, fetch, host_allowed
+from ...channels.parts import PartialSends
+from ...channels.text import split_text
+from ...sessions.store import Target
 
-log = logging.getLogger("nanoclaw.channels.discord")
+log = logging.getLogger(__name__)
 
 CHANNEL = "discord"
 TEXT_LIMIT = 2000

@@ -25,15 +25,15 @@ from pathlib import Path
 import requests
 from pydantic import ValidationError
 
-from . import whatsapp_schema as wa
-from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
+from . import schema as wa
+from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    first_error, register)
-from .download import AttachmentError, check_size, fetch, host_allowed
-from .parts import PartialSends
-from .text import split_text
-from ..sessions.store import Target
+from ...channels.download import AttachmentError, check_size, fetch, host_allowed
+from ...channels.parts import PartialSends
+from ...channels.text import split_text
+from ...sessions.store import Target
 
-log = logging.getLogger("nanoclaw.channels.whatsapp")
+log = logging.getLogger(__name__)
 
 CHANNEL = "whatsapp"
 TEXT_LIMIT = 4096

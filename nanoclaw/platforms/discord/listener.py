@@ -21,14 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from ..channels.events import InboundEvent
-from ..channels.discord_handoff import (PATH, RETRY_DELAYS_S, TIMEOUT_S, attempt_outcome, attempts, encode,
+from ...channels.events import InboundEvent
+from .handoff import (PATH, RETRY_DELAYS_S, TIMEOUT_S, attempt_outcome, attempts, encode,
                                         key_for, signed_headers)
-from ..channels.discord_messages import message_to_event, payload_from_message
-from ..db import bind, database
-from . import intake
+from .messages import message_to_event, payload_from_message
+from ...db import bind, database
+from ...inbound import intake
 
-log = logging.getLogger("nanoclaw.inbound.discord_gateway")
+log = logging.getLogger(__name__)
 
 
 class Handoff:

@@ -35,16 +35,18 @@ from urllib.parse import quote
 import requests
 from pydantic import ValidationError
 
-from . import handoff, telegram_schema as tg
-from .base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
+from ...channels import handoff
+from . import schema as tg
+from . import update_mode  # noqa: F401  (how updates arrive: the declaration's rule)
+from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
                    first_error, iso_utc, register)
-from .download import AttachmentError, AttachmentTooLarge, check_size, fetch
-from .parts import PartialSends
-from .text import split_text
-from ..config import install_secret
-from ..sessions.store import Target
+from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
+from ...channels.parts import PartialSends
+from ...channels.text import split_text
+from ...config import install_secret
+from ...sessions.store import Target
 
-log = logging.getLogger("nanoclaw.channels.telegram")
+log = logging.getLogger(__name__)
 
 TEXT_LIMIT = 4096            # UTF-16 code units, after entity parsing
 CAPTION_LIMIT = 1024
@@ -97,17 +99,6 @@ def clip(text: str, limit: int) -> str:
 
 def secret_matches(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(expected.encode(), given.encode())
-
-
-def update_mode(platform: dict) -> str | None:
-    """How updates arrive: 'webhook', 'poll' (getUpdates, no public URL needed), or None without a
-    bot token. TELEGRAM_MODE=auto picks webhook when a webhook secret is set."""
-    if not platform.get("TELEGRAM_BOT_TOKEN"):
-        return None
-    mode = platform.get("TELEGRAM_MODE", "auto")
-    if mode == "auto":
-        return "webhook" if platform.get("TELEGRAM_WEBHOOK_SECRET") else "poll"
-    return mode
 
 
 def reaction_emoji(emoji: str) -> str:
