@@ -9,7 +9,7 @@ with `--ignored accumulate` and a pattern that never engages, so every update is
 sandbox is woken: this measures the webhook path, not the agent.
 
 The acknowledgement waits for the dedup insert; routing and the inbound.db write run after it on
-the same process's intake thread (nanoclaw/intake.py), sharing its CPU. So the figures include
+the same process's intake thread (nanoclaw/inbound/intake.py), sharing its CPU. So the figures include
 when the last update of the burst was routed: "routed" is updates written per second counted
 until the intake was empty again, the rate a sustained stream could keep up.
 

@@ -1,4 +1,4 @@
-"""The central tables that routing needs (DESIGN.md section 4)."""
+"""The central tables that routing needs."""
 
 TABLES = [
     """CREATE TABLE agent_groups (

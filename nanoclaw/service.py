@@ -53,7 +53,7 @@ def start(app, manager=None, handle=None) -> Background | None:
     bg.start()
     app.extensions["nanoclaw.background"] = bg
     if manager is not None:
-        wake_of(app).connect(bg.wake_session, manager)
+        wake_of(app).connect(bg.start_session, manager)
     return bg
 
 

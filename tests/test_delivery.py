@@ -75,7 +75,7 @@ def status(path):
 
 
 def test_text_edit_reaction_file_delivered_once(session):
-    """(An agent's card is a system op with a record of its own: tests/test_agent_cards.py.)"""
+    """(An agent's card is a system op with a record of its own: tests/test_card_trust.py.)"""
     (session / "agent" / "outbox" / "report.txt").write_text("numbers")
     agent_writes(session, {"op": "text", "text": "hi"}, {"op": "edit", "target_seq": 1, "text": "hi!"},
                  {"op": "reaction", "target_seq": 1, "emoji": "👍"}, {"op": "file", "path": "outbox/report.txt"})

@@ -52,7 +52,7 @@ def _str(v) -> str | None:
     return None if v is None else str(v)
 
 
-# Slash commands the host let through (only from admins; see nanoclaw/commands.py): the SDK runs
+# Slash commands the host let through (only from admins; see nanoclaw/inbound/commands.py): the SDK runs
 # them itself when they are the whole prompt.
 COMMAND_DONE = {"/clear": "Conversation cleared: I start fresh from here.",
                 "/compact": "Conversation compacted: I keep a summary and drop the details."}

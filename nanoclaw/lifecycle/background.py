@@ -13,7 +13,7 @@ gunicorn worker or a `flask` command never runs the jobs twice.
 - sweep (every SWEEP_INTERVAL_S): liveness, stuck claims, retries, idle stops,
   wakes of due work (sweep.py), over the active sessions only (active.py);
 - drain (every DRAIN_INTERVAL_S): starts queued wakes when there is room;
-- scheduled tasks: exact-time jobs (task_timer.py).
+- scheduled tasks: exact-time jobs (tasks/timer.py).
 
 SIGTERM (gunicorn's worker_exit → shutdown()): stop taking work, let the
 delivery in flight finish, stop the scheduler (running jobs finish), stop the
@@ -112,8 +112,12 @@ class Background:
 
     def wake_session(self, session) -> None:
         """A router wake: watch the session and start its sandbox off the caller's thread."""
-        self.watch(store.session_path(self.settings.sessions_dir, session.agent_group.folder, session.id))
-        self.wake(session.agent_group.folder, session.id)
+        self.start_session(session.agent_group.folder, session.id)
+
+    def start_session(self, folder: str, session_id: str) -> None:
+        """What a connected Wake does (sessions/wake.py): watch the session, start its sandbox."""
+        self.watch(store.session_path(self.settings.sessions_dir, folder, session_id))
+        self.wake(folder, session_id)
 
     def recover_intake(self, older_than_s: float = intake.RECOVER_AFTER_S) -> None:
         """Route webhook events a stopped process accepted and never routed."""
@@ -246,7 +250,7 @@ class Background:
 
     def attach(self, wake, manager) -> None:
         self.manager = manager
-        wake.connect(self.wake_session, manager)
+        wake.connect(self.start_session, manager)
         log.info("a sandbox runtime works now (%s): answering what waited for it", manager.runtime.name)
         self.sweep(full=True, skip_woken=False)  # sessions "woken" while nothing could start them too
 

@@ -8,5 +8,5 @@
     waiting.py        the items for the operator page's "Waiting on you"
 
 Importing help_requests, proposals and waiting registers their system ops, card actions, router gates
-and page providers (nanoclaw/capabilities.py does).
+and page providers (nanoclaw/service.py does).
 """

@@ -1,4 +1,4 @@
-"""The sandbox's door: one unix socket per agent group (DESIGN.md section 6).
+"""The sandbox's door: one unix socket per agent group (docs/decisions/2026-11-22-proxy.md).
 
     ProxyServer(settings, list_folders).start()   in-process (tests, `chat`)
     serve_forever(settings, list_folders)          the supervisord `proxy` program

@@ -1,7 +1,7 @@
 """POST /webhooks/<channel>[/<kind>]: verify on the raw body, parse, accept (dedup + keep), ack.
 
 The acknowledgement waits for one insert: routing runs after it on the process's intake thread
-(nanoclaw/intake.py), and a wake starts a sandbox on yet another thread. Button clicks are
+(nanoclaw/inbound/intake.py), and a wake starts a sandbox on yet another thread. Button clicks are
 handled in the request: the platform shows their answer. CSRF does not apply here; the
 platform's signature is the authentication.
 

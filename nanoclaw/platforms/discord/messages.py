@@ -3,7 +3,7 @@
 `message_to_event` is the decision: a MESSAGE_CREATE payload (shape of Discord's docs, the `d`
 of the dispatch or the whole dispatch) → an InboundEvent, or None for messages nobody should see
 (joins, pins, empty). `payload_from_message` turns a discord.py Message back into that payload.
-The `discord-gateway` program (nanoclaw/inbound/discord_gateway.py) uses both. Attachments are
+The `discord-gateway` program (nanoclaw/platforms/discord/listener.py) uses both. Attachments are
 passed on as metadata (filename, type, size, CDN url); the router has
 DiscordAdapter.fetch_attachment download them into the session's inbox/.
 """
