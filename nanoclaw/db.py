@@ -6,7 +6,7 @@ the same code through the same models. Nothing here may be SQLite-only SQL.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -75,3 +75,9 @@ def hot_write():
         return
     with _hot_writes:
         yield
+
+
+def connected():
+    """A connection for the block: the delivery thread and the workers have none of their own, a
+    request thread has one open already (then nothing is opened or closed here)."""
+    return database.connection_context() if database.is_closed() else nullcontext()

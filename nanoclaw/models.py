@@ -177,47 +177,49 @@ def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
     AuditLog.create(actor=actor, action=action, target=target, detail=detail or None)
 
 
-class PendingSenderApproval(Base):
+class CardRecord(Base):
+    """What every table behind a host card keeps: its unguessable token (in action ids and page
+    keys), the card's platform message id, when it was made. Not a table of its own."""
+    token = pw.CharField(max_length=32, unique=True, default=new_token)
+    card_message_id = pw.CharField(null=True)
+    created_at = pw.DateTimeField(default=utcnow)
+
+
+class ApproverCard(CardRecord):
+    """A card someone must decide: who (the approver) and where the card went (its chat)."""
+    approver_user_id = pw.CharField(null=True)
+    card_channel = pw.CharField(null=True)
+    card_chat_id = pw.CharField(null=True)
+
+
+class PendingSenderApproval(ApproverCard):
     """An unknown sender waiting for the approver's nsa- card (one per chat and sender)."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     messaging_group = pw.ForeignKeyField(MessagingGroup, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     sender_id = pw.CharField()
     sender_name = pw.CharField(null=True)
     original_message = JSONField()  # the InboundEvent, replayed on allow
-    approver_user_id = pw.CharField()
-    card_channel = pw.CharField(null=True)
-    card_chat_id = pw.CharField(null=True)
-    card_message_id = pw.CharField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "pending_sender_approvals"
         indexes = ((("messaging_group", "sender_id"), True),)
 
 
-class PendingChannelApproval(Base):
+class PendingChannelApproval(ApproverCard):
     """An unwired chat waiting for the approver's nca- card (one per chat). state: card | naming."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     messaging_group = pw.ForeignKeyField(MessagingGroup, unique=True, on_delete="CASCADE")
     sender_id = pw.CharField(null=True)
     sender_name = pw.CharField(null=True)
     original_message = JSONField()
-    approver_user_id = pw.CharField()
     state = pw.CharField(default="card")
-    card_channel = pw.CharField(null=True)
-    card_chat_id = pw.CharField(null=True)
-    card_message_id = pw.CharField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
     updated_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "pending_channel_approvals"
 
 
-class PendingQuestion(Base):
+class PendingQuestion(CardRecord):
     """An agent's ask_user_question card (ncq-), answered at most once, until expires_at."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     question_id = pw.CharField()
     title = pw.CharField(default="")
@@ -226,12 +228,10 @@ class PendingQuestion(Base):
     channel_type = pw.CharField()
     platform_id = pw.CharField()
     thread_id = pw.CharField(null=True)
-    card_message_id = pw.CharField(null=True)
     expires_at = pw.DateTimeField()
     answered_at = pw.DateTimeField(null=True)
     answered_by = pw.CharField(null=True)
     answer_index = pw.IntegerField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
     expired_at = pw.DateTimeField(null=True)  # migration 0007: the card was marked expired
     asked_user_id = pw.CharField(null=True)   # migration 0008: who the agent asked (they or an admin answer)
 
@@ -329,31 +329,24 @@ ALL_MODELS += [ScheduledTask]
 
 # --- help requests and proposals from agents (migration 0005_operator) ------------------------
 
-class HelpRequest(Base):
+class HelpRequest(ApproverCard):
     """An agent's ask_operator: open until the owner replies (card reply or the page)."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     ref = pw.CharField()
     text = pw.TextField()
     state = pw.CharField(default="open")  # open | answered
-    approver_user_id = pw.CharField(null=True)
-    card_channel = pw.CharField(null=True)
-    card_chat_id = pw.CharField(null=True)
-    card_message_id = pw.CharField(null=True)
     answer = pw.TextField(null=True)
     answered_by = pw.CharField(null=True)
     answered_at = pw.DateTimeField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "help_requests"
         indexes = ((("session", "ref"), True),)
 
 
-class PendingProposal(Base):
+class PendingProposal(ApproverCard):
     """A change an agent proposed (egress, credential route, packages, MCP server, new agent)."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)  # in action ids and page keys
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     ref = pw.CharField()
@@ -361,14 +354,9 @@ class PendingProposal(Base):
     payload = JSONField()
     reason = pw.TextField(default="")
     state = pw.CharField(default="pending")  # pending | approved | rejected | failed
-    approver_user_id = pw.CharField(null=True)
-    card_channel = pw.CharField(null=True)
-    card_chat_id = pw.CharField(null=True)
-    card_message_id = pw.CharField(null=True)
     decided_by = pw.CharField(null=True)
     decided_at = pw.DateTimeField(null=True)
     note = pw.TextField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "pending_proposals"
@@ -380,10 +368,9 @@ ALL_MODELS += [HelpRequest, PendingProposal]
 
 # --- the trust boundary (migration 0008_trust) ----------------------------------------------------
 
-class AgentCard(Base):
+class AgentCard(CardRecord):
     """A card an agent sent with buttons. The buttons carry `nac-<token>:<n>`; what the agent gave
     each button (label, value) stays here, so nothing the agent writes ever becomes an action id."""
-    token = pw.CharField(max_length=32, unique=True, default=new_token)
     session = pw.ForeignKeyField(Session, on_delete="CASCADE")
     agent_group = pw.ForeignKeyField(AgentGroup, on_delete="CASCADE")
     message_out_id = pw.CharField()
@@ -392,8 +379,6 @@ class AgentCard(Base):
     thread_id = pw.CharField(null=True)
     title = pw.TextField()
     buttons = JSONField()                     # [[label, value], ...]
-    card_message_id = pw.CharField(null=True)
-    created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "agent_cards"

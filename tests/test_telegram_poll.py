@@ -13,7 +13,8 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
-from nanoclaw.platforms.telegram.adapter import POLL_PATH, update_mode
+from nanoclaw.platforms.telegram import update_mode
+from nanoclaw.platforms.telegram.adapter import POLL_PATH
 from nanoclaw.platforms.telegram import listener as tp
 from nanoclaw import service
 from nanoclaw.models import AcceptedEvent

@@ -17,7 +17,7 @@ from pathlib import Path
 import peewee
 
 from ..channels.base import Card, DeliveryError, get_adapter
-from ..db import database
+from ..db import connected, database
 from ..inbound import decide, lookups, router
 from ..models import AgentCard, MessagingGroup, Session, User
 from ..outbound.delivery import register_op
@@ -54,18 +54,6 @@ def click_text(title: str, label: str, value: str) -> str:
     return f"[button] {label}{shown}{card}"
 
 
-def _connected():
-    return database.connection_context() if database.is_closed() else _Open()
-
-
-class _Open:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_exc):
-        return False
-
-
 def deliver_agent_card(session_path: Path, row, settings) -> str | None:
     """System op "card": show the agent's card where it may go; buttons get the host's own ids."""
     op = row.op
@@ -76,7 +64,7 @@ def deliver_agent_card(session_path: Path, row, settings) -> str | None:
     adapter = get_adapter(row.target.channel_type, settings)
     if not buttons:
         return adapter.send_card(row.target, Card(title, body))
-    with _connected():
+    with connected():
         session = Session.get_or_none(Session.id == session_path.name)
         if session is None:
             raise DeliveryError(f"no session {session_path.name} for this card", permanent=True)

@@ -15,8 +15,9 @@ from ..inbound import lookups, router
 from ..models import AgentGroup, MessagingGroup, PendingChannelApproval, audit, utcnow
 from ..security import slugify
 from ..sessions.store import Target
-from .actions import NOT_HERE, NotAllowed, on_card, register_action
-from .common import (CANCEL_WORDS, EXPIRED_ANSWER, add_member, agent_value, connect, create_agent, display, dms_of,
+from .actions import NotAllowed, register_action
+from .common import (CANCEL_WORDS, EXPIRED_ANSWER, add_member, agent_value, clicked_row, connect, create_agent,
+                     display, dms_of,
                      earlier_decision, edit_card, excerpt, expire, expired, free_folder, may_decide, person,
                      pick_approver, say, send_card, where)
 from .pending import FormAnswer, FormField, ItemForm, PendingItem, register_form, register_pending, register_reply
@@ -97,13 +98,9 @@ def _agent_for(value: str) -> AgentGroup | None:
 
 @register_action("nca")
 def decide_channel(action, ident: str, value: str, settings, wake) -> str:
-    row = PendingChannelApproval.get_or_none(PendingChannelApproval.token == ident)
+    row, answer = clicked_row(PendingChannelApproval, "nca", CHANNEL_VERBS, ident, action, settings)
     if row is None:
-        return earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
-    if expired(row, settings):
-        return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nca-{ident}", CHANNEL_VERBS)
-    if not on_card(action, row.card_channel, row.card_chat_id):
-        raise NotAllowed(NOT_HERE)
+        return answer
     if not may_decide(action.user_id, row.approver_user_id, None):
         raise NotAllowed(f"Only {display(row.approver_user_id)} or an admin can decide this.")
     if row.state == "naming":

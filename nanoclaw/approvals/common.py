@@ -30,6 +30,7 @@ from ..models import (AgentGroup, AgentGroupMember, AuditLog, MessagingGroup, Pe
                       PendingSenderApproval, User, UserDm, UserRole, Wiring, audit, utcnow)
 from ..security import folder_problem, slugify, write_text_nofollow
 from ..sessions.store import Target
+from .actions import NOT_HERE, NotAllowed, on_card
 
 log = logging.getLogger("nanoclaw.approvals")
 
@@ -288,3 +289,16 @@ def expire_approvals(settings, _manager=None, now: datetime | None = None) -> in
         ((PendingChannelApproval.state == "card") & (PendingChannelApproval.created_at <= cutoff))
         | ((PendingChannelApproval.state == "naming") & (PendingChannelApproval.updated_at <= cutoff))))
     return sum(1 for row in rows if expired(row, settings, now) and expire(row, settings))
+
+
+def clicked_row(model, prefix: str, verbs, ident: str, action, settings):
+    """(row, None) for the approval card being clicked, or (None, what to answer instead): decided
+    before, or expired now. NotAllowed when the click was made outside the card's own chat."""
+    row = model.get_or_none(model.token == ident)
+    if row is None:
+        return None, earlier_decision(f"{prefix}-{ident}", verbs)
+    if expired(row, settings):
+        return None, EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"{prefix}-{ident}", verbs)
+    if not on_card(action, row.card_channel, row.card_chat_id):
+        raise NotAllowed(NOT_HERE)
+    return row, None

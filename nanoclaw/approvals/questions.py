@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import peewee
 
 from ..channels.base import Card, DeliveryError, get_adapter
-from ..db import database
+from ..db import connected, database
 from ..inbound import router
 from ..lifecycle.housekeeping import register_job
 from ..models import PendingQuestion, Session, User, audit, utcnow
@@ -60,19 +60,6 @@ def outcome_text(pq: PendingQuestion, line: str) -> str:
     return f"{head}\n\n{line}"
 
 
-def _connected():
-    """The delivery thread has no connection of its own; a request thread has one open."""
-    return database.connection_context() if database.is_closed() else _Nothing()
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_exc):
-        return False
-
-
 def deliver_question(session_path: Path, row, settings) -> str | None:
     """System op "question": record the pending question and show its card (once)."""
     op = row.op
@@ -81,7 +68,7 @@ def deliver_question(session_path: Path, row, settings) -> str | None:
         raise DeliveryError("malformed question (needs question_id, question and options)", permanent=True)
     if row.target not in store.allowed_targets(session_path):
         raise DeliveryError(f"target {row.target} is not this session's chat or destination", permanent=True)
-    with _connected():
+    with connected():
         try:
             with database.atomic():
                 pq, _ = PendingQuestion.get_or_create(

@@ -10,8 +10,8 @@ from ..db import database
 from ..channels.events import event_to_json
 from ..inbound import router
 from ..models import AgentGroup, MessagingGroup, PendingSenderApproval, Wiring, audit
-from .actions import NOT_HERE, NotAllowed, on_card, register_action
-from .common import (EXPIRED_ANSWER, add_member, display, earlier_decision, edit_card, excerpt, expire, expired,
+from .actions import NotAllowed, register_action
+from .common import (add_member, clicked_row, display, earlier_decision, edit_card, excerpt, expire, expired,
                      may_decide, person, pick_approver, send_card, where)
 from .pending import PendingItem, register_pending
 from ..channels.base import Card
@@ -72,13 +72,9 @@ def ask_about_sender(event, mg: MessagingGroup, wiring: Wiring, settings) -> Non
 
 @register_action("nsa")
 def decide_sender(action, ident: str, value: str, settings, wake) -> str:
-    row = PendingSenderApproval.get_or_none(PendingSenderApproval.token == ident)
+    row, answer = clicked_row(PendingSenderApproval, "nsa", SENDER_VERBS, ident, action, settings)
     if row is None:
-        return earlier_decision(f"nsa-{ident}", SENDER_VERBS)
-    if expired(row, settings):
-        return EXPIRED_ANSWER if expire(row, settings) else earlier_decision(f"nsa-{ident}", SENDER_VERBS)
-    if not on_card(action, row.card_channel, row.card_chat_id):
-        raise NotAllowed(NOT_HERE)
+        return answer
     if value not in ("allow", "deny"):
         return "Unknown choice."
     if not may_decide(action.user_id, row.approver_user_id, row.agent_group_id):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import platforms
+from .events import Action, InboundEvent
 from ..sessions.store import Target
-from .events import Action, InboundEvent, ReplyTo, iso_utc  # noqa: F401  (the adapters' shapes)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from .. import metrics
 from ..db import database
 from ..inbound import intake
 from ..outbound.watcher import DeliveryLoop
+from ..runtime.base import RuntimeUnavailable
 from ..sessions import store
 from ..sessions.store import SessionRef
 from ..sessions.wake import NO_WAKE

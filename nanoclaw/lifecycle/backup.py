@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..db import database
-from ..migrate import current_version, discover
+from ..migrate import current_version
 from ..models import AgentGroup, ScheduledTask, Session, User
 from ..security import walk_tree
 

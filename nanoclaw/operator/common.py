@@ -3,22 +3,16 @@ came from, where the owner's card goes, and telling the agent something."""
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from pathlib import Path
 
 from ..approvals.common import choose_approver, display, edit_card, owner_tier, pick_approver, send_card
-from ..db import database
+from ..db import connected
 from ..inbound import router
 from ..models import Session
 from ..sessions import store
 from ..sessions.store import Target, routing_of
 
 log = logging.getLogger("nanoclaw.operator")
-
-
-def connected():
-    """The delivery thread has no connection of its own; a request thread has one open."""
-    return database.connection_context() if database.is_closed() else nullcontext()
 
 
 def session_for(session_path: Path) -> Session | None:

@@ -24,7 +24,7 @@ from .. import metrics
 from . import current_wake
 from ..approvals import actions
 from ..channels.base import DeliveryError, MalformedPayload, WebhookRefused, get_adapter
-from ..inbound import dedup, intake, router
+from ..inbound import dedup, intake
 
 bp = Blueprint("webhooks", __name__)
 PREFIX = "/webhooks/"

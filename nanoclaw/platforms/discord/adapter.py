@@ -32,7 +32,8 @@ from pydantic import ValidationError
 
 from . import handoff
 from . import schema as ds
-from ...channels.base import Action, Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.events import Action
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
 from ...channels.text import split_text

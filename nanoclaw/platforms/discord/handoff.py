@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 from ...config import install_secret
-from ...channels.base import InboundEvent, MalformedPayload
+from ...channels.base import MalformedPayload
+from ...channels.events import InboundEvent
 from .messages import message_to_event
 from ...channels.handoff import (MAX_SKEW_S, SIGNATURE_HEADER, TIMESTAMP_HEADER, attempt_outcome, attempts, purpose_key, sign,
                       signed_headers, verify)

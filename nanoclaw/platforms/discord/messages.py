@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from pydantic import ValidationError
 
 from . import schema as ds
-from ...channels.base import InboundEvent, MalformedPayload, ReplyTo, first_error
+from ...channels.base import MalformedPayload, first_error
+from ...channels.events import InboundEvent, ReplyTo
 
 CHANNEL = "discord"
 ROUTED_TYPES = {0, 19}                 # DEFAULT and REPLY; joins, pins, boosts… are not conversation

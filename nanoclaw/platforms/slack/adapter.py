@@ -51,8 +51,8 @@ from slack_sdk.signature import SignatureVerifier
 from ...channels import handoff
 from . import schema as sl
 from .text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
-from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, WebhookRefused, first_error,
-                   iso_utc, register)
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.events import Action, InboundEvent, iso_utc
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
 from ...channels.text import split_text

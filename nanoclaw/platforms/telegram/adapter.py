@@ -37,9 +37,8 @@ from pydantic import ValidationError
 
 from ...channels import handoff
 from . import schema as tg
-from . import update_mode  # noqa: F401  (how updates arrive: the declaration's rule)
-from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
-                   first_error, iso_utc, register)
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from ...channels.parts import PartialSends
 from ...channels.text import split_text

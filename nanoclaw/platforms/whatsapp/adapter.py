@@ -26,8 +26,8 @@ import requests
 from pydantic import ValidationError
 
 from . import schema as wa
-from ...channels.base import (Action, Card, DeliveryError, InboundEvent, MalformedPayload, Parsed, ReplyTo, WebhookRefused,
-                   first_error, register)
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.events import Action, InboundEvent, ReplyTo
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
