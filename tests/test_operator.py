@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nanoclaw import platforms
 from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.app import create_app
 from nanoclaw.db import database
@@ -61,7 +62,9 @@ def session_path(app, chat=111, sender=OWNER, **kw):
 
 
 def agent_ctx(path) -> ToolContext:
-    config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(path), "NANOCLAW_GROUP_DIR": str(path)})
+    config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(path), "NANOCLAW_GROUP_DIR": str(path),
+                                    # as the host sets it for every sandbox (sandboxes/manager.build_spec)
+                                    "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(platforms.secret_prefixes())})
     return ToolContext(store=SessionStore.of_session(path), config=config)
 
 
