@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # The stamp names the hash of the requirements, so an edited file makes the venv stale.
-REQ_HASH := $(shell cat requirements.txt | sha1sum | cut -c1-12)
-DEV_HASH := $(shell cat requirements.txt requirements-dev.txt | sha1sum | cut -c1-12)
+REQ_HASH := $(shell cat requirements.txt pyproject.toml | sha1sum | cut -c1-12)
+DEV_HASH := $(shell cat requirements.txt pyproject.toml requirements-dev.txt | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(DEV_HASH)
 
@@ -14,6 +14,7 @@ DEV_STAMP := $(VENV)/.installed-dev-$(DEV_HASH)
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.txt
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
 $(DEV_STAMP): $(STAMP)

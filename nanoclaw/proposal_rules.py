@@ -5,7 +5,7 @@ session_schema does. The host adds what only it knows: every chat platform's sec
 registry), which no agent may be granted or ask an MCP server for.
 """
 from agent_runner import proposal_rules as _rules
-from agent_runner.proposal_rules import (  # container/ is on sys.path: see nanoclaw/__init__.py
+from agent_runner.proposal_rules import (  # the runner is a package of this project (pyproject.toml)
     MAX_PACKAGES, HostEntry, RuleError, check_agent, check_host_entry, check_hostname, check_packages,
     check_path_prefix, check_port, check_route_match, check_text, check_upstream, split_host_port)
 

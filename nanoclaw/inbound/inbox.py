@@ -28,7 +28,7 @@ from ..channels.download import AttachmentError, AttachmentTooLarge
 from ..sessions import session_schema as schema
 from ..sessions.store import inbox_dir
 from ..security import UnsafePath, contained
-from agent_runner.attachments import human_size  # container/ is on sys.path: see nanoclaw/__init__.py
+from agent_runner.attachments import human_size  # the runner is a package of this project (pyproject.toml)
 
 log = logging.getLogger("nanoclaw.inbox")
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from agent_runner import nudge  # container/ is on sys.path: see nanoclaw/__init__.py
+from agent_runner import nudge  # the runner is a package of this project (pyproject.toml)
 
 from ..sessions import session_schema as schema
 from ..sessions import store
