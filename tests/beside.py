@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from side_run import SideRun
 
-FILES = ("tests/test_faults_e2e.py", "tests/test_lifecycle_e2e.py", "tests/test_slack_socket_e2e.py",
-         "tests/test_telegram_poll_e2e.py")
+FILES = ("tests/lifecycle/test_faults_e2e.py", "tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
+         "tests/platforms/test_telegram_poll_e2e.py")
 CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the second process: it runs what it was given
 _run = SideRun("beside")
 

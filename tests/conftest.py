@@ -130,7 +130,7 @@ def malformed_total(channel: str) -> float:
 def pytest_collection_modifyitems(session, config, items):
     """The long-turn test (over ten minutes) runs in its own process beside the rest: start it now,
     and move the test that waits for it to the end of the run."""
-    waiting = [item for item in items if item.nodeid.startswith("tests/test_long_turn.py")]
+    waiting = [item for item in items if item.nodeid.startswith("tests/lifecycle/test_long_turn.py")]
     if not waiting:
         return
     for item in waiting:
@@ -152,7 +152,7 @@ def pytest_collection_finish(session):
     moved = [item for item in items if item.nodeid.split("::")[0] in beside.FILES]
     waiter = [item for item in items if item.nodeid.startswith("tests/test_beside.py")]
     rest = [item for item in items if item not in moved and item not in waiter
-            and not item.nodeid.startswith("tests/test_long_turn.py")]
+            and not item.nodeid.startswith("tests/lifecycle/test_long_turn.py")]
     if not moved or not rest or not waiter:  # they run here, in order, as usual
         if not moved and rest:
             for item in waiter:
@@ -164,7 +164,7 @@ def pytest_collection_finish(session):
     if postgres_server_url():  # started once here, not raced by two processes
         env["NANOCLAW_TEST_PG_URL"] = postgres_server_url()
     beside.start([item.nodeid for item in moved], env)
-    long_turn_at = next((i for i, item in enumerate(items) if item.nodeid.startswith("tests/test_long_turn.py")),
+    long_turn_at = next((i for i, item in enumerate(items) if item.nodeid.startswith("tests/lifecycle/test_long_turn.py")),
                         len(items))
     items[long_turn_at:long_turn_at] = waiter  # before the long turn's wait, which is the longest
 

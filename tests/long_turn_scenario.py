@@ -1,4 +1,4 @@
-"""The scenario behind tests/test_long_turn.py (not collected on its own: run by that test in a
+"""The scenario behind tests/lifecycle/test_long_turn.py (not collected on its own: run by that test in a
 process of its own, beside the rest of the suite, because it takes over ten minutes).
 
 A Telegram DM asks for long work; the scripted model works through four Bash calls of 160 s each
@@ -10,7 +10,7 @@ import os
 import time
 
 from fakes.model_api import Reply
-from tests.test_intake import ANNA, SETUP
+from tests.inbound.test_intake import ANNA, SETUP
 from tests.tg_flow import message, sandbox_service, texts
 
 STEPS, STEP_S = 4, int(os.environ.get("NANOCLAW_LONG_TURN_STEP_S", "160"))  # a smaller step: a quick check

@@ -136,7 +136,7 @@ def test_a_full_disk_on_the_first_start_never_leaves_an_empty_key(tmp_path):
     """The disk fills between making the key file and writing it: the next start must not take an
     empty key (everything signed with it would be forgeable); once there is room, a full key."""
     from nanoclaw.config import local_secret_key
-    from tests.test_full_disk import fill, small_disk
+    from tests.inbound.test_full_disk import fill, small_disk
     with small_disk(tmp_path / "disk", "1m") as disk:
         filler = fill(disk)
         with pytest.raises(OSError):

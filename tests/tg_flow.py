@@ -185,7 +185,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
                                      ANTHROPIC_UPSTREAM_URL=model.url, ANTHROPIC_API_KEY="sk-ant-flow-e2e",
                                      NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}")
             if runtime == "docker":
-                from test_chat_e2e import runtime_available
+                from tests.web.test_chat_e2e import runtime_available
                 require(*runtime_available("docker", settings))
             app, door = app_with_door(settings)
             sandbox_runtime = select_runtime(settings, lambda _line: None)
