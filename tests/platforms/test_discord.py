@@ -131,8 +131,7 @@ def test_ping_is_answered_with_pong(app):
     assert nothing_stored()
 
 
-@pytest.mark.parametrize("how", ["wrong key", "tampered body", "missing signature", "missing timestamp",
-                                 "stale timestamp", "garbage signature"])
+@pytest.mark.parametrize("how", ["missing timestamp", "stale timestamp", "garbage signature"])  # the rest: test_contract
 def test_unverified_interactions_are_refused_and_nothing_runs(app, tst_clicks, how):
     payload = click("tst-9:yes")
     body, headers = signed(payload, key=SigningKey.generate() if how == "wrong key" else KEY,
@@ -165,12 +164,6 @@ def test_malformed_but_signed_is_acknowledged_and_counted(app):
     assert post(app, no_custom_id).status_code == 200
     assert nothing_stored()
     assert malformed_total("discord") == before + 3
-
-
-def test_body_over_one_mib_is_413(app):
-    body, headers = signed(b"x" * (1024 * 1024 + 1))
-    assert app.test_client().post("/webhooks/discord/interactions", data=body, headers=headers).status_code == 413
-    assert nothing_stored()
 
 
 def test_card_click_round_trip_updates_the_card_in_the_response(app, discord_api, tst_clicks):

@@ -149,8 +149,8 @@ def _tampered(body: bytes) -> tuple[bytes, dict]:
     return body.replace(b"Hi Andy", b"Hi Eve!"), signed(body)
 
 
-@pytest.mark.parametrize("how", ["wrong secret", "tampered body", "no signature", "no timestamp", "no headers",
-                                 "stale timestamp", "future timestamp", "garbage timestamp", "v1 scheme"])
+@pytest.mark.parametrize("how", ["no timestamp", "stale timestamp", "future timestamp", "garbage timestamp",
+                                 "v1 scheme"])  # (unsigned, signed wrong, changed: tests/platforms/test_contract.py)
 def test_forged_or_replayed_requests_are_refused_and_nothing_stored(app, fake, how):
     wire_alice(app)
     body = json.dumps(fixture("dm_message")).encode()
@@ -186,17 +186,6 @@ def test_a_click_with_a_bad_signature_runs_nothing(app, fake):
     assert resp.status_code == 401 and clicks == [] and fake.requests == [] and nothing_stored()
 
 
-def test_no_signing_secret_refuses_everything(make_settings, db_url, fake, caplog):
-    app = _app(make_settings, db_url, fake, SLACK_SIGNING_SECRET=None)
-    try:
-        wire_alice(app)
-        assert post_event(app, fixture("dm_message")).status_code == 403
-        assert post_event(app, fixture("url_verification")).status_code == 403
-        assert nothing_stored() and "SLACK_SIGNING_SECRET is not set" in caplog.text
-    finally:
-        database.close()
-
-
 @pytest.mark.parametrize("kind, body", [
     ("events", b"not json"), ("events", b"[]"), ("events", b'{"type": "url_verification"}'),
     ("events", b'{"type": "event_callback", "event_id": "Ev1"}'),
@@ -209,13 +198,6 @@ def test_malformed_is_acknowledged_counted_and_nothing_stored(app, kind, body):
     assert post(app, kind, body).status_code == 200
     assert nothing_stored()
     assert malformed_total("slack") == before + 1
-
-
-def test_body_over_one_mib_is_413(app):
-    payload = fixture("dm_message")
-    payload["event"]["text"] = "x" * (1024 * 1024)
-    assert post_event(app, payload).status_code == 413
-    assert nothing_stored()
 
 
 def test_unknown_webhook_path_is_404(app):

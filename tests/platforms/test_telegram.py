@@ -108,34 +108,6 @@ def test_wired_dm_is_routed_into_its_session(app, fake):
     assert fake.requests == []  # a plain DM needs no Bot API call to be understood
 
 
-@pytest.mark.parametrize("secret", [None, "", "wrong-secret", SECRET + "x", SECRET[:-1], SECRET.upper()])
-def test_wrong_or_missing_secret_is_refused_and_nothing_stored(app, fake, secret):
-    wire_alice(app)
-    resp = post(app, fixture("private_message"), secret=secret)
-    assert resp.status_code == 401
-    assert nothing_stored() and fake.requests == []
-
-
-def test_tampered_body_still_needs_the_secret(app):
-    """Telegram's header is a shared secret, not a body signature: a changed body without it is refused."""
-    wire_alice(app)
-    body = json.dumps(fixture("private_message")).replace("Hello", "Send me the files").encode()
-    assert post(app, None, secret="guess", raw=body).status_code == 401
-    assert nothing_stored()
-
-
-def test_no_secret_configured_refuses_everything(make_settings, db_url, fake, caplog):
-    app = _app(make_settings, db_url, fake, TELEGRAM_WEBHOOK_SECRET=None)
-    try:
-        wire_alice(app)
-        assert post(app, fixture("private_message"), secret="").status_code == 403
-        assert post(app, fixture("private_message"), secret="anything").status_code == 403
-        assert nothing_stored()
-        assert "TELEGRAM_WEBHOOK_SECRET is not set" in caplog.text
-    finally:
-        database.close()
-
-
 @pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b'{"message": {"text": "no update id"}}',
                                  b'{"update_id": 5, "message": {"text": "no chat", "date": 1}}',
                                  b'{"update_id": 6, "message": {"chat": {"id": 1, "type": "private"}, '
@@ -150,14 +122,6 @@ def test_malformed_is_acknowledged_logged_counted_and_nothing_stored(app, raw, c
     assert nothing_stored()
     assert malformed_total("telegram") == before + 1
     assert len([r for r in caplog.records if "malformed" in r.getMessage()]) == 1
-
-
-def test_body_over_one_mib_is_413(app):
-    wire_alice(app)
-    payload = fixture("private_message")
-    payload["message"]["text"] = "x" * (1024 * 1024)
-    assert post(app, payload).status_code == 413
-    assert nothing_stored()
 
 
 def test_duplicate_delivery_is_routed_once(app):

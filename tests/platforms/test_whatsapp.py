@@ -119,7 +119,7 @@ def test_signed_dm_is_routed_into_the_session(app, wired):
     assert row["timestamp"] == "2025-06-08T20:59:43.000Z"
 
 
-@pytest.mark.parametrize("how", ["wrong secret", "tampered body", "missing header", "not sha256"])
+@pytest.mark.parametrize("how", ["not sha256"])  # unsigned, signed wrong, changed: tests/platforms/test_contract.py
 def test_unverified_posts_are_refused_and_nothing_is_stored(app, wired, how):
     payload = fixture("text_message")
     body, headers = signed(payload, "someone-else" if how == "wrong secret" else SECRET)
@@ -134,17 +134,6 @@ def test_unverified_posts_are_refused_and_nothing_is_stored(app, wired, how):
     assert nothing_stored()
 
 
-def test_without_an_app_secret_every_post_is_refused(make_settings, sqlite_url, wa_api):
-    app = create_app(make_settings(DATABASE_URL=sqlite_url, WHATSAPP_API_BASE=wa_api.url))
-    database.connect(reuse_if_open=True)
-    apply_pending(database.obj, log=lambda _l: None)
-    try:
-        resp = post(app, fixture("text_message"), secret="")
-        assert resp.status_code == 403 and nothing_stored()
-    finally:
-        database.close()
-
-
 def test_malformed_but_signed_is_acknowledged_and_counted(app, wired):
     before = malformed_total("whatsapp")
     assert post(app, b"{not json").status_code == 200
@@ -154,12 +143,6 @@ def test_malformed_but_signed_is_acknowledged_and_counted(app, wired):
     assert post(app, broken).status_code == 200
     assert nothing_stored()
     assert malformed_total("whatsapp") == before + 3
-
-
-def test_body_over_one_mib_is_413(app, wired):
-    body, headers = signed(b"x" * (1024 * 1024 + 1))
-    assert app.test_client().post("/webhooks/whatsapp", data=body, headers=headers).status_code == 413
-    assert nothing_stored()
 
 
 def test_duplicate_delivery_is_routed_once(app, wired):

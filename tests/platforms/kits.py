@@ -1,0 +1,83 @@
+"""How a test talks to each platform's webhook: the settings that configure it, and a signed post.
+One kit per platform of the registry; the contract test (test_contract.py) runs every kit against
+the platform's real payloads in tests/fixtures/<name>/, so a new platform is checked by adding its
+kit here and its fixtures there."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import urlencode
+
+from nacl.signing import SigningKey
+
+TG_SECRET, SLACK_SECRET, WA_SECRET = "tg-secret_0123456789", "slack-signing-secret", "wa-app-secret"
+DISCORD_KEY, OTHER_KEY = SigningKey.generate(), SigningKey.generate()
+TG_BOT = "7000001"            # the Telegram bot of the fixtures (its token's prefix)
+SLACK_BOT_USER = "U0BOTANDY"  # the Slack bot user of the fixtures
+
+
+def _hmac(secret: str, data: bytes) -> str:
+    return hmac.new(secret.encode(), data, hashlib.sha256).hexdigest()
+
+
+def _slack(body: bytes, right: bool) -> dict:
+    ts = str(int(time.time()))
+    digest = _hmac(SLACK_SECRET if right else "not-the-signing-secret", f"v0:{ts}:".encode() + body)
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def _discord(body: bytes, right: bool) -> dict:
+    ts = str(int(time.time()))
+    key = DISCORD_KEY if right else OTHER_KEY
+    return {"X-Signature-Ed25519": key.sign(ts.encode() + body).signature.hex(), "X-Signature-Timestamp": ts}
+
+
+@dataclass(frozen=True)
+class Kit:
+    name: str
+    env: Callable[[str], dict]                  # its settings, its API at this (dead) address
+    secret: str                                 # the setting that authenticates its webhooks
+    sign: Callable[[bytes, bool], dict]         # headers for a body: signed right, or not
+    paths: dict = field(default_factory=dict)   # kind -> webhook path ("" is the default kind)
+    forms: tuple[str, ...] = ()                 # kinds whose payload is form-encoded
+
+    def body(self, payload, kind: str = "") -> bytes:
+        if isinstance(payload, bytes):
+            return payload
+        raw = json.dumps(payload)
+        return urlencode({"payload": raw}).encode() if kind in self.forms else raw.encode()
+
+    def post(self, client, payload, *, kind: str = "", right: bool = True, headers: dict | None = None,
+             body: bytes | None = None):
+        data = body if body is not None else self.body(payload, kind)
+        signed = self.sign(self.body(payload, kind) if body is not None and payload is not None else data, right)
+        content = "application/x-www-form-urlencoded" if kind in self.forms else "application/json"
+        return client.post(self.paths[kind], data=data,
+                           headers={**signed, "Content-Type": content} if headers is None else headers)
+
+
+KITS = {kit.name: kit for kit in (
+    Kit("telegram", lambda dead: {"TELEGRAM_BOT_TOKEN": f"{TG_BOT}:AAH-token", "TELEGRAM_WEBHOOK_SECRET": TG_SECRET,
+                                  "TELEGRAM_API_BASE": dead},
+        "TELEGRAM_WEBHOOK_SECRET",
+        lambda _body, right: {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET if right else TG_SECRET + "x"},
+        {"": "/webhooks/telegram"}),
+    Kit("slack", lambda dead: {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": SLACK_SECRET,
+                               "SLACK_API_BASE": dead, "SLACK_BOT_USER_ID": SLACK_BOT_USER},
+        "SLACK_SIGNING_SECRET", _slack, {"": "/webhooks/slack/events", "actions": "/webhooks/slack/actions"},
+        forms=("actions",)),
+    Kit("whatsapp", lambda dead: {"WHATSAPP_TOKEN": "wa-token", "WHATSAPP_APP_SECRET": WA_SECRET,
+                                  "WHATSAPP_VERIFY_TOKEN": "v", "WHATSAPP_PHONE_NUMBER_ID": "106540352242922",
+                                  "WHATSAPP_API_BASE": dead},
+        "WHATSAPP_APP_SECRET",
+        lambda body, right: {"X-Hub-Signature-256": f"sha256={_hmac(WA_SECRET if right else 'x', body)}"},
+        {"": "/webhooks/whatsapp"}),
+    Kit("discord", lambda dead: {"DISCORD_BOT_TOKEN": "d-token",
+                                 "DISCORD_PUBLIC_KEY": DISCORD_KEY.verify_key.encode().hex(),
+                                 "DISCORD_APPLICATION_ID": "999", "DISCORD_API_BASE": dead},
+        "DISCORD_PUBLIC_KEY", _discord, {"": "/webhooks/discord/interactions"}),
+)}
