@@ -136,6 +136,8 @@ class Settings:
     silent_session_days: int = 180  # a chat's session folder (and transcript) goes after this much silence
     silent_sessions: str = "archive"  # archive | remove
     freeze_idle_s: int = 10  # a warm sandbox's CLI is stopped after this many quiet seconds (0: never)
+    progress_after_s: float = 10.0  # a turn running this long shows a status message in its chat
+    progress_edit_s: float = 3.0    # the status message is edited at most this often per chat
     public_url: str | None = None  # where the page is reached from outside; https → Secure cookies
     trusted_proxies: int = 0  # reverse proxies in front (Caddy, nginx): their X-Forwarded-For/-Proto is believed
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
@@ -229,6 +231,8 @@ class Settings:
             silent_sessions=_choice("NANOCLAW_SILENT_SESSIONS", get("NANOCLAW_SILENT_SESSIONS", "archive"),
                                     ("archive", "remove")),
             freeze_idle_s=_int("NANOCLAW_FREEZE_IDLE_S", get("NANOCLAW_FREEZE_IDLE_S", "10"), 0, 86400),
+            progress_after_s=_int("NANOCLAW_PROGRESS_AFTER_S", get("NANOCLAW_PROGRESS_AFTER_S", "10"), 0, 3600),
+            progress_edit_s=_int("NANOCLAW_PROGRESS_EDIT_S", get("NANOCLAW_PROGRESS_EDIT_S", "3"), 1, 600),
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),

@@ -75,6 +75,7 @@ class Wiring(Base):
     ignored_message_policy = pw.CharField(default="drop")
     session_mode = pw.CharField(default="shared")
     priority = pw.IntegerField(default=0)
+    progress = pw.BooleanField(default=True)  # migration 0012: a long turn's status message in the chat
     created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:

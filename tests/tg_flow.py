@@ -161,9 +161,10 @@ def app_with_door(settings):
     return app, door
 
 
-def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
+def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", **env):
     """A context manager yielding a Service on SQLite; needs bubblewrap, and Docker with the agent
-    image for runtime="docker" (a CI run fails without them)."""
+    image for runtime="docker" (a CI run fails without them). `env`: more settings (another
+    platform's, pointing at a fake the test runs)."""
     import contextlib
     import os
     import shutil
@@ -183,7 +184,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap"):
             settings = make_settings(DATABASE_URL=sqlite_url, TELEGRAM_BOT_TOKEN=TOKEN,
                                      TELEGRAM_WEBHOOK_SECRET=SECRET, TELEGRAM_API_BASE=tg.url,
                                      ANTHROPIC_UPSTREAM_URL=model.url, ANTHROPIC_API_KEY="sk-ant-flow-e2e",
-                                     NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}")
+                                     NANOCLAW_RUNTIME=runtime, NANOCLAW_INSTALL_ID=f"flow-{os.getpid()}", **env)
             if runtime == "docker":
                 from tests.web.test_chat_e2e import runtime_available
                 require(*runtime_available("docker", settings))

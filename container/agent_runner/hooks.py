@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .activity import describe
 from .store import SessionStore
 
 log = logging.getLogger("agent_runner.hooks")
@@ -60,7 +61,7 @@ def make_hooks(store: SessionStore, on_event: Callable[[], None] = lambda: None)
             log.warning("hook: denied blocked tool %s", name)
             return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                            "permissionDecisionReason": reason}}
-        store.set_tool(name, declared_timeout_ms(name, data.get("tool_input")))
+        store.set_tool(name, declared_timeout_ms(name, data.get("tool_input")), describe(name, data.get("tool_input")))
         log.info("tool start %s", name)
         return {}
 

@@ -66,6 +66,18 @@ CREATE TABLE IF NOT EXISTS routing (
     platform_id   TEXT NOT NULL,
     thread_id     TEXT
 );
+CREATE TABLE IF NOT EXISTS options (               -- what the host decided for this session's chat
+    key           TEXT PRIMARY KEY,                -- e.g. progress: on | off
+    value         TEXT
+);
+CREATE TABLE IF NOT EXISTS status_messages (       -- the host's status message of a long turn
+    message_in_id       TEXT PRIMARY KEY,          -- the turn: the person's message being answered
+    channel_type        TEXT NOT NULL,
+    platform_id         TEXT NOT NULL,
+    thread_id           TEXT,
+    platform_message_id TEXT NOT NULL,
+    shown_at            TEXT NOT NULL
+);
 """
 
 OUTBOUND_DDL = """
@@ -94,7 +106,8 @@ CREATE TABLE IF NOT EXISTS container_state (
     id                       INTEGER PRIMARY KEY CHECK (id = 1),
     current_tool             TEXT,
     tool_declared_timeout_ms INTEGER,
-    tool_started_at          TEXT
+    tool_started_at          TEXT,
+    tool_subject             TEXT                    -- a few words for the status message (activity.py)
 );
 """
 
@@ -151,6 +164,8 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
             if path.name == INBOUND:
                 _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
                 conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")
+            else:
+                _add_missing_columns(conn, "container_state", (("tool_subject", "TEXT"),))
             _READY.add(key)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.row_factory = sqlite3.Row

@@ -228,14 +228,16 @@ class SessionStore:
             self.out.execute("INSERT INTO session_state (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
-    def set_tool(self, name: str | None, declared_timeout_ms: int | None = None) -> None:
-        """What the agent is running now (the host's stuck detection reads it)."""
+    def set_tool(self, name: str | None, declared_timeout_ms: int | None = None, subject: str | None = None) -> None:
+        """What the agent is running now (the host's stuck detection reads it; a long turn's status
+        message shows the subject)."""
         started = schema.utc_now_iso() if name else None
         self.out.execute(
-            "INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at) "
-            "VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET current_tool = excluded.current_tool, "
+            "INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject) "
+            "VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET current_tool = excluded.current_tool, "
             "tool_declared_timeout_ms = excluded.tool_declared_timeout_ms, "
-            "tool_started_at = excluded.tool_started_at", (name, declared_timeout_ms, started))
+            "tool_started_at = excluded.tool_started_at, tool_subject = excluded.tool_subject",
+            (name, declared_timeout_ms, started, subject))
 
     def container_state(self) -> dict[str, Any]:
         row = self.out.execute("SELECT * FROM container_state WHERE id = 1").fetchone()

@@ -9,8 +9,9 @@ from ..db import database
 from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
-                      AgentGroup, AgentGroupMember, MessagingGroup, User, UserRole, Wiring, audit)
+                      AgentGroup, AgentGroupMember, MessagingGroup, Session, User, UserRole, Wiring, audit)
 from ..security import folder_problem, slugify, write_text_nofollow
+from ..sessions import store
 from .base import (CHAT_ID_ARGS, Mistake, channel_names, command, get_agent, group, parse_user_id, print_table,
                    require_schema, settings)
 
@@ -147,7 +148,10 @@ def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: st
 @click.option("--unknown-senders", type=click.Choice(UNKNOWN_SENDER_POLICIES),
               help="Chat policy for strangers (default for a new chat: request_approval).")
 @click.option("--name", help="A readable name for the chat.")
-def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ignored, unknown_senders, name):
+@click.option("--progress", type=click.Choice(("on", "off")),
+              help="Whether a long turn shows a status message in the chat, edited as it goes (default on).")
+def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ignored, unknown_senders, name,
+         progress):
     """Wire the chat (CHANNEL, CHAT_ID) to an agent, or update an existing wiring.
 
     \b
@@ -176,6 +180,8 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
             mg.save()
         wiring = Wiring.get_or_none(Wiring.messaging_group == mg, Wiring.agent_group == agent)
         values = dict(engage_settings.__dict__)
+        if progress is not None:
+            values["progress"] = progress == "on"
         if wiring is None:
             Wiring.create(messaging_group=mg, agent_group=agent, **values)
             verb = "wired"
@@ -185,8 +191,13 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         audit("cli", f"wiring.{'create' if verb == 'wired' else 'update'}", f"{channel}:{chat_id}",
               agent=agent_folder, kind=chat_kind, **values)
     how = engage_settings.engage_mode + (f" {engage_settings.engage_pattern!r}" if engage_settings.engage_pattern else "")
+    if progress is not None:  # the chat's sessions follow at once (their sandboxes read it at start too)
+        for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
+            store.set_option(store.session_path(settings().sessions_dir, agent.folder, session.id), "progress",
+                             progress)
     click.echo(f"{verb} {channel}:{chat_id} ({chat_kind}) -> {agent_folder}: engage {how}, "
-               f"senders {engage_settings.sender_scope}, ignored {engage_settings.ignored_message_policy}")
+               f"senders {engage_settings.sender_scope}, ignored {engage_settings.ignored_message_policy}"
+               + (f", progress {progress}" if progress else ""))
 
 
 @command("unwire", context_settings=CHAT_ID_ARGS)

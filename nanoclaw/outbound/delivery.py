@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from . import typing_indicator
+from .progress import progress_for
 from .. import metrics
 from ..channels.base import DeliveryError, get_adapter
 from ..security import UnsafePath, contained
@@ -343,6 +344,8 @@ def deliver_session(session_path: Path, settings, now: datetime | None = None,
             metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
         sync_acks(conn)
         typing_indicator.tick(conn, session_path, settings)
+        if settings is not None:
+            progress_for(settings).tick(conn, session_path)
         if typing_indicator.working(session_path) or has_retries(conn):
             clock_driven.add(session_path)
         else:

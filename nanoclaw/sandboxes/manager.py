@@ -29,7 +29,7 @@ from ..sessions import destinations, store
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
 from ..inbound import lookups
-from ..models import AgentGroup, Session
+from ..models import AgentGroup, Session, Wiring
 from ..mounts import MountRequest, protected_paths, validate_mounts
 
 log = logging.getLogger("nanoclaw.sandboxes")
@@ -42,6 +42,15 @@ SDK_ENV = {
     "DISABLE_AUTOUPDATER": "1",
 }
 PROXY_WAIT_S = 10.0
+
+
+def progress_of(agent_group_id: int, session_id: str) -> str:
+    """'on' or 'off': whether a long turn of this session shows a status message in its chat (its
+    wiring says; a session with no chat, such as a task's isolated run, shows none)."""
+    session = Session.get_or_none(Session.id == session_id)
+    wiring = session and session.messaging_group_id and Wiring.get_or_none(
+        Wiring.agent_group == agent_group_id, Wiring.messaging_group == session.messaging_group_id)
+    return "on" if wiring and wiring.progress else "off"
 
 
 def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
@@ -291,7 +300,9 @@ class SandboxManager:
             with (database.connection_context() if database.is_closed() else nullcontext()):
                 group = AgentGroup.get_or_none(AgentGroup.folder == folder)
                 if group is not None:
-                    destinations.sync(store.session_path(self.settings.sessions_dir, folder, session_id), group.id)
+                    path = store.session_path(self.settings.sessions_dir, folder, session_id)
+                    destinations.sync(path, group.id)
+                    store.set_option(path, "progress", progress_of(group.id, session_id))
         except (peewee.DatabaseError, sqlite3.Error, OSError) as exc:  # never what keeps a sandbox from starting
             log.warning("could not refresh the destinations of %s/%s (the previous list stays): %s", folder,
                         session_id, exc)

@@ -403,3 +403,31 @@ def has_due_trigger(path: Path, now_iso: str | None = None) -> bool:
     finally:
         conn.close()
     return row is not None
+
+
+# --- the host's status message of a long turn, and the session's options (outbound/progress.py) ---
+
+def record_status_message(path: Path, message_in_id: str, target: Target, platform_message_id: str) -> None:
+    with _inbound(path) as conn:
+        conn.execute("INSERT OR REPLACE INTO status_messages (message_in_id, channel_type, platform_id, thread_id, "
+                     "platform_message_id, shown_at) VALUES (?, ?, ?, ?, ?, ?)",
+                     (message_in_id, target.channel_type, target.platform_id, target.thread_id, platform_message_id,
+                      schema.utc_now_iso()))
+
+
+def forget_status_message(path: Path, message_in_id: str) -> None:
+    if inbound_db(path).exists():
+        with _inbound(path) as conn:
+            conn.execute("DELETE FROM status_messages WHERE message_in_id = ?", (message_in_id,))
+
+
+def set_option(path: Path, key: str, value: str | None) -> None:
+    """A decision of the host's for this session's chat (e.g. progress on|off), read by the host."""
+    if not inbound_db(path).exists():
+        return
+    with _inbound(path) as conn:
+        if value is None:
+            conn.execute("DELETE FROM options WHERE key = ?", (key,))
+        else:
+            conn.execute("INSERT INTO options (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                         "value = excluded.value", (key, value))

@@ -48,6 +48,8 @@ class FakeDiscord(FakePlatform):
         self._ids = itertools.count(1350100000000000000)
         self._lock = threading.Lock()
         self.messages: dict[str, dict] = {}        # id -> message object as stored
+        self.deleted: list[str] = []               # ids of the messages deleted
+        self.removed: list[dict] = []              # those messages, as they were
         self.reactions: list[tuple[str, str, str]] = []  # (channel, message, emoji)
         self.typing: list[str] = []
         self.cdn: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, bytes)
@@ -102,6 +104,13 @@ class FakeDiscord(FakePlatform):
             return self._start_thread(m.group(1), m.group(2), req.json or {})
         if req.method == "PATCH" and (m := _MESSAGE.match(req.path)):
             return self._edit(m.group(1), m.group(2), req.json or {})
+        if req.method == "DELETE" and (m := _MESSAGE.match(req.path)):
+            gone = self.messages.pop(m.group(2), None)
+            if gone is None:
+                return discord_error(404, 10008, "Unknown Message")
+            self.deleted.append(m.group(2))
+            self.removed.append(gone)
+            return 204, None, {}
         if req.method == "PUT" and (m := _REACTION.match(req.path)):
             if m.group(2) not in self.messages:
                 return discord_error(404, 10008, "Unknown Message")

@@ -45,6 +45,7 @@ class FakeSlack(FakePlatform):
         self.uploads: dict[str, bytes] = {}
         self.shared: dict[str, tuple[dict, bytes]] = {}  # files users shared: id -> (file object, bytes)
         self.users_info_delay = 0.0  # seconds users.info takes (a slow Slack)
+        self.posted: list[dict] = []  # chat.postMessage's messages as stored, with their ts
         self.socket_url: str | None = None  # a FakeSocketMode's URL, for apps.connections.open
         self.users = {"U0ALICE01": {"id": "U0ALICE01", "name": "alice", "real_name": "Alice Example",
                                     "profile": {"display_name": "alice", "real_name": "Alice Example"}}}
@@ -163,12 +164,18 @@ class FakeSlack(FakePlatform):
         message = {"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID, "text": text, "ts": self._next_ts()}
         if p.get("thread_ts"):
             message["thread_ts"] = p["thread_ts"]
+        self.posted.append({"channel": p["channel"], **message})
         return {"channel": p["channel"], "ts": message["ts"], "message": message}
 
     def _chat_update(self, p):
         if not p.get("ts"):
             return slack_error("message_not_found")
         return {"channel": p["channel"], "ts": p["ts"], "text": p.get("text", "")}
+
+    def _chat_delete(self, p):
+        if not p.get("ts") or not p.get("channel"):
+            return slack_error("message_not_found")
+        return {"channel": p["channel"], "ts": p["ts"]}
 
     def _reactions_add(self, p):
         if not p.get("name") or not p.get("timestamp"):

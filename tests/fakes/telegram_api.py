@@ -140,6 +140,11 @@ class FakeTelegram(FakePlatform):
         return {"message_id": int(p["message_id"]), "date": int(time.time()), "edit_date": int(time.time()),
                 "chat": {"id": p["chat_id"], "type": "private"}, "text": p["text"]}
 
+    def _deleteMessage(self, p, req):
+        if not p.get("chat_id") or not p.get("message_id"):
+            return api_error(400, "Bad Request: message to delete not found")
+        return True
+
     def _setMessageReaction(self, p, req):
         for r in p.get("reaction") or []:
             if r.get("type") == "emoji" and r.get("emoji") not in REACTIONS:

@@ -326,6 +326,11 @@ class DiscordAdapter:
         self._parts.send((target, "edit", platform_message_id, text), chunks[1:],
                          lambda chunk: self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS}))
 
+    live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+
+    def delete_message(self, target: Target, platform_message_id: str) -> None:
+        self._call("DELETE", f"/channels/{self._channel(target)}/messages/{platform_message_id}")
+
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         # the message a thread was started from stays in the channel
         channel = target.platform_id if platform_message_id == target.thread_id else self._channel(target)

@@ -324,6 +324,11 @@ class SlackAdapter:
         self._call("chat.update", {"channel": target.platform_id, "ts": platform_message_id,
                                    "text": escape(clip(text, TEXT_LIMIT))})
 
+    live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+
+    def delete_message(self, target: Target, platform_message_id: str) -> None:
+        self._call("chat.delete", {"channel": target.platform_id, "ts": platform_message_id})
+
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         try:
             self._call("reactions.add", {"channel": target.platform_id, "timestamp": platform_message_id,

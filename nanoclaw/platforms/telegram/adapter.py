@@ -343,6 +343,11 @@ class TelegramAdapter:
             if "message is not modified" not in str(exc):
                 raise
 
+    live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+
+    def delete_message(self, target: Target, platform_message_id: str) -> None:
+        self._call("deleteMessage", {"chat_id": target.platform_id, "message_id": int(platform_message_id)})
+
     def react(self, target: Target, platform_message_id: str, emoji: str) -> None:
         self._call("setMessageReaction", {"chat_id": target.platform_id, "message_id": int(platform_message_id),
                                           "reaction": [{"type": "emoji", "emoji": reaction_emoji(emoji)}]})
