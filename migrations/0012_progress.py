@@ -3,4 +3,4 @@ chat (`wire … --progress on|off`); on for every wiring that exists."""
 
 
 def upgrade(db, sql):
-    db.execute_sql("ALTER TABLE messaging_group_agents ADD COLUMN progress INTEGER NOT NULL DEFAULT 1")
+    db.execute_sql(f"ALTER TABLE messaging_group_agents ADD COLUMN progress BOOLEAN NOT NULL DEFAULT {sql.bool_true}")

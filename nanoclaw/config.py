@@ -132,6 +132,7 @@ class Settings:
     keep_events_days: int = 14      # routed webhook events and dropped-message records
     keep_decided_days: int = 90     # decided proposals, answered help requests, past questions
     keep_audit_days: int = 365      # the audit log
+    prices_file: Path | None = None  # the owner's prices (USD per million tokens), over the repo's table
     keep_messages_days: int = 30    # a session's finished messages and delivered replies
     silent_session_days: int = 180  # a chat's session folder (and transcript) goes after this much silence
     silent_sessions: str = "archive"  # archive | remove
@@ -234,6 +235,7 @@ class Settings:
             progress_after_s=_int("NANOCLAW_PROGRESS_AFTER_S", get("NANOCLAW_PROGRESS_AFTER_S", "10"), 0, 3600),
             progress_edit_s=_int("NANOCLAW_PROGRESS_EDIT_S", get("NANOCLAW_PROGRESS_EDIT_S", "3"), 1, 600),
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),
+            prices_file=Path(get("NANOCLAW_PRICES_FILE", str(data_dir / "prices.json"))).expanduser(),
             public_url=_url("NANOCLAW_PUBLIC_URL", raw) if (raw := get("NANOCLAW_PUBLIC_URL")) else None,
             metrics_token=get("NANOCLAW_METRICS_TOKEN"),
             trusted_proxies=_int("NANOCLAW_TRUSTED_PROXIES", get("NANOCLAW_TRUSTED_PROXIES", "0"), 0, 5),

@@ -55,6 +55,12 @@ FIRST_MODEL_REQUEST_SECONDS = Histogram(
 SWEEP_ACTIONS = Counter(
     "nanoclaw_sweep_actions_total", "What the sweep did: stopped (idle or stuck), reset (stuck claims given "
     "back), failed (given up), woken (due work).", ["action"])
+MODEL_TOKENS = Counter(
+    "nanoclaw_model_tokens_total", "Tokens the model calls reported, by agent, model and kind (input, output, "
+    "cache_write, cache_read).", ["agent", "model", "kind"])
+MODEL_COST = Counter(
+    "nanoclaw_model_cost_usd_total", "What the model calls cost by the price table (USD), by agent and model; "
+    "a model the table does not know is priced at the dearest known rate.", ["agent", "model"])
 TASK_RUNS = Counter("nanoclaw_task_runs_total", "Scheduled task runs fired.")
 TASK_LATENESS_SECONDS = Histogram(
     "nanoclaw_task_lateness_seconds", "How late a scheduled task run fired after its due time.",

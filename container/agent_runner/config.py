@@ -52,6 +52,7 @@ class RunnerConfig:
     keep_messages_days: float      # delivered replies older than this go at start (the host prunes its side)
     cli_max_retries: str
     reserved_secret_prefixes: tuple[str, ...] = ()  # the host's platforms' (proposal_rules)
+    session_id: str = ""  # the host's id of this session (the proxy counts a call's cost there)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RunnerConfig":
@@ -78,6 +79,7 @@ class RunnerConfig:
             cli_max_retries=env.get("CLAUDE_CODE_MAX_RETRIES") or "2",
             reserved_secret_prefixes=tuple(p for p in (env.get("NANOCLAW_RESERVED_SECRET_PREFIXES") or "").split(",")
                                            if p),
+            session_id=(env.get("NANOCLAW_SESSION_ID") or "")[:64],
         )
 
     @property

@@ -25,6 +25,8 @@ from .reasons import failure_text
 from .selection import InboundRow, TurnPlan, forget_bumped, is_due, plan_turn, reply_target
 from .store import SessionStore
 
+BUDGET_STATUS = 402  # the proxy's answer to a call the agent's budget does not allow (nanoclaw/usage)
+
 log = logging.getLogger("agent_runner.loop")
 
 FULL_CHECK_S = 1.0
@@ -97,6 +99,7 @@ class PollLoop:
         self.released: dict[str, int] = {}  # rows we gave back after a failed turn -> their tries then
         self.owed: set[str] = set()  # rows this CLI was shown in a failed turn, not answered yet (selection.py)
         self.in_flight: list[str] = []
+        self.budget_spent = False  # a model call was refused for the budget: stop, the host starts us again
 
     def next_turn(self) -> TurnPlan | None:
         now = schema.utc_now_iso()
@@ -125,6 +128,15 @@ class PollLoop:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():
             result.text = COMMAND_DONE[command.split()[0]]
+        if result.status == BUDGET_STATUS:
+            # the agent's budget is spent: not a failure of this message, which waits (the host tells
+            # the chat, and starts this session again once the budget allows)
+            self.store.release(ids)
+            self.in_flight = []
+            self.store.set_tool(None)
+            self.budget_spent = True
+            log.warning("turn refused: the agent's budget is spent; the messages wait and this runner stops")
+            return result
         if result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
@@ -182,6 +194,8 @@ class PollLoop:
                     if plan:
                         self.provider.freezer.thaw()  # first: the CLI catches up while the prompt is built
                         await self.run_turn(plan)
+                        if self.budget_spent:
+                            break
                         last_full = last_beat = 0.0  # look again at once: more may have come meanwhile
                         idle_since = time.monotonic()
                         continue

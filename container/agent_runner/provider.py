@@ -34,6 +34,7 @@ class TurnResult:
     error: str | None = None  # a short reason, safe to show the user, when the turn failed
     timed_out: bool = False
     model_calls_s: float | None = None
+    status: int | None = None  # the model API's HTTP status when a call failed (402: the budget is spent)
 
 
 def destinations_text(labels: dict[str, str]) -> str:
@@ -105,6 +106,9 @@ class ClaudeProvider:
             "DISABLE_ERROR_REPORTING": "1",
             "DISABLE_AUTOUPDATER": "1",
             "CLAUDE_CODE_MAX_RETRIES": self.config.cli_max_retries,
+            # which of the agent's sessions a call is for: the proxy counts its cost there
+            **({"ANTHROPIC_CUSTOM_HEADERS": f"x-nanoclaw-session: {self.config.session_id}"}
+               if self.config.session_id else {}),
             # the owner approves each extra MCP server (add_mcp_server) and the agent is told so:
             # its tools are listed to the model directly, not deferred behind a ToolSearch step
             "ENABLE_TOOL_SEARCH": "false",
@@ -182,6 +186,7 @@ class ClaudeProvider:
                         if msg.is_error:
                             result.error = short_reason(msg.api_error_status, msg.result or
                                                         "; ".join(msg.errors or []), msg.subtype)
+                            result.status = msg.api_error_status
                         else:
                             result.text = msg.result if msg.result is not None else "\n".join(last_text)
         except TimeoutError:
@@ -191,7 +196,7 @@ class ClaudeProvider:
             await self._wind_down()
         except ResultError as e:  # the CLI exited after an error result
             log.error("sdk result error: status=%s subtype=%s", e.api_error_status, e.subtype)
-            result = TurnResult(error=short_reason(e.api_error_status, e.result, e.subtype))
+            result = TurnResult(error=short_reason(e.api_error_status, e.result, e.subtype), status=e.api_error_status)
             await self._drop_client()
         except Exception as e:  # noqa: BLE001 - the CLI died or the stream broke: start it again next turn
             log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, mounts, pairing, service,
-               tasks)
+               tasks, usage)
 from .. import platforms
 from .base import Group
 
@@ -21,7 +21,8 @@ for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, age
                  agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
                  admin.admin_group, tasks.tasks_group,
                  credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
-                 destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd):
+                 destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd,
+                 usage.usage_cmd, usage.budget_group):
     nanoclaw_group.add_command(_command)
 
 # each platform's set-up commands, from its folder (nanoclaw/platforms/<name>/commands.py)

@@ -15,8 +15,8 @@ HOP_BY_HOP = frozenset({
 })
 # The caller's credentials: whatever the agent sends here is a placeholder at best.
 CALLER_AUTH = frozenset({"x-api-key", "authorization"})
-# Recomputed by the HTTP client for the upstream hop.
-RECOMPUTED = frozenset({"host", "content-length"})
+# Recomputed by the HTTP client for the upstream hop; ours (the session a call is for) goes no further.
+RECOMPUTED = frozenset({"host", "content-length", "x-nanoclaw-session"})
 
 OAUTH_BETA = "oauth-2025-04-20"  # Claude Code sends this beta with a subscription (OAuth) token
 

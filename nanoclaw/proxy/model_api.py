@@ -7,6 +7,7 @@ held back waiting for a buffer to fill.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -15,8 +16,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from .. import metrics
+from ..usage.budgets import BUDGET_STATUS
+from ..usage.meter import Meter
 from .door import Reply, Request
 from .headers import credential_headers, downstream_response_headers, upstream_request_headers
+from .spending import Spending, metered
+
+log = logging.getLogger("nanoclaw.proxy")
 
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 600  # the longest silence we accept mid-stream (Anthropic pings far more often)
@@ -50,16 +56,18 @@ def make_session(upstream_url: str) -> requests.Session:
 
 
 class ModelApi:
-    def __init__(self, upstream_url: str, api_key: str | None, oauth_token: str | None, data_dir=None):
+    def __init__(self, upstream_url: str, api_key: str | None, oauth_token: str | None, data_dir=None,
+                 spending: Spending | None = None):
         self.upstream = upstream_url.rstrip("/")
         self.data_dir = data_dir  # for the time-to-first-request marks (metrics.mark_awaiting)
         self.credential = credential_headers(api_key, oauth_token)
         self.session = make_session(self.upstream)
+        self.spending = spending  # usage and budgets (spending.py); None: not counted
 
     @classmethod
     def from_settings(cls, settings) -> "ModelApi":
         return cls(settings.anthropic_upstream_url, settings.anthropic_api_key, settings.claude_code_oauth_token,
-                   settings.data_dir)
+                   settings.data_dir, Spending(settings))
 
     def close(self) -> None:
         self.session.close()
@@ -67,6 +75,12 @@ class ModelApi:
     def __call__(self, request: Request, reply: Reply) -> int:
         url = self.upstream + request.path + (f"?{request.query}" if request.query else "")
         headers = upstream_request_headers(request.headers, self.credential)
+        counted = self.spending is not None and metered(request)
+        if counted:
+            refused = self.spending.refusal(request)
+            if refused:  # before the call leaves the machine; the CLI does not retry a 402
+                log.warning("refused a model call of %s: its budget is spent", request.folder)
+                return reply.error(BUDGET_STATUS, refused, kind="invalid_request_error")
         if self.data_dir is not None and request.method == "POST" and request.path.startswith("/v1/messages"):
             metrics.observe_first_request(self.data_dir, request.folder)
         started = time.monotonic()
@@ -80,17 +94,18 @@ class ModelApi:
             return reply.error(502, f"nanoclaw proxy: model API upstream unreachable: {_short(exc)}")
         metrics.MODEL_REQUEST_SECONDS.observe(time.monotonic() - started)
         metrics.MODEL_REQUESTS.labels(metrics.status_class(resp.status_code)).inc()
+        meter = Meter(resp.headers.get("content-type", "")) if counted and resp.status_code == 200 else None
         try:
-            return self._relay(request, resp, reply)
+            return relay(request, resp, reply, meter)
         finally:
             resp.close()
+            if meter is not None:
+                self.spending.after(request, meter)  # the caller has had every byte by now
 
-    def _relay(self, request: Request, resp: requests.Response, reply: Reply) -> int:
-        return relay(request, resp, reply)
 
-
-def relay(request: Request, resp: requests.Response, reply: Reply) -> int:
-    """Pass an upstream response on piece by piece (credential routes use it too)."""
+def relay(request: Request, resp: requests.Response, reply: Reply, meter: Meter | None = None) -> int:
+    """Pass an upstream response on piece by piece (credential routes use it too); `meter` sees each
+    piece after it went out."""
     status = resp.status_code
     has_body = request.method != "HEAD" and status not in (204, 304) and status >= 200
     reply.start(status, downstream_response_headers(resp.raw.headers.items()), has_body=has_body)
@@ -103,6 +118,8 @@ def relay(request: Request, resp: requests.Response, reply: Reply) -> int:
             if not piece:
                 break
             reply.write(piece)
+            if meter is not None:
+                meter.feed(piece)
     except (BrokenPipeError, ConnectionResetError):
         raise  # the caller left; the door logs it and drops the connection
     except Exception:  # upstream broke off mid-body: headers are out, so cut the stream

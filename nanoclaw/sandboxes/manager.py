@@ -26,6 +26,7 @@ from .. import platforms
 from ..config import PROJECT_ROOT
 from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import destinations, store
+from ..usage.gate import SpendGate
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
 from ..inbound import lookups
@@ -76,6 +77,7 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_ASSISTANT_NAME": settings.assistant_name,
         "NANOCLAW_KEEP_MESSAGES_DAYS": str(settings.keep_messages_days),
         "NANOCLAW_FREEZE_IDLE_S": str(settings.freeze_idle_s),
+        "NANOCLAW_SESSION_ID": session_id,
         # names, never values: the runner refuses to propose these as secrets (the host checks again)
         "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(platforms.secret_prefixes()),
         "TZ": settings.timezone,
@@ -172,6 +174,7 @@ class SandboxManager:
         self.closing = False  # shutdown: no new sandboxes
         self.last_error: str | None = None
         self.failures = StartFailures()
+        self.budget = SpendGate(settings)
 
     def name_of(self, folder: str, session_id: str) -> str:
         return sandbox_name(self.settings.install_id, folder, session_id)
@@ -243,6 +246,9 @@ class SandboxManager:
         our last start first, if that sandbox is gone (crashed before its runner came up?)."""
         if name in self._starting or self.runtime.is_running(name):
             return True
+        if self.budget.spent_up(folder):
+            log.debug("not starting %s: its agent's budget is spent (the messages wait)", name)
+            return False
         now = time.time()
         path = store.session_path(self.settings.sessions_dir, folder, session_id)
         state, new_failure = self.failures.judge(name, heartbeat_of(path), lambda: self.runtime.logs(name), now)

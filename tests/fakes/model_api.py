@@ -54,6 +54,8 @@ class Reply:
     error_message: str = ""
     delay_s: float = 0.0  # think time before the first byte (a slow model)
     chunk_delay_s: float = 0.0  # pause between stream events; text then streams word by word
+    model: str = ""  # the model the answer says it came from (default MODEL_NAME)
+    input_tokens: int = 10  # the usage it reports (output: 5)
 
     @classmethod
     def say(cls, text: str, **kw) -> "Reply":
@@ -384,8 +386,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def _usage(output_tokens: int = 1) -> dict:
-    return {"input_tokens": 10, "output_tokens": output_tokens,
+def _usage(output_tokens: int = 1, input_tokens: int = 10) -> dict:
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
@@ -397,14 +399,14 @@ def _content(reply: Reply) -> list[dict]:
 
 def _message_json(reply: Reply) -> dict:
     return {"id": "msg_fake_" + uuid.uuid4().hex[:16], "type": "message", "role": "assistant",
-            "model": MODEL_NAME, "content": _content(reply), "stop_reason": reply.stop_reason,
-            "stop_sequence": None, "usage": _usage(5)}
+            "model": reply.model or MODEL_NAME, "content": _content(reply), "stop_reason": reply.stop_reason,
+            "stop_sequence": None, "usage": _usage(5, reply.input_tokens)}
 
 
 def _sse_events(reply: Reply):
     msg = _message_json(reply)
     yield "message_start", {"type": "message_start", "message": {
-        **msg, "content": [], "stop_reason": None, "usage": _usage(1)}}
+        **msg, "content": [], "stop_reason": None, "usage": _usage(1, reply.input_tokens)}}
     for i, block in enumerate(msg["content"]):
         if block["type"] == "text":
             yield "content_block_start", {"type": "content_block_start", "index": i,

@@ -1,0 +1,54 @@
+"""The ledger the proxy writes after every model call, and the sums budgets and pages read.
+
+One row per day (the owner's time zone), agent, session and model, summed in place with one
+statement (INSERT … ON CONFLICT DO UPDATE: both SQLite and PostgreSQL), so a call costs one write.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from zoneinfo import ZoneInfo
+
+from ..db import database, hot_write
+from .prices import Price, Tokens, micro_usd
+
+
+def today(tz: str, now: datetime | None = None) -> date:
+    return (now or datetime.now(timezone.utc)).astimezone(ZoneInfo(tz)).date()
+
+
+def record(agent_folder: str, session_id: str, model: str, tokens: Tokens, price: Price, day: date) -> int:
+    """Add one call; its cost in millionths of a dollar."""
+    cost = micro_usd(tokens, price)
+    p = database.param
+    with hot_write():
+        database.execute_sql(
+            "INSERT INTO model_usage (day, agent_folder, session_id, model, calls, input_tokens, output_tokens, "
+            "cache_write_tokens, cache_read_tokens, cost_micro_usd, priced_as, unpriced) "
+            f"VALUES ({', '.join([p] * 12)}) ON CONFLICT (day, agent_folder, session_id, model) DO UPDATE SET "
+            "calls = model_usage.calls + 1, input_tokens = model_usage.input_tokens + excluded.input_tokens, "
+            "output_tokens = model_usage.output_tokens + excluded.output_tokens, "
+            "cache_write_tokens = model_usage.cache_write_tokens + excluded.cache_write_tokens, "
+            "cache_read_tokens = model_usage.cache_read_tokens + excluded.cache_read_tokens, "
+            "cost_micro_usd = model_usage.cost_micro_usd + excluded.cost_micro_usd, "
+            "priced_as = excluded.priced_as, unpriced = excluded.unpriced",
+            (day.isoformat(), agent_folder, session_id or "", model or "unknown", 1, tokens.input, tokens.output,
+             tokens.cache_write, tokens.cache_read, cost, price.name, not price.known))
+    return cost
+
+
+@dataclass(frozen=True)
+class Spent:
+    day_micro: int
+    month_micro: int
+
+
+def spent(agent_folder: str, day: date) -> Spent:
+    """What the agent spent on `day` and in its month so far (millionths of a dollar)."""
+    p = database.param
+    first = day.replace(day=1).isoformat()
+    row = database.execute_sql(
+        f"SELECT COALESCE(SUM(CASE WHEN day = {p} THEN cost_micro_usd ELSE 0 END), 0), "
+        f"COALESCE(SUM(cost_micro_usd), 0) FROM model_usage WHERE agent_folder = {p} AND day >= {p} AND day <= {p}",
+        (day.isoformat(), agent_folder, first, day.isoformat())).fetchone()
+    return Spent(int(row[0]), int(row[1]))

@@ -1,0 +1,64 @@
+"""What a model call costs: the dated price table in the repo (prices.json), overridden entry by entry
+by the owner's own file. A model the table does not know is priced at the dearest known rate and
+flagged (logged once, shown on the page): never counted as free."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("nanoclaw.usage")
+
+TABLE = Path(__file__).with_name("prices.json")
+PARTS = ("input", "output", "cache_write", "cache_read")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    input: int = 0
+    output: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+
+    def __add__(self, other: "Tokens") -> "Tokens":
+        return Tokens(*(getattr(self, p) + getattr(other, p) for p in PARTS))
+
+
+@dataclass(frozen=True)
+class Price:
+    name: str                 # the table's entry it was priced as
+    rates: dict[str, float]   # USD per million tokens, by part
+    known: bool               # False: the dearest known rate stood in for an unknown model
+
+
+def load(override: Path | None = None) -> dict[str, dict[str, float]]:
+    table = json.loads(TABLE.read_text())["models"]
+    if override is not None and override.is_file():
+        try:
+            table = {**table, **json.loads(override.read_text()).get("models", {})}
+        except (ValueError, AttributeError) as exc:
+            log.error("the price file %s does not parse (%s); the repo's table is used", override, exc)
+    return table
+
+
+_flagged: set[str] = set()
+
+
+def price_of(model: str, table: dict[str, dict[str, float]]) -> Price:
+    """The price of a model id ('claude-sonnet-4-5-20250929' is 'claude-sonnet-4-5'), pure but for
+    one log line the first time an unknown model is priced."""
+    name = max((n for n in table if (model or "").startswith(n)), key=len, default=None)
+    if name is not None:
+        return Price(name, table[name], True)
+    dearest = max(table, key=lambda n: (table[n]["output"], table[n]["input"]))
+    if model not in _flagged:
+        _flagged.add(model)
+        log.warning("model %r is not in the price table: priced as %s (the dearest) until the table knows it",
+                    model, dearest)
+    return Price(dearest, table[dearest], False)
+
+
+def micro_usd(tokens: Tokens, price: Price) -> int:
+    """The cost in millionths of a dollar (exact integers: sums never drift)."""
+    return round(sum(getattr(tokens, part) * price.rates.get(part, 0.0) for part in PARTS))
