@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from flask import flash, g, redirect, render_template, request, url_for
+from markupsafe import Markup
 
 from .. import platforms
 from ..mounts import AllowlistError, current_allowlist, declared_mounts
@@ -17,6 +18,8 @@ from . import auth, current_wake
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
 from .scope import chat_facts, destination_refusal
+from .spending import chart_svg, spending_of
+from ..usage.budgets import usd
 
 
 
@@ -44,7 +47,11 @@ def agent(folder: str):
         hosts, routes, policy_error = *policy_edits.current(settings(), a), None
     except policy_edits.EditRefused as exc:
         hosts, routes, policy_error = [], [], str(exc)
+    spending = spending_of(a)
+    limit = spending.budget and spending.budget.daily_usd
     return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
+                           spending=spending, chart=Markup(chart_svg(spending.days, limit and round(limit * 1e6))),
+                           usd=usd,
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
 

@@ -11,6 +11,7 @@ import pytest
 
 from nanoclaw.models import (AgentDestination, AgentGroup, HelpRequest, MessagingGroup, PendingChannelApproval, PendingProposal,
                              PendingSenderApproval, ScheduledTask, Session, UserDm, Wiring, utcnow)
+from nanoclaw.usage.tables import Budget
 from tests.web.test_admin import OWNER, csrf_of, login, site  # noqa: F401  (site: the fixture)
 
 ADMIN, PASSWORD = "slack:U1", "bea admin password"
@@ -27,6 +28,8 @@ def world(site, cli):
                  ("wire", "telegram", LAB[1], "bea", "--kind", "group"),
                  ("destination", "add", "andy", "team", "telegram", TEAM[1]),
                  ("destination", "add", "bea", "lab-notes", "telegram", LAB[1]),
+                 ("budget", "set", "andy", "--daily", "5"),
+                 ("budget", "set", "bea", "--daily", "2", "--ceiling-daily", "3"),
                  ("egress", "add", "andy", "api.github.com"),
                  ("credentials", "add", "andy", "/reports/", "https://reports.example.com", "REPORT_TOKEN")):
         assert cli(*args).exit_code == 0, args
@@ -68,6 +71,8 @@ def snapshot() -> str:
         "agents": [(a.folder, a.container_config) for a in AgentGroup.select().order_by(AgentGroup.id)],
         "tasks": [(t.id, t.status) for t in ScheduledTask.select()],
         "destinations": [(d.agent_group.folder, d.name, d.platform_id) for d in AgentDestination.select()],
+        "budgets": [(b.agent_folder, b.daily_usd, b.monthly_usd, b.ceiling_daily_usd) for b in
+                    Budget.select().order_by(Budget.agent_folder)],
         "policy": sorted((str(p.relative_to(POLICY[0])), p.read_text()) for p in POLICY[0].rglob("*.json"))
         if POLICY else [],
         "pending": [PendingSenderApproval.select().count(), PendingChannelApproval.select().count(),
@@ -109,6 +114,10 @@ def attempts(w):
          dict(name="lab-notes", channel=TEAM[0], chat_id=TEAM[1])),
         ("make a chat never seen a destination of Bea", "/admin/agents/bea/destinations",
          dict(name="new", channel="telegram", chat_id="-100123")),
+        ("raise Andy's budget", "/admin/agents/andy/budget", dict(daily="500")),
+        ("remove Andy's budget", "/admin/agents/andy/budget/clear", {}),
+        ("raise Bea's budget past the owner's ceiling", "/admin/agents/bea/budget", dict(daily="50")),
+        ("remove the budget the owner gave Bea", "/admin/agents/bea/budget/clear", {}),
         ("allow Andy a host", "/admin/agents/andy/egress", dict(host="evil.example")),
         ("revoke Andy's host", "/admin/agents/andy/egress/remove", dict(host="api.github.com")),
         ("give Andy a route", "/admin/agents/andy/routes", dict(match="/x/", upstream="https://x.example",
@@ -162,6 +171,8 @@ def test_what_is_theirs_they_can_change(world):
     assert post(client, "/admin/agents/bea/destinations", name="newroom", channel="telegram",
                 chat_id="-100555").status_code == 302  # a chat where they wired their agent
     assert AgentDestination.get(AgentDestination.name == "newroom").platform_id == "-100555"
+    assert post(client, "/admin/agents/bea/budget", daily="3", why="more work").status_code == 302  # up to the ceiling
+    assert Budget.get(Budget.agent_folder == "bea").daily_usd == 3
 
 
 def test_the_owner_is_not_limited(site, world):

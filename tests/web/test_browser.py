@@ -198,3 +198,42 @@ def test_phone_sized_screen_has_no_sideways_scroll(served):
         overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{path} scrolls sideways by {overflow}px on a phone"
     context.close()
+
+
+def test_the_agents_page_charts_30_days_of_spending_and_sets_a_budget(served):
+    """The ledger as the proxy writes it (three days of calls, one model the price table does not
+    know): the page draws a bar per day on the server, lists the dearest conversations, flags the
+    unknown model; setting a daily budget in the form draws its line."""
+    base, browser, _model, _tg, settings = served
+    from datetime import timedelta
+
+    from nanoclaw.db import database
+    from nanoclaw.usage import ledger
+    from nanoclaw.usage.tables import ModelUsage
+    today = ledger.today(settings.timezone)
+    with database.connection_context():
+        for days_ago, session, model, cost in ((0, "s-big", "claude-sonnet-4-5", 2_500_000),
+                                               (2, "s-small", "claude-new-9", 400_000),
+                                               (9, "s-big", "claude-sonnet-4-5", 1_000_000)):
+            ModelUsage.create(day=(today - timedelta(days=days_ago)).isoformat(), agent_folder="andy",
+                              session_id=session, model=model, calls=3, input_tokens=1000, output_tokens=100,
+                              cost_micro_usd=cost, priced_as=model, unpriced=model == "claude-new-9")
+    page = log_in(browser, base)
+    page.goto(base + "/admin/agents/andy")
+    section = page.locator("#spending")
+    assert "last 30 days $3.90" in section.inner_text() and "Today $2.50" in section.inner_text()
+    bars = page.locator("#spending svg.chart rect.bar")
+    assert bars.count() == 30
+    heights = {bars.nth(i).get_attribute("data-day"): float(bars.nth(i).get_attribute("height")) for i in range(30)}
+    assert heights[today.isoformat()] > heights[(today - timedelta(days=9)).isoformat()] > \
+        heights[(today - timedelta(days=2)).isoformat()] > 0 == heights[(today - timedelta(days=1)).isoformat()]
+    assert page.locator("#spending svg.chart line.limit").count() == 0
+    assert "s-big" in section.inner_text() and "$3.50" in section.inner_text()
+    assert "claude-new-9" in page.locator("#spending .warn").inner_text()
+
+    page.fill("#spending input[name=daily]", "5")
+    page.click("#spending button:has-text('Set budget')")
+    page.wait_for_selector("p.flash.ok")
+    assert "budget: $5.00 a day" in page.locator("#spending").inner_text()
+    assert page.locator("#spending svg.chart line.limit").count() == 1
+    page.close()
