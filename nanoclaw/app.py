@@ -10,7 +10,7 @@ from .cli import nanoclaw_group
 from .config import Settings
 from .db import bind, database
 from .web import health, webhooks
-from .web import page
+from .web import chat, page
 
 log = logging.getLogger("nanoclaw")
 
@@ -41,6 +41,8 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     def _close(_exc):
         if not database.is_closed():
             database.close()
+
+    app.before_request(lambda: chat.allow_uploads(settings))  # before CSRF reads the form
 
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)

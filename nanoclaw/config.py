@@ -144,6 +144,10 @@ class Settings:
     metrics_token: str | None = None  # GET /metrics from outside loopback with this bearer token
     max_turn_minutes: int | None = None  # a cap on one agent turn; None: long work is allowed
     log_format: str = "text"  # text | json (one object per line)
+    transcribe_url: str | None = None  # an OpenAI-compatible speech-to-text base (…/v1): voice notes become words
+    transcribe_api_key: str | None = None  # its key, when it needs one (local whisper servers do not)
+    transcribe_model: str = "whisper-1"
+    transcribe_max_s: int = 900  # a longer recording is not sent (what it would cost and how long it would take)
 
     @property
     def sessions_dir(self) -> Path:
@@ -242,6 +246,10 @@ class Settings:
             max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)
             if (raw := get("NANOCLAW_MAX_TURN_MINUTES")) else None,
             log_format=log_format,
+            transcribe_url=_url("NANOCLAW_TRANSCRIBE_URL", raw) if (raw := get("NANOCLAW_TRANSCRIBE_URL")) else None,
+            transcribe_api_key=get("NANOCLAW_TRANSCRIBE_API_KEY"),
+            transcribe_model=get("NANOCLAW_TRANSCRIBE_MODEL", "whisper-1"),
+            transcribe_max_s=_int("NANOCLAW_TRANSCRIBE_MAX_S", get("NANOCLAW_TRANSCRIBE_MAX_S", "900"), 1, 86400),
         )
 
 

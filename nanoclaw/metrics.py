@@ -61,6 +61,9 @@ MODEL_TOKENS = Counter(
 MODEL_COST = Counter(
     "nanoclaw_model_cost_usd_total", "What the model calls cost by the price table (USD), by agent and model; "
     "a model the table does not know is priced at the dearest known rate.", ["agent", "model"])
+TRANSCRIPTIONS = Counter(
+    "nanoclaw_transcriptions_total", "Voice notes and audio sent to the speech-to-text service, by outcome (ok, "
+    "unset, too_long, refused, failed).", ["outcome"])
 TASK_RUNS = Counter("nanoclaw_task_runs_total", "Scheduled task runs fired.")
 TASK_LATENESS_SECONDS = Histogram(
     "nanoclaw_task_lateness_seconds", "How late a scheduled task run fired after its due time.",

@@ -7,6 +7,7 @@
   var list = document.getElementById("messages");
   var form = document.getElementById("send");
   var input = document.getElementById("text");
+  var files = document.getElementById("file");
   var status = document.getElementById("status");
   var csrf = form.querySelector("input[name=csrf_token]").value;
   var after = parseInt(root.dataset.after || "0", 10);
@@ -92,20 +93,29 @@
   form.addEventListener("submit", function (ev) {
     ev.preventDefault();
     var text = input.value.trim();
-    if (!text) return;
+    var attached = files && files.files.length;
+    if (!text && !attached) return;
     var body = new FormData(form);
     input.value = "";
+    if (files) { files.value = ""; showAttached(); }
     fetch(form.action, {method: "POST", body: body, headers: {"Accept": "application/json"}, credentials: "same-origin"})
       .then(function (r) { return r.json().then(function (data) { return [r.ok, data]; }); })
       .then(function (res) {
         if (!res[0]) { status.textContent = res[1].error || "Not sent."; input.value = text; return; }
-        show(res[1].message);
-        if (res[1].message.id > after) after = res[1].message.id;
+        (res[1].messages || [res[1].message]).forEach(function (m) { show(m); if (m.id > after) after = m.id; });
         waitingSince = Date.now();
         status.textContent = res[1].note || "";
       })
       .catch(function () { status.textContent = "Not sent (connection problem)."; input.value = text; });
   });
+
+  function showAttached() {  // the file input is hidden behind its label: say what is attached
+    var label = files && files.parentNode.querySelector("span");
+    if (!label) return;
+    var n = files.files.length;
+    label.textContent = n === 0 ? "Attach" : n === 1 ? files.files[0].name : n + " files";
+  }
+  if (files) files.addEventListener("change", showAttached);
 
   input.addEventListener("keydown", function (ev) {  // Enter sends, Shift+Enter is a new line
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); form.requestSubmit(); }

@@ -57,7 +57,7 @@ def graph() -> dict[str, set[str]]:
 # A platform folder's files keep their layer: its declaration (the folder's __init__) and the
 # registry are shared like the root modules; the rest are rooms of their own by what the file is.
 PLATFORM_FILES = {"adapter": "platform adapters", "schema": "platform adapters", "text": "platform adapters",
-                  "messages": "platform adapters", "handoff": "platform adapters",
+                  "messages": "platform adapters", "handoff": "platform adapters", "media": "platform adapters",
                   "listener": "platform listeners", "commands": "platform commands", "doctor": "platform commands"}
 
 

@@ -22,11 +22,46 @@ def human_size(n) -> str:
     raise AssertionError("unreachable")
 
 
-def attachment_line(a) -> str | None:
+SPOKEN = {"voice": "voice note", "video_note": "video message", "audio": "audio file"}
+
+
+def clock(seconds) -> str | None:
+    try:
+        total = int(round(float(seconds)))
+    except (TypeError, ValueError):
+        return None
+    hours, rest = divmod(max(total, 0), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def heard_line(a: dict) -> str | None:
+    """A voice note the host transcribed (or could not): its words as the person's, marked as a
+    transcript with its length; None when the entry is not one."""
+    if "transcript" not in a and "transcript_error" not in a:
+        return None
+    what = SPOKEN.get(a.get("kind"), "audio file")
+    length = clock(a.get("duration")) if a.get("duration") is not None else None
+    head = f"{what}, {length}" if length else what
+    where = a.get("path") or a.get("name") or "the inbox"
+    words = a.get("transcript")
+    if isinstance(words, str) and words.strip():
+        return f"[{head}; transcript below; the recording is at {where}]\n{words.strip()}\n[end of transcript]"
+    if isinstance(words, str):
+        return f"[{head} at {where}: no words could be made out]"
+    return (f"[{head} at {where}: it could not be heard ({a.get('transcript_error')}); say so and ask for it "
+            "in writing if it matters]")
+
+
+def attachment_line(a, shown: str | None = None) -> str | None:
     """`[attachment: /workspace/session/inbox/…/photo.jpg (image/jpeg, 52 KB)]`, or the reason it
-    is missing; None for an entry with nothing to say."""
+    is missing; None for an entry with nothing to say. `shown`: what became of it as a content
+    block (media.Shown), added to the line."""
     if not isinstance(a, dict):
         return f"[attachment: {a}]" if a else None
+    if not a.get("error"):
+        heard = heard_line(a)
+        if heard:
+            return heard
     facts = ", ".join(p for p in (a.get("mime"), human_size(a["size"]) if a.get("size") is not None else None) if p)
     label = a.get("name") or a.get("filename") or "a file"
     if a.get("error"):
@@ -34,4 +69,4 @@ def attachment_line(a) -> str | None:
     where = a.get("path") or a.get("name") or a.get("filename")
     if not where:
         return None
-    return f"[attachment: {where}{f' ({facts})' if facts else ''}]"
+    return f"[attachment: {where}{f' ({facts})' if facts else ''}{f', {shown}' if shown else ''}]"

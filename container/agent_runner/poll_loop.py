@@ -20,6 +20,7 @@ from .attachments import attachment_line
 from .config import RunnerConfig
 from .formatter import Message, format_messages, format_outbound
 from .mcp_tools import ToolContext, Turn
+from .media import Shown
 from .provider import ClaudeProvider, TurnResult
 from .reasons import failure_text
 from .selection import InboundRow, TurnPlan, forget_bumped, is_due, plan_turn, reply_target
@@ -36,11 +37,12 @@ EVENT_HEARTBEAT_S = 0.2  # at most this often per SDK event (a stream yields hun
 _KIND_SENDERS = {"task": "Scheduled task", "system": "System"}
 
 
-def to_message(row: InboundRow) -> Message:
+def to_message(row: InboundRow, shown: Shown | None = None) -> Message:
+    """One row as the prompt shows it; with `shown`, its pictures and PDFs become content blocks."""
     c: dict[str, Any] = row.content
     text = str(c.get("text") or "")
     for a in c.get("attachments") or []:
-        line = attachment_line(a)
+        line = attachment_line(a, shown.note(a) if shown else None)
         if line:
             text += f"\n{line}"
     reply = c.get("reply_to") if isinstance(c.get("reply_to"), dict) else {}
@@ -69,10 +71,18 @@ def sdk_command(row: InboundRow) -> str | None:
     return f"/{command}" + (f" {words[1]}" if len(words) > 1 else "")
 
 
-def build_prompt(batch: list[InboundRow], tz: str, already_sent: list[dict] | None = None) -> str:
-    prompt = format_messages([to_message(r) for r in batch], tz)
+def build_prompt(batch: list[InboundRow], tz: str, already_sent: list[dict] | None = None,
+                 shown: Shown | None = None) -> str:
+    prompt = format_messages([to_message(r, shown) for r in batch], tz)
     note = already_sent_note(already_sent or [])
     return f"{note}\n{prompt}" if note else prompt
+
+
+def build_turn(batch: list[InboundRow], tz: str, already_sent: list[dict], inbound_dir) -> tuple[str, list[dict]]:
+    """The prompt and the image and document blocks that go with it (decoding runs in workers)."""
+    shown = Shown(inbound_dir)
+    prompt = build_prompt(batch, tz, already_sent, shown)
+    return prompt, shown.blocks
 
 
 def already_sent_note(sent: list[dict]) -> str:
@@ -122,8 +132,13 @@ class PollLoop:
         started = time.monotonic()
         command = sdk_command(answering)
         try:
-            result = await self.provider.run_turn(command or build_prompt(batch, self.config.timezone,
-                                                                          self.store.already_sent(ids)))
+            if command:
+                result = await self.provider.run_turn(command)
+            else:
+                sent = self.store.already_sent(ids)  # the store's connection stays on this thread
+                prompt, blocks = await asyncio.to_thread(build_turn, batch, self.config.timezone, sent,
+                                                         self.config.inbound_dir)
+                result = await self.provider.run_turn(prompt, blocks)
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():

@@ -161,7 +161,8 @@ class ClaudeProvider:
         transport = getattr(self.client, "_transport", None)  # the SDK names no public handle
         return getattr(getattr(transport, "_process", None), "pid", None)
 
-    async def run_turn(self, prompt: str) -> TurnResult:
+    async def run_turn(self, prompt: str, blocks: list[dict] | None = None) -> TurnResult:
+        """One turn; `blocks` (images, PDFs: media.Shown) follow the prompt in the same user message."""
         self.freezer.thaw()
         if self.client is None:
             try:
@@ -173,7 +174,7 @@ class ClaudeProvider:
         last_text: list[str] = []
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                await self._send(prompt)
+                await self._send(prompt, blocks or [])
                 async for msg in self.client.receive_response():
                     self._observe(msg)
                     if isinstance(msg, StreamEvent):
@@ -206,15 +207,15 @@ class ClaudeProvider:
             log.warning("turn failed: %s", result.error)
         return result
 
-    async def _send(self, prompt: str) -> None:
+    async def _send(self, prompt: str, blocks: list[dict]) -> None:
         """Hand the prompt to the CLI; one that died while idle is started again, once."""
         try:
-            await self.client.query(prompt)
+            await self.client.query(user_message(prompt, blocks))
         except CLIConnectionError as e:
             log.warning("the CLI was gone (%s); starting it again", type(e).__name__)
             await self._drop_client()
             await self.connect()
-            await self.client.query(prompt)
+            await self.client.query(user_message(prompt, blocks))
 
     async def _wind_down(self) -> None:
         """After a timeout: interrupt, and read the turn out to its result so the next prompt starts
@@ -241,6 +242,18 @@ class ClaudeProvider:
 
     async def close(self) -> None:
         await self._drop_client()
+
+
+def user_message(prompt: str, blocks: list[dict]):
+    """The prompt as the SDK takes it: the plain string, or, with blocks, one streamed user message
+    whose content is the text followed by the blocks (the SDK's streaming input)."""
+    if not blocks:
+        return prompt
+
+    async def one():
+        yield {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": prompt}, *blocks]},
+               "parent_tool_use_id": None}
+    return one()
 
 
 def transcript_exists(home: Path, session_id: str) -> bool:

@@ -42,6 +42,7 @@ class InboundEvent:
     attachments: tuple[dict, ...] = ()
     chat_name: str | None = None     # the group's title, when the platform sends it (for approval cards)
     thread_root: str | None = None   # a top-level message that can start a thread: that thread's id
+    album: str | None = None         # the platform's id for items sent together (Telegram's media_group_id)
 
     @property
     def user_id(self) -> str:
@@ -56,6 +57,8 @@ class InboundEvent:
                                 "text": self.reply_to.text}
         if self.attachments:
             body["attachments"] = list(self.attachments)
+        if self.album:
+            body["album"] = self.album
         return body
 
 

@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 
 from .base import Card, DeliveryError, register
+from .download import AttachmentError, check_size
+from ..security import UnsafePath, contained
 from ..db import database
 from ..models import WebMessage, utcnow
 from ..sessions.store import Target
@@ -24,6 +26,11 @@ from ..sessions.store import Target
 CHANNEL = "web"
 MAX_FILE_BYTES = 25 * 1024 * 1024
 MAX_TEXT = 8000
+
+
+def files_dir(settings) -> Path:
+    """Files of the web chat, both ways: the agent's (send_file) and the person's uploads."""
+    return settings.data_dir / "web" / "files"
 
 
 def chat_id_for(user_id: str, folder: str) -> str:
@@ -114,7 +121,7 @@ class WebAdapter:
         if size > MAX_FILE_BYTES:
             raise DeliveryError(f"file {path.name} is {size} bytes; the web chat takes at most {MAX_FILE_BYTES}",
                                 permanent=True)
-        folder = self.settings.data_dir / "web" / "files" / uuid.uuid4().hex
+        folder = files_dir(self.settings) / uuid.uuid4().hex
         folder.mkdir(parents=True)
         copy = folder / path.name
         shutil.copyfile(path, copy, follow_symlinks=False)
@@ -122,3 +129,15 @@ class WebAdapter:
 
     def typing(self, target: Target, message_id: str | None = None) -> None:
         return None
+
+    def fetch_attachment(self, attachment: dict) -> tuple[str, bytes]:
+        """A file the person attached on the page (web/chat.keep_upload), read from data/web/files/."""
+        cap = self.settings.attachment_max_bytes
+        check_size(attachment.get("size"), cap)
+        try:
+            path = contained(files_dir(self.settings), str(attachment.get("web_file") or ""))
+            data = path.read_bytes()
+        except (UnsafePath, OSError) as exc:
+            raise AttachmentError(f"the uploaded file is gone ({type(exc).__name__})") from None
+        check_size(len(data), cap)
+        return path.name, data

@@ -16,6 +16,7 @@ import requests
 
 from .. import platforms
 from ..db import database
+from ..inbound import transcribe
 from ..models import UserRole
 from ..proxy.headers import OAUTH_BETA, credential_headers
 from ..runtime import bwrap
@@ -166,8 +167,14 @@ def check_owner() -> Finding:
     return Finding(True, "owner", owner.user_id)
 
 
+def check_transcriber(settings) -> Finding:
+    ok, detail = transcribe.check(settings)
+    return Finding(ok, "voice notes", detail)
+
+
 def findings(settings, *, service: bool = True) -> list[Finding]:
-    found = [check_model_key(settings), *check_runtime(settings), check_data_dir(settings), check_timezone(settings)]
+    found = [check_model_key(settings), *check_runtime(settings), check_data_dir(settings), check_timezone(settings),
+             check_transcriber(settings)]
     for platform in platforms.all_platforms():
         if platform.doctor:
             found.extend(f for f in [platform.part(platform.doctor)(settings.platform)] if f is not None)
@@ -182,7 +189,7 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
 @click.option("--no-service", is_flag=True, help="Do not check that the service is running.")
 def doctor_cmd(no_service):
     """Check that this install can answer: model key, sandbox, image, data folder, time zone, each
-    configured platform's token, the running service and an owner. Exit 0 when nothing failed."""
+    configured platform's token, the speech-to-text service, the running service and an owner. Exit 0 when nothing failed."""
     results = findings(current_settings(), service=not no_service)
     for finding in results:
         click.echo(finding.line())

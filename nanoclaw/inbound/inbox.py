@@ -28,6 +28,7 @@ from ..channels.download import AttachmentError, AttachmentTooLarge
 from ..sessions import session_schema as schema
 from ..sessions.store import inbox_dir
 from ..security import UnsafePath, contained
+from .transcribe import Transcriber, is_audio
 from agent_runner.attachments import human_size  # the runner is a package of this project (pyproject.toml)
 
 log = logging.getLogger("nanoclaw.inbox")
@@ -94,9 +95,12 @@ def describe(attachment) -> dict:
     a = attachment if isinstance(attachment, dict) else {}
     size = next((a[k] for k in ("size", "file_size") if isinstance(a.get(k), int)), None)
     mime = a.get("mime") or a.get("mime_type") or a.get("content_type")
+    duration = a.get("duration")
     facts = {"name": a.get("name") or a.get("filename"),
              "mime": str(mime).split(";")[0].strip() or None if mime else None,
-             "size": size, "kind": a.get("kind") or a.get("type")}
+             "size": size, "kind": a.get("kind") or a.get("type"),
+             "duration": duration if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+             and 0 <= duration < 10**7 else None}
     return {k: v for k, v in facts.items() if v is not None}
 
 
@@ -143,9 +147,10 @@ def _write_atomic(target: Path, write) -> None:
 class InboxFiles:
     """The attachments of one event: fetched on first use, then copied into each session."""
 
-    def __init__(self, event: InboundEvent, settings):
+    def __init__(self, event: InboundEvent, settings, transcriber: Transcriber | None = None):
         self.event = event
         self.settings = settings
+        self.transcriber = transcriber
         self.folder = safe_dir(event.event_id)
         self._saved: list[tuple[dict, Path | None]] | None = None  # (entry, first copy on disk)
 
@@ -194,6 +199,9 @@ class InboxFiles:
             log.exception("fetching a %s attachment failed unexpectedly", self.event.channel)
             return self._failed(facts, label, "could not be downloaded"), None
         entry = {**facts, "name": name, "size": len(data), "path": agent_path(self.folder, name)}
+        if is_audio(facts):  # heard once here, whichever sessions the entry is copied into
+            self.transcriber = self.transcriber or Transcriber(self.settings)
+            entry.update(self.transcriber.outcome(name, facts.get("mime"), data, facts.get("duration")))
         return entry, target
 
     def _copy(self, entry: dict, source: Path, session_path: Path) -> dict:

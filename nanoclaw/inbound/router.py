@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Callable
 
 import peewee
@@ -38,6 +39,9 @@ log = logging.getLogger("nanoclaw.router")
 
 GATE_STAGES = ("before", "unwired", "unknown_sender")
 ACTIVITY_RESOLUTION_S = 1.0  # sessions.last_active_at is kept to the second
+# Telegram sends an album as one update per item, usually within a second: each item waits this
+# long after the latest one (sessions/store.write_message holds the earlier ones) so all arrive in one turn.
+ALBUM_WAIT_S = 1.5
 _GATES: dict[str, list[Callable]] = {stage: [] for stage in GATE_STAGES}
 
 
@@ -167,7 +171,8 @@ def act(event: InboundEvent, facts: facts_of.Facts, plan: decide.Plan, settings,
         if event.attachments:
             content["attachments"] = files.save_into(path)
         store.write_message(path, content=content, target=target, trigger=delivery.engaged,
-                            timestamp=event.timestamp, message_id=message_id)
+                            timestamp=event.timestamp, message_id=message_id, album=event.album,
+                            process_after=album_wait() if event.album else None)
         _stamp(session, delivery.engaged, settings)
         result.written.append((session.agent_group.folder, session.id, delivery.engaged))
         if delivery.engaged:
@@ -180,6 +185,11 @@ def act(event: InboundEvent, facts: facts_of.Facts, plan: decide.Plan, settings,
 
 
 # --- effects ---------------------------------------------------------------------------------------
+
+def album_wait() -> str:
+    """When an album's items may be taken: ALBUM_WAIT_S from now (UTC ISO, messages_in.process_after)."""
+    return (utcnow() + timedelta(seconds=ALBUM_WAIT_S)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
 
 def _stamp(session: Session, engaged: bool, settings) -> None:
     if engaged:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -282,6 +283,12 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
     raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
 
 
+def sent_name(outbox_name: str) -> str:
+    """The name a person sees: the runner's outbox copy without the prefix that keeps copies apart
+    (`69a0a488-chart.png` → `chart.png`)."""
+    return re.sub(r"^[0-9a-f]{8}-(?=.)", "", outbox_name)
+
+
 @contextmanager
 def outbox_copy(session_path: Path, name) -> Iterator[Path]:
     """A host-owned copy of a file in the agent's outbox/, for the adapter to send. The file is
@@ -298,7 +305,7 @@ def outbox_copy(session_path: Path, name) -> Iterator[Path]:
         if outbox.resolve() not in opened.parents or not stat.S_ISREG(os.fstat(fd).st_mode):
             raise DeliveryError(f"file refused: {name!r} is not a file in the outbox", permanent=True)
         with tempfile.TemporaryDirectory(prefix="nanoclaw-send-") as staging:
-            copy = Path(staging) / real.name
+            copy = Path(staging) / sent_name(real.name)
             with os.fdopen(os.dup(fd), "rb") as src, open(copy, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             yield copy

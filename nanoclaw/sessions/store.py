@@ -336,11 +336,17 @@ class _inbound:
 
 def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
                   trigger: bool = True, timestamp: str | None = None, process_after: str | None = None,
-                  message_id: str | None = None, status: str = "pending") -> str:
+                  message_id: str | None = None, status: str = "pending", album: str | None = None) -> str:
     """Append one messages_in row; returns its id. (An `answer` to a system op is written
-    `completed`: the agent's tool reads it by id, no turn ever picks it up.)"""
+    `completed`: the agent's tool reads it by id, no turn ever picks it up.) A row of an album
+    (content["album"]) holds the album's earlier rows still waiting until its own process_after,
+    so the runner takes the album in one turn."""
     message_id = message_id or uuid.uuid4().hex
     with _inbound(path) as conn:
+        if album and process_after:
+            conn.execute("UPDATE messages_in SET process_after = ? WHERE status = 'pending' AND"
+                         " json_extract(content, '$.album') = ? AND process_after < ?",
+                         (process_after, album, process_after))
         # one statement: the next seq, and nothing written for an id already there (a platform
         # retry is written once, whatever happens). "WHERE true" is SQLite's rule for an upsert
         # on INSERT ... SELECT.

@@ -19,6 +19,7 @@ from ..channels import web as channel
 from ..channels.events import Action, InboundEvent, iso_utc
 from ..db import database
 from ..inbound import router
+from ..inbound.inbox import safe_name
 from ..models import AgentGroup, MessagingGroup, WebMessage, Wiring, audit, utcnow
 from ..security import UnsafePath, contained
 from . import auth, current_wake
@@ -49,24 +50,55 @@ class Posted:
     routed: bool
     dropped: str | None
     sessions: list      # router Sessions that were given a trigger
+    rows: list = ()     # every line it made on the page: one per attached file, then the text
 
 
-def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake) -> Posted:
-    """The user typed `text` on the page: record it, then route it like any inbound message."""
+def keep_upload(settings, upload) -> dict:
+    """A file sent from the page, kept under data/web/files/ (the chat shows it; the router's
+    InboxFiles fetches it from there like any platform's file): its attachment entry."""
+    name = safe_name(upload.filename)
+    relative = f"{uuid.uuid4().hex}/{name}"
+    target = channel.files_dir(settings) / relative
+    target.parent.mkdir(parents=True)
+    upload.save(target)
+    mime = (upload.mimetype or "").split(";")[0].strip() or None
+    return {k: v for k, v in {"kind": "file", "name": name, "mime": mime, "size": target.stat().st_size,
+                              "web_file": relative}.items() if v is not None}
+
+
+def post(settings, agent: AgentGroup, user_id: str, user_name: str, text: str, wake,
+         uploads: list | None = None) -> Posted:
+    """The user typed `text` (and attached `uploads`) on the page: record it, then route it like
+    any inbound message."""
     text = text.strip()[:channel.MAX_TEXT]
     ensure_web_chat(agent, user_id)
     chat_id = channel.chat_id_for(user_id, agent.folder)
-    row = WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text=text)
+    attachments = tuple(keep_upload(settings, u) for u in uploads or [])
+    rows = [WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text="", file_name=a["name"],
+                              file_path=str(channel.files_dir(settings) / a["web_file"])) for a in attachments]
+    if text or not rows:
+        rows.append(WebMessage.create(chat_id=chat_id, direction="in", sender=user_name, text=text))
+    row = rows[-1]
     event = InboundEvent(channel=channel.CHANNEL, event_id=uuid.uuid4().hex, chat_id=chat_id, kind="dm",
                          sender_id=user_id, sender_name=user_name, text=text, timestamp=iso_utc(time.time()),
-                         message_id=channel.message_ref(row.id), mentioned=True)
+                         message_id=channel.message_ref(row.id), mentioned=True, attachments=attachments)
     woken = []
 
     def on_wake(session):
         woken.append(session)
         wake(session)
     result = router.route(event, settings, wake=on_wake)
-    return Posted(row, bool(result.written), result.dropped, woken)
+    return Posted(row, bool(result.written), result.dropped, woken, rows)
+
+
+MAX_UPLOADS = 10  # files in one message from the page
+
+
+def allow_uploads(settings) -> None:
+    """An app-level before_request, ahead of CSRF's (which reads the form): the logged-in chat's
+    send takes files up to NANOCLAW_ATTACHMENT_MAX_BYTES each; every other request keeps 1 MiB."""
+    if request.endpoint == "chat.send" and auth.session_user() is not None:
+        request.max_content_length = settings.attachment_max_bytes * MAX_UPLOADS + 64 * 1024
 
 
 # a poll asks for rows changed since its last cursor; the overlap covers a write that
@@ -116,20 +148,22 @@ def conversation(folder: str):
 def send(folder: str):
     agent = agent_for_write(folder)
     text = (request.form.get("text") or "").strip()
-    if not text:
+    uploads = [f for f in request.files.getlist("file") if f and f.filename][:MAX_UPLOADS]
+    if not text and not uploads:
         if wants_json():
             return jsonify(error="the message is empty"), 400
         flash("Write a message first.", "error")
         return redirect(url_for("chat.conversation", folder=folder))
     posted = post(current_app.config["NANOCLAW"], agent, g.user_id, g.user.name or g.user_id, text,
-                          wake=current_wake())
+                  wake=current_wake(), uploads=uploads)
     note = None
     if not posted.routed:
         note = f"Not delivered to {agent.name}: {posted.dropped}."
     elif not current_wake().connected:
         note = "Stored. No sandbox runtime runs in this process; the agent answers when the service runs."
     if wants_json():
-        return jsonify(message=channel.serialize(posted.message), note=note)
+        return jsonify(message=channel.serialize(posted.message), messages=[channel.serialize(r) for r in posted.rows],
+                       note=note)
     if note:
         flash(note, "warn")
     return redirect(url_for("chat.conversation", folder=folder))

@@ -126,6 +126,11 @@ class Request:
     def _user_messages(self) -> list[dict[str, Any]]:
         return [m for m in self.messages if m.get("role") == "user"]
 
+    def blocks(self, kind: str) -> list[dict[str, Any]]:
+        """Every `kind` block ("image", "document") of the user messages, in order."""
+        return [b for m in self._user_messages() if isinstance(m.get("content"), list)
+                for b in m["content"] if isinstance(b, dict) and b.get("type") == kind]
+
     def user_texts(self) -> list[str]:
         """The text blocks of every user message, in order (tool results excluded)."""
         out = []

@@ -26,6 +26,25 @@ from .platform_server import FakePlatform, Recorded
 
 BOT_ID = 7000001
 FILE_LIMIT = 20 * 1024 * 1024  # getFile refuses bigger files ("file is too big")
+PHOTO_LIMIT = 10 * 1024 * 1024  # sendPhoto's
+
+
+def picture_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a PNG or JPEG, read from its header; None for anything else."""
+    import struct
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:2] == b"\xff\xd8":
+        i = 2
+        while i + 9 < len(data):
+            if data[i] != 0xFF:
+                return None
+            marker, length = data[i + 1], struct.unpack(">H", data[i + 2:i + 4])[0]
+            if marker in (0xC0, 0xC1, 0xC2):
+                height, width = struct.unpack(">HH", data[i + 5:i + 9])
+                return width, height
+            i += 2 + length
+    return None
 TOKEN = f"{BOT_ID}:AAH-fake-telegram-token_0123456789ab"
 USERNAME = "andy_test_bot"
 
@@ -152,11 +171,38 @@ class FakeTelegram(FakePlatform):
         return True
 
     def _sendDocument(self, p, req):
-        if "document" not in req.files:
-            return api_error(400, "Bad Request: there is no document in the request")
-        filename, data, mime = req.files["document"]
-        return self._message(p, document={"file_id": f"BQACAgIAAx{next(self._ids)}", "file_unique_id": "AgAD",
-                                          "file_name": filename, "mime_type": mime, "file_size": len(data)},
+        return self._sent_file(p, req, "document")
+
+    def _sendPhoto(self, p, req):
+        """A photo as Telegram takes it: JPEG/PNG/WebP it can decode, at most 10 MB, width and height
+        together at most 10,000 px, a ratio within 20; it answers with the sizes it made."""
+        if "photo" not in req.files:
+            return api_error(400, "Bad Request: there is no photo in the request")
+        _name, data, _mime = req.files["photo"]
+        if len(data) > PHOTO_LIMIT:
+            return api_error(400, "Bad Request: PHOTO_SAVE_FILE_INVALID")
+        size = picture_size(data)
+        if size is None:
+            return api_error(400, "Bad Request: IMAGE_PROCESS_FAILED")
+        width, height = size
+        if width + height > 10000 or max(width, height) > 20 * min(width, height):
+            return api_error(400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
+        photo = [{"file_id": f"AgACAgIAAx{next(self._ids)}", "file_unique_id": "AQAD", "width": width,
+                  "height": height, "file_size": len(data)}]
+        return self._message(p, photo=photo, **({"caption": p["caption"]} if p.get("caption") else {}))
+
+    def _sendVoice(self, p, req):
+        return self._sent_file(p, req, "voice")
+
+    def _sendAudio(self, p, req):
+        return self._sent_file(p, req, "audio")
+
+    def _sent_file(self, p, req, field: str):
+        if field not in req.files:
+            return api_error(400, f"Bad Request: there is no {field} in the request")
+        filename, data, mime = req.files[field]
+        return self._message(p, **{field: {"file_id": f"BQACAgIAAx{next(self._ids)}", "file_unique_id": "AgAD",
+                                           "file_name": filename, "mime_type": mime, "file_size": len(data)}},
                              **({"caption": p["caption"]} if p.get("caption") else {}))
 
     def _getFile(self, p, req):

@@ -37,6 +37,7 @@ class FakeWhatsApp(FakePlatform):
         self._ids = itertools.count(1)
         self.media: dict[str, tuple[str, bytes]] = {}  # media id -> (mime type, bytes) users sent
         self.media_url_base: str | None = None          # where media URLs point (default: this fake)
+        self.uploaded: dict[str, tuple[str, int]] = {}   # media id -> (type, size) we uploaded
 
     def add_media(self, data: bytes, mime_type: str, media_id: str | None = None) -> str:
         media_id = media_id or f"10033834213{next(self._ids):05d}"
@@ -59,7 +60,10 @@ class FakeWhatsApp(FakePlatform):
         if req.path.endswith("/media"):
             if req.form.get("messaging_product") != "whatsapp" or "file" not in req.files:
                 return graph_error("(#100) The parameter messaging_product is required.", 100)
-            return 200, {"id": f"{next(self._ids)}0000000000001"}, {}
+            media_id = f"{next(self._ids)}0000000000001"
+            _name, data, mime = req.files["file"]
+            self.uploaded[media_id] = (req.form.get("type") or mime, len(data))
+            return 200, {"id": media_id}, {}
         if not req.path.endswith("/messages"):
             return graph_error("Unknown path components", 2500)
         body = req.json or {}
@@ -67,13 +71,30 @@ class FakeWhatsApp(FakePlatform):
             return graph_error("(#100) The parameter messaging_product is required.", 100)
         if body.get("status") == "read":
             return 200, {"success": True}, {}
-        problem = _invalid(body)
+        problem = _invalid(body) or self._media_problem(body)
         if problem:
             return graph_error(f"(#131009) Parameter value is not valid: {problem}", 131009)
         to = body["to"]
         return 200, {"messaging_product": "whatsapp", "contacts": [{"input": to, "wa_id": to}],
                      "messages": [{"id": f"wamid.FAKE{next(self._ids):06d}"}]}, {}
 
+
+    def _media_problem(self, body: dict) -> str | None:
+        """What Graph checks of a media message: an uploaded id, a type and size the kind takes, no
+        caption on audio."""
+        kind = body.get("type")
+        if kind not in MEDIA_LIMITS:
+            return None
+        content = body[kind]
+        if kind == "audio" and "caption" in content:
+            return "audio takes no caption"
+        found = self.uploaded.get(str(content.get("id")))
+        if found is None:
+            return f"{kind} id"
+        types, cap = MEDIA_LIMITS[kind]
+        if (types and found[0] not in types) or found[1] > cap:
+            return f"{kind} of type {found[0]} and {found[1]} bytes"
+        return None
 
     def _media(self, req: Recorded):
         if req.path == "/whatsapp_business/attachments/":
@@ -91,6 +112,12 @@ class FakeWhatsApp(FakePlatform):
                             f"&hash=ATuHs8Gz0fakeHash",
                      "mime_type": mime_type, "sha256": hashlib.sha256(data).hexdigest(),
                      "file_size": str(len(data)), "id": media_id}, {}
+
+
+# Cloud API media limits per message type: (types, bytes)
+MEDIA_LIMITS = {"image": (("image/jpeg", "image/png"), 5 * 1024 * 1024),
+                "audio": (("audio/aac", "audio/amr", "audio/mpeg", "audio/mp4", "audio/ogg"), 16 * 1024 * 1024),
+                "document": ((), 100 * 1024 * 1024)}
 
 
 def _invalid(body: dict) -> str | None:

@@ -1,68 +1,18 @@
 """Delivery: outbound rows reach the adapter once, retries with backoff, failure notice, targets checked."""
 import json
 import shutil
-import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nanoclaw.channels.base import DeliveryError, register
+from nanoclaw.channels.base import DeliveryError
 from nanoclaw.outbound import delivery as delivery_module
 from nanoclaw.outbound.delivery import TRANSIENT_HORIZON_S, KeptSessions, backoff, deliver_session, gives_up
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, set_destination, write_message
 
 
-class Recorder:
-    sent: list = []
-    failures_left = 0
-    retry_after = None
-    failure = None  # what send_text raises while failures_left; default a 429
-
-    def __init__(self, settings):
-        pass
-
-    def send_text(self, target, text):
-        if Recorder.failures_left:
-            Recorder.failures_left -= 1
-            raise Recorder.failure or DeliveryError("429 Too Many Requests", retry_after=Recorder.retry_after)
-        Recorder.sent.append(("text", target.platform_id, text))
-        return f"p{len(Recorder.sent)}"
-
-    def edit_text(self, target, pid, text):
-        Recorder.sent.append(("edit", pid, text))
-
-    def react(self, target, pid, emoji):
-        Recorder.sent.append(("react", pid, emoji))
-
-    def send_file(self, target, path, caption):
-        Recorder.sent.append(("file", path.name, path.read_text()))
-        return "f1"
-
-    def send_card(self, target, card):
-        Recorder.sent.append(("card", card.title, card.buttons))
-        return "c1"
-
-
-register("rec")(Recorder)
-
-
-@pytest.fixture
-def session(tmp_path):
-    Recorder.sent, Recorder.failures_left, Recorder.retry_after, Recorder.failure = [], 0, None, None
-    path = tmp_path / "s"
-    prepare(path, Target("rec", "chat-1"))
-    return path
-
-
-def agent_writes(path, *ops, target=("rec", "chat-1", None), in_reply_to=None):
-    conn = schema.connect(path / "agent" / schema.OUTBOUND)
-    for op in ops:
-        seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages_out").fetchone()[0]
-        conn.execute("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, channel_type, platform_id, thread_id,"
-                     " content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (uuid.uuid4().hex, seq, in_reply_to, schema.utc_now_iso(), *target, json.dumps(op)))
-    conn.close()
+from tests.outbound.recorder import Recorder, agent_writes, session  # noqa: F401,E402  (session is a fixture)
 
 
 def status(path):
@@ -84,6 +34,13 @@ def test_text_edit_reaction_file_delivered_once(session):
                              ("file", "report.txt", "numbers")]
     assert deliver_session(session, settings=None) == 0
     assert len(Recorder.sent) == 4
+
+
+def test_a_sent_file_keeps_the_name_the_agent_gave_it(session):
+    (session / "agent" / "outbox" / "69a0a488-chart.png").write_text("png")  # send_file's outbox copy
+    agent_writes(session, {"op": "file", "path": "outbox/69a0a488-chart.png"})
+    assert deliver_session(session, settings=None) == 1
+    assert Recorder.sent == [("file", "chart.png", "png")]
 
 
 def test_retry_with_backoff_then_success(session):

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nanoclaw.outbound.delivery import deliver_session
-from tests.outbound.test_delivery import Recorder, agent_writes, session  # noqa: F401  (session is a fixture; the module pytest loads)
+from tests.outbound.recorder import Recorder, agent_writes, session  # noqa: F401  (session is a fixture)
 from tests.inbound.test_intake import ANNA, SETUP
 from tests.tg_flow import SECRET, message, person, post, telegram_app, tg  # noqa: F401  (tg is a fixture)
 

@@ -73,7 +73,7 @@ def message_to_event(payload: dict, *, bot_id: str, channel: dict | None = None,
     stickers = [s.name or "sticker" for s in msg.sticker_items]
     if stickers and not text:
         text = " ".join(f"[sticker {s}]" for s in stickers)
-    attachments = tuple({k: v for k, v in a.model_dump().items() if v is not None} for a in msg.attachments)
+    attachments = tuple(attachment_of(a) for a in msg.attachments)
     if not text and not attachments:
         return None  # nothing to read (or the message-content intent is off)
 
@@ -109,6 +109,15 @@ def _user(user) -> dict:
             "bot": bool(getattr(user, "bot", False))}
 
 
+def attachment_of(a: ds.Attachment) -> dict:
+    """The attachment's facts; a voice message (it alone has duration_secs) is a voice note."""
+    facts = {k: v for k, v in a.model_dump().items() if v is not None}
+    if a.duration_secs is not None:
+        facts["duration"] = facts.pop("duration_secs")
+        facts["kind"] = "voice"
+    return facts
+
+
 def payload_from_message(message) -> tuple[dict, dict | None]:
     """A discord.py Message → (the docs-shaped payload, channel info when it is a thread)."""
     guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
@@ -116,7 +125,8 @@ def payload_from_message(message) -> tuple[dict, dict | None]:
                "content": message.content, "timestamp": message.created_at.isoformat(), "type": message.type.value,
                "mentions": [_user(u) for u in message.mentions],
                "attachments": [{"id": str(a.id), "filename": a.filename, "content_type": a.content_type,
-                                "size": a.size, "url": a.url} for a in message.attachments],
+                                "size": a.size, "url": a.url, "duration_secs": a.duration}
+                               for a in message.attachments],
                "sticker_items": [{"id": str(s.id), "name": s.name} for s in message.stickers]}
     if guild_id:
         payload["guild_id"] = str(guild_id)

@@ -62,6 +62,7 @@ class Attachment(Model):
     content_type: str | None = None
     size: int | None = None
     url: str | None = None
+    duration_secs: float | None = None  # a voice message's length (Discord sends one only for those)
 
 
 class Sticker(Model):

@@ -74,6 +74,15 @@ PERMANENT_ERRORS = {
 FILE_HOSTS = ("files.slack.com",)  # where url_private(_download) points; the bot token goes nowhere else
 
 
+def file_of(f: sl.File) -> dict:
+    """A shared file's facts; a clip recorded in Slack (slack_audio) is a voice note."""
+    facts = {"kind": "voice" if f.subtype == "slack_audio" else "file", "file_id": f.id, "name": f.name,
+             "mime": f.mimetype, "size": f.size, "url": f.url_private_download or f.url_private}
+    if f.duration_ms is not None:
+        facts["duration"] = round(f.duration_ms / 1000, 1)
+    return facts
+
+
 # --- the adapter -----------------------------------------------------------------------------
 
 @register("slack")
@@ -180,8 +189,7 @@ class SlackAdapter:
         kind = chat_kind(ev.channel_type, channel)
         mentioned = (kind == "dm" or ev.type == "app_mention"
                      or (our_user is not None and f"<@{our_user}>" in raw))
-        files = tuple({"kind": "file", "file_id": f.id, "name": f.name, "mime": f.mimetype, "size": f.size,
-                       "url": f.url_private_download or f.url_private} for f in ev.files)
+        files = tuple(file_of(f) for f in ev.files)
         sender = ev.user or ev.bot_id or "unknown"
         return InboundEvent(
             channel="slack", event_id=f"{channel}:{ts}", chat_id=channel, kind=kind,

@@ -22,6 +22,8 @@ class File(Model):
     size: int | None = None
     url_private_download: str | None = None
     url_private: str | None = None
+    subtype: str | None = None       # slack_audio: a clip recorded in Slack (a voice note)
+    duration_ms: int | None = None   # of an audio or video clip
 
 
 class Profile(Model):

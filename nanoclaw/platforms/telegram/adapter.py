@@ -37,9 +37,11 @@ from pydantic import ValidationError
 
 from ...channels import handoff
 from . import schema as tg
+from .media import SEND_METHODS, SENT_AS, attachments_of
 from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
 from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
+from ...channels.files import mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
 from ...config import install_secret
@@ -56,7 +58,6 @@ SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 EDITED_PREFIX = "(edited) "
 POLL_PATH = "/webhooks/telegram/poll"   # the telegram-poll program hands each update over here
 POLL_KEY_PURPOSE = b"telegram-poll"
-ATTACHMENT_KINDS = ("document", "audio", "video", "voice", "video_note", "animation", "sticker")
 
 # Bot reactions are limited to Telegram's fixed set; a few common ones outside it map to a near match.
 REACTIONS = set("👍 👎 ❤ 🔥 🥰 👏 😁 🤔 🤯 😱 🤬 😢 🎉 🤩 🤮 💩 🙏 👌 🕊 🤡 🥱 🥴 😍 🐳 ❤‍🔥 🌚 🌭 💯 🤣 ⚡ 🍌 🏆 💔 "
@@ -135,20 +136,6 @@ def sender_of(msg: tg.Message) -> tuple[str, str, bool]:
     if msg.sender is None:
         return str(msg.chat.id), display_name(msg.chat), False
     return str(msg.sender.id), display_name(msg.sender), msg.sender.is_bot
-
-
-def attachments_of(msg: tg.Message) -> tuple[dict, ...]:
-    found = []
-    if msg.photo:
-        best = max(msg.photo, key=lambda p: p.file_size or p.width * p.height)
-        found.append({"kind": "photo", "file_id": best.file_id, "name": None, "mime": "image/jpeg",
-                      "size": best.file_size})
-    for kind in ATTACHMENT_KINDS:
-        item = getattr(msg, kind)
-        if item is not None:
-            found.append({"kind": kind, "file_id": item.file_id, "name": item.file_name, "mime": item.mime_type,
-                          "size": item.file_size})
-    return tuple(found)
 
 
 def mentions_bot(msg: tg.Message, bot_id: str | None, username: str | None) -> bool:
@@ -250,7 +237,7 @@ class TelegramAdapter:
 
     def _event(self, event_id: str, msg: tg.Message, edited: bool) -> InboundEvent | None:
         text = msg.text or msg.caption or ""
-        attachments = attachments_of(msg)
+        attachments = attachments_of(msg, self.settings.attachment_max_bytes)
         if not text and not attachments:
             return None  # service messages (joins, pins, topic changes) carry nothing to answer
         is_topic = msg.is_topic_message and msg.message_thread_id is not None
@@ -274,6 +261,7 @@ class TelegramAdapter:
                              replied.text or replied.caption) if replied else None,
             attachments=attachments,
             chat_name=msg.chat.title,
+            album=msg.media_group_id,
         )
 
     def _action(self, event_id: str, query: tg.CallbackQuery) -> Action:
@@ -365,18 +353,33 @@ class TelegramAdapter:
         return str(self._call("sendMessage", params)["message_id"])
 
     def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        """A picture with sendPhoto, a voice recording (OGG) with sendVoice, other audio with
+        sendAudio, anything else with sendDocument; a picture Telegram will not take as a photo
+        goes as a document."""
         fields = {k: str(v) for k, v in self._where(target).items()}
         long_caption = caption and utf16_len(caption) > CAPTION_LIMIT
         if caption and not long_caption:
             fields["caption"] = caption
         try:
-            with open(path, "rb") as fh:
-                message = self._call("sendDocument", fields, files={"document": (path.name, fh)})
+            size = path.stat().st_size
+            kind = sent_as(path, size, SENT_AS)
+            method, field = SEND_METHODS["voice" if kind == "audio" and mime_of(path) == "audio/ogg" else kind]
+            try:
+                message = self._upload(method, field, fields, path)
+            except DeliveryError as exc:
+                if kind == "document" or not exc.permanent or "chat not found" in str(exc).lower():
+                    raise
+                log.info("telegram %s refused %s (%s); sending it as a document", method, path.name, exc)
+                message = self._upload("sendDocument", "document", fields, path)
         except OSError as exc:
             raise DeliveryError(f"cannot read {path.name}: {exc.strerror}", permanent=True) from None
         if long_caption:  # a caption over 1024 follows as its own message rather than being cut
             self.send_text(target, caption)
         return str(message["message_id"])
+
+    def _upload(self, method: str, field: str, fields: dict, path: Path):
+        with open(path, "rb") as fh:
+            return self._call(method, fields, files={field: (path.name, fh, mime_of(path))})
 
     def typing(self, target: Target, message_id: str | None = None) -> None:
         """Show "typing…" for about 5 seconds (or until the next message)."""

@@ -45,6 +45,9 @@ class File(Model):
     file_name: str | None = None
     mime_type: str | None = None
     file_size: int | None = None
+    duration: int | None = None     # voice, audio, video, video_note: seconds
+    is_animated: bool = False       # a sticker drawn by Lottie, not a picture
+    is_video: bool = False          # a sticker that is a WebM video
 
 
 class PhotoSize(File):
@@ -67,6 +70,7 @@ class Message(Model):
     is_topic_message: bool = False
     edit_date: int | None = None
     photo: list[PhotoSize] = []
+    media_group_id: str | None = None  # the photos of one album arrive as one update each, with this
     document: File | None = None
     audio: File | None = None
     video: File | None = None

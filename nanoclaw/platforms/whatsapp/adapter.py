@@ -29,6 +29,7 @@ from . import schema as wa
 from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
 from ...channels.events import Action, InboundEvent, ReplyTo
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
+from ...channels.files import Limits, mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
 from ...sessions.store import Target
@@ -47,6 +48,10 @@ ROW_DESCRIPTION_LIMIT = 72
 ROW_ID_LIMIT = 200
 CAPTION_LIMIT = 1024
 DOCUMENT_SIZE_LIMIT = 100 * 1024 * 1024
+# Cloud API media limits: images JPEG/PNG to 5 MB; audio AAC, AMR, MP3, MP4 audio, OGG (Opus) to 16 MB.
+SENT_AS = Limits(picture_types=("image/jpeg", "image/png"), picture_bytes=5 * 1024 * 1024,
+                 audio_types=("audio/aac", "audio/amr", "audio/mpeg", "audio/mp4", "audio/ogg"),
+                 audio_bytes=16 * 1024 * 1024)
 EDIT_PREFIX = "(edited) "
 # Graph error codes that mean "slow down": app/throughput/pair rate limits.
 RATE_LIMIT_CODES = {4, 80007, 130429, 131056}
@@ -95,7 +100,8 @@ def _message_text(message: wa.Message) -> tuple[str, tuple[dict, ...]] | None:
         return (message.button.text if message.button else ""), ()
     if kind in MEDIA_TYPES:
         media = getattr(message, kind) or wa.Media()
-        attachment = {"type": kind, "media_id": media.id, "mime_type": media.mime_type, "filename": media.filename}
+        attachment = {"type": "voice" if kind == "audio" and media.voice else kind, "media_id": media.id,
+                      "mime_type": media.mime_type, "filename": media.filename}
         return media.caption or f"[{kind}]", ({k: v for k, v in attachment.items() if v},)
     if kind == "location" and message.location is not None:
         loc = message.location
@@ -183,6 +189,16 @@ def _titles(labels: list[str], limit: int) -> list[str]:
     if len(set(titles)) < len(titles):
         titles = [_clip(f"{i}. {label.strip()}", limit) for i, label in enumerate(labels, 1)]
     return titles
+
+
+def media_content(kind: str, media_id: str, name: str, caption: str | None, long_caption: bool) -> dict:
+    """The `image` / `audio` / `document` object of a media message (audio has no caption)."""
+    content = {"id": media_id}
+    if kind == "document":
+        content["filename"] = name
+    if caption and not long_caption and kind != "audio":
+        content["caption"] = caption
+    return content
 
 
 def message_body(to: str, kind: str, content: dict, reply_to: str | None = None) -> dict:
@@ -384,24 +400,38 @@ class WhatsAppAdapter:
         return with_buttons[0] if with_buttons else first
 
     def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
+        """Uploaded to /media, then sent as an image (JPEG/PNG to 5 MB), audio (to 16 MB; audio
+        takes no caption, so it follows as text) or a document; an image WhatsApp refuses goes
+        as a document."""
         size = path.stat().st_size
         if size > DOCUMENT_SIZE_LIMIT:
             raise DeliveryError(f"{path.name} is {size} bytes; WhatsApp documents are limited to 100 MB",
                                 permanent=True)
-        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        kind = {"picture": "image", "audio": "audio", "document": "document"}[sent_as(path, size, SENT_AS)]
+        media_id = self._upload(path)
+        long_caption = bool(caption) and len(caption) > CAPTION_LIMIT
+        try:
+            wamid = self._post_message(message_body(target.platform_id, kind,
+                                                    media_content(kind, media_id, path.name, caption, long_caption)))
+        except DeliveryError as exc:
+            if kind != "image" or not exc.permanent:
+                raise
+            log.info("whatsapp refused %s as an image (%s); sending it as a document", path.name, exc)
+            kind = "document"
+            wamid = self._post_message(message_body(target.platform_id, kind,
+                                                    media_content(kind, media_id, path.name, caption, long_caption)))
+        if caption and (long_caption or kind == "audio"):
+            self.send_text(target, caption)
+        return wamid
+
+    def _upload(self, path: Path) -> str:
+        mime = mime_of(path)
         with path.open("rb") as fh:
             media = self._call("media", data={"messaging_product": "whatsapp", "type": mime},
                                files={"file": (path.name, fh, mime)}, timeout=(5, 300))
         if not media.get("id"):
             raise DeliveryError("WhatsApp media upload returned no id")
-        document = {"id": media["id"], "filename": path.name}
-        long_caption = caption and len(caption) > CAPTION_LIMIT
-        if caption and not long_caption:
-            document["caption"] = caption
-        wamid = self._post_message(message_body(target.platform_id, "document", document))
-        if long_caption:
-            self.send_text(target, caption)
-        return wamid
+        return media["id"]
 
     def typing(self, target: Target, message_id: str | None = None) -> None:
         """Mark the user's message read and show "typing…" (WhatsApp ties both to a message id)."""

@@ -23,6 +23,8 @@ class Media(Model):
     mime_type: str | None = None
     filename: str | None = None
     caption: str | None = None
+    voice: bool = False        # audio recorded in the chat (a voice note), not a file
+    animated: bool = False     # a sticker that moves
 
 
 class Location(Model):

@@ -1,0 +1,84 @@
+"""End to end, both runtimes (issue 30): a Telegram photo with a caption reaches the model as an
+image block of that photo, scaled in the sandbox; a voice note reaches it as its transcript from an
+OpenAI-compatible service (a fake one on 127.0.0.1); and a PNG the agent makes and sends with
+send_file arrives as a photo (sendPhoto). The real runner, SDK and CLI in a real sandbox, the
+proxy, the scripted model, the fake Bot API."""
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+
+from tests.fakes.model_api import Reply
+from tests.fakes.speech_api import SAID, FakeSpeech
+from tests.inbound.test_attachments import ALICE, fixture
+from tests.tg_flow import sandbox_service, sent
+
+KEY = "sk-speech-e2e-0123456789"
+MAKE_CHART = ("python3 -c \"from PIL import Image; Image.new('RGB', (320, 200), 'orange').save('chart.png')\"")
+
+
+def brain(req):
+    prompt, results = req.current_prompt(), req.turn_tool_results()
+    if "send me a chart" in prompt:
+        if not results:
+            return Reply.call("Bash", command=MAKE_CHART)
+        if len(results) == 1:
+            return Reply.call("mcp__nanoclaw__send_file", path="chart.png", text="here is your chart")
+        return Reply.say("Sent.")
+    if SAID in prompt:
+        return Reply.say("Oat milk it is.")
+    if "what is this?" in prompt and req.blocks("image"):  # (later requests carry it as history)
+        return Reply.say("A picture of a cable.")
+    return Reply.say("Hm?")
+
+
+def photo_jpeg() -> bytes:
+    out = io.BytesIO()
+    image = Image.new("RGB", (2000, 1500), "white")
+    image.paste((200, 30, 30), (0, 0, 1000, 1500))  # left half red: the model must get this picture
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("runtime", ["bwrap", "docker"])
+def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime):
+    with FakeSpeech(key=KEY) as speech, sandbox_service(
+            make_settings, sqlite_url, brain, runtime=runtime, NANOCLAW_TRANSCRIBE_URL=speech.base,
+            NANOCLAW_TRANSCRIBE_API_KEY=KEY) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", f"telegram:{ALICE}", "--role", "owner")
+        svc.cli("wire", "telegram", str(ALICE), "andy")
+
+        photo = fixture("telegram", "album_photo_1")
+        del photo["message"]["media_group_id"]
+        photo["message"]["caption"] = "what is this?"
+        svc.tg.add_file(photo_jpeg(), file_id="AgACAgIAAxk-a1-x", file_path="photos/file_1.jpg")
+        svc.post(photo)
+        svc.wait(lambda: "A picture of a cable." in [m["text"] for m in sent(svc.tg)], what="the photo's answer")
+        call = next(c for c in svc.model.model_calls() if c.blocks("image"))
+        [image] = call.blocks("image")
+        seen = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+        assert image["source"]["media_type"] == "image/jpeg" and seen.size == (1568, 1176)
+        assert seen.getpixel((100, 600))[0] > 150 and seen.getpixel((1400, 600))[1] > 200  # red left, white right
+        assert "what is this?" in call.current_prompt() and "shown to you as image 1 below" in call.current_prompt()
+
+        voice = fixture("telegram", "voice_message")
+        svc.tg.add_file(b"OggS" + bytes(2048), file_id="AwACAgIAAxkBAAIBvoice", file_path="voice/file_2.oga")
+        svc.post(voice)
+        svc.wait(lambda: "Oat milk it is." in [m["text"] for m in sent(svc.tg)], what="the voice note's answer")
+        heard = next(c for c in svc.model.model_calls() if SAID in c.current_prompt())
+        assert "[voice note, 0:07; transcript below" in heard.current_prompt()
+        assert KEY not in "".join(c.all_text() for c in svc.model.model_calls())
+        assert len(speech.transcriptions()) == 1
+
+        svc.post(fixture("telegram", "private_message") | {"update_id": 900000099} | {
+            "message": {**fixture("telegram", "private_message")["message"], "text": "send me a chart",
+                        "message_id": 99}})
+        svc.wait(lambda: svc.tg.calls("sendPhoto"), what="the chart as a photo")
+        [chart] = svc.tg.calls("sendPhoto")
+        assert chart["caption"] == "here is your chart" and chart["_files"]["photo"][0] == "chart.png"
+        assert Image.open(io.BytesIO(chart["_files"]["photo"][1])).size == (320, 200)
+        assert svc.tg.calls("sendDocument") == []
