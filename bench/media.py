@@ -1,15 +1,16 @@
 """What a photo costs: the time it adds from the message to the model's request, against a text
-message in the same run, and a sandbox's memory after ten photos.
+message in the same run, and a sandbox's memory after twenty pictures.
 
     .venv/bin/python -m bench.media [ROUNDS] [--runtime bwrap|docker]   (default 10 rounds, bwrap)
 
-Each round sends a text message and then a phone-sized photo (a 4032x3024 JPEG of noise, about
-5 MB, the hard case for a decoder) to one agent through the real pipe: a Telegram webhook → the
+Each round sends a text message, a phone-sized photo (4032x3024, smooth like a real scene) and the
+hard case (4032x3024 of pure noise, about 8 MB, which no codec shrinks) to one agent through the
+real pipe: a Telegram webhook → the
 router (which downloads the photo from the fake Bot API into inbox/) → the runner in a real
 sandbox (which decodes and scales it in its worker) → the SDK and CLI → the proxy → the fake model.
 Timed: the webhook's acknowledgement to the model request's arrival at the fake. The difference of
 the medians is what a photo adds. Memory: the sandbox's cgroup (Docker) or its process tree's RSS
-(bubblewrap) after the text turns, and again after ten photos.
+(bubblewrap) after the text turns, and again after the pictures.
 """
 from __future__ import annotations
 
@@ -39,9 +40,13 @@ def brain(req):
     return Reply.say(f"ok {len(req.blocks('image'))}")
 
 
-def photo_bytes() -> bytes:
+def photo_bytes(smooth: bool) -> bytes:
+    from PIL import ImageFilter
+    image = Image.frombytes("RGB", (4032, 3024), os.urandom(4032 * 3024 * 3))
+    if smooth:
+        image = image.filter(ImageFilter.GaussianBlur(3))
     out = io.BytesIO()
-    Image.frombytes("RGB", (4032, 3024), os.urandom(4032 * 3024 * 3)).save(out, "JPEG", quality=80)
+    image.save(out, "JPEG", quality=90 if smooth else 80)
     return out.getvalue()
 
 
@@ -94,7 +99,7 @@ def main() -> None:
     parser.add_argument("rounds", nargs="?", type=int, default=10)
     parser.add_argument("--runtime", choices=("bwrap", "docker"), default="bwrap")
     args = parser.parse_args()
-    photo = photo_bytes()
+    pictures = {"photo": photo_bytes(smooth=True), "noise": photo_bytes(smooth=False)}
     with tempfile.TemporaryDirectory() as tmp:
         def make_settings(**env):
             base = {"NANOCLAW_DATA_DIR": f"{tmp}/data", "NANOCLAW_GROUPS_DIR": f"{tmp}/groups", "TZ": "UTC",
@@ -116,24 +121,27 @@ def main() -> None:
                 return (arrived - started) * 1000
 
             timed(message(ALICE, person(ALICE, "Alice"), "warm up"))  # the sandbox's cold start
-            texts, photos = [], []
+            texts, timings = [], {"photo": [], "noise": []}
             for n in range(args.rounds):
                 texts.append(timed(message(ALICE, person(ALICE, "Alice"), f"text {n}")))
             before = sandbox_memory_mb(svc)
             for n in range(args.rounds):
-                file_id = f"AgACAgIAAxk-bench-{n}"
-                svc.tg.add_file(photo, file_id=file_id, file_path=f"photos/file_{n}.jpg")
                 texts.append(timed(message(ALICE, person(ALICE, "Alice"), f"text again {n}")))
-                photos.append(timed(photo_update(n, file_id)))
+                for kind, data in pictures.items():
+                    file_id = f"AgACAgIAAxk-bench-{kind}-{n}"
+                    svc.tg.add_file(data, file_id=file_id, file_path=f"photos/{kind}_{n}.jpg")
+                    timings[kind].append(timed(photo_update(n, file_id)))
             after = sandbox_memory_mb(svc)
             assert all(c.blocks("image") for c in svc.model.model_calls() if "photo " in c.current_prompt())
-    t50, p50 = statistics.median(texts), statistics.median(photos)
-    print(f"runtime {args.runtime}, photo {len(photo) / 2**20:.1f} MB 4032x3024 JPEG, {args.rounds} photos, "
-          f"{len(texts)} texts")
+    t50 = statistics.median(texts)
+    print(f"runtime {args.runtime}, {args.rounds} rounds; 4032x3024 JPEGs: photo "
+          f"{len(pictures['photo']) / 2**20:.1f} MB, noise {len(pictures['noise']) / 2**20:.1f} MB")
     print(f"text  message -> model request: p50 {t50:7.0f} ms  max {max(texts):7.0f} ms")
-    print(f"photo message -> model request: p50 {p50:7.0f} ms  max {max(photos):7.0f} ms")
-    print(f"a photo adds {p50 - t50:.0f} ms at the median (x{p50 / t50:.2f} of a text message)")
-    print(f"sandbox memory: {before:.0f} MB after the text turns, {after:.0f} MB after {args.rounds} photos "
+    for kind, times in timings.items():
+        p50 = statistics.median(times)
+        print(f"{kind:5} message -> model request: p50 {p50:7.0f} ms  max {max(times):7.0f} ms  "
+              f"(adds {p50 - t50:.0f} ms to a text message)")
+    print(f"sandbox memory: {before:.0f} MB after the text turns, {after:.0f} MB after {2 * args.rounds} pictures "
           f"(+{after - before:.0f} MB)")
 
 
