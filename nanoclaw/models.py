@@ -426,3 +426,22 @@ class AgentDestination(Base):
 
 
 ALL_MODELS += [AgentDestination]
+
+
+# --- cards where a platform has no buttons (migration 0014_card_choices) -----------------------------
+
+class CardChoice(Base):
+    """The numbered options of a card on a platform without buttons (channels/choices.py): which
+    action each number stands for, by the card's own message. Kept as long as decided records."""
+    channel = pw.CharField()
+    chat_id = pw.CharField()
+    message_id = pw.CharField()
+    buttons = JSONField()                     # [[label, action_id], ...]
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "card_choices"
+        indexes = ((("channel", "message_id"), True),)
+
+
+ALL_MODELS += [CardChoice]

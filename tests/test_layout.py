@@ -58,6 +58,7 @@ def graph() -> dict[str, set[str]]:
 # registry are shared like the root modules; the rest are rooms of their own by what the file is.
 PLATFORM_FILES = {"adapter": "platform adapters", "schema": "platform adapters", "text": "platform adapters",
                   "messages": "platform adapters", "handoff": "platform adapters", "media": "platform adapters",
+                  "account": "platform adapters",
                   "listener": "platform listeners", "commands": "platform commands", "doctor": "platform commands"}
 
 

@@ -5,8 +5,9 @@ file's path (and why).
 An image is decoded and scaled here, in the sandbox, never on the host, and in a process of its own
 (`python -m agent_runner.media_worker`) with a memory cap and a time limit: a hostile file (a
 decompression bomb, a decoder bug) can at worst cost that one image, and the turn says so. Scaled
-down, never cropped, to a long edge of 1568 px; re-encoded as JPEG (PNG when it has transparency and
-stays small); HEIC and other formats Pillow can read are converted the same way.
+down, never cropped, to a long edge of 1568 px; a drawn picture (a PNG, GIF or BMP, or one with
+transparency: screenshots, diagrams) stays lossless PNG while it is small enough, a photo becomes
+JPEG; HEIC and other formats Pillow can read are converted the same way.
 """
 from __future__ import annotations
 

@@ -36,9 +36,9 @@ def scaled(data: bytes) -> tuple[str, bytes]:
         picture = ImageOps.exif_transpose(image)
         picture.thumbnail((LONG_EDGE, LONG_EDGE))  # only ever smaller, the whole picture kept
         alpha = picture.mode in ("RGBA", "LA") or (picture.mode == "P" and "transparency" in picture.info)
-        if alpha:
+        if alpha or image.format in ("PNG", "GIF", "BMP"):  # drawn, not photographed: keep it lossless
             out = io.BytesIO()
-            picture.convert("RGBA").save(out, "PNG", optimize=True)
+            picture.convert("RGBA" if alpha else picture.mode if picture.mode in ("L", "RGB") else "RGB").save(out, "PNG")
             if out.tell() <= MAX_IMAGE_BYTES:
                 return "image/png", out.getvalue()
             background = Image.new("RGB", picture.size, "white")

@@ -4,8 +4,8 @@ Once a day (and by `flask … nanoclaw prune`) rows past their keeping time go, 
 what it removed:
 - routed webhook events and dropped-message records: NANOCLAW_KEEP_EVENTS_DAYS (14); an event not
   yet routed is never removed (intake recovery still needs it);
-- decided proposals, answered or expired help requests, questions past their expiry:
-  NANOCLAW_KEEP_DECIDED_DAYS (90);
+- decided proposals, answered or expired help requests, questions past their expiry, the numbered
+  options of cards sent where there are no buttons: NANOCLAW_KEEP_DECIDED_DAYS (90);
 - audit entries: NANOCLAW_KEEP_AUDIT_DAYS (365).
 Open items are not removed here: they expire (operator/expiry.py, approvals, questions) and are
 removed once they have been expired that long. `cutoffs` is the pure decision.
@@ -17,8 +17,8 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..models import (AuditLog, DroppedMessage, HelpRequest, AcceptedEvent, PendingProposal, PendingQuestion,
-                      utcnow)
+from ..models import (AuditLog, CardChoice, DroppedMessage, HelpRequest, AcceptedEvent, PendingProposal,
+                      PendingQuestion, utcnow)
 from ..outbound import delivery
 from .active import everything
 from .housekeeping import register_job
@@ -56,6 +56,7 @@ def prune(settings, now: datetime | None = None) -> dict[str, int]:
         "closed help requests": HelpRequest.delete().where(HelpRequest.state != "open",
                                                            HelpRequest.answered_at < c.decided).execute(),
         "past questions": PendingQuestion.delete().where(PendingQuestion.expires_at < c.decided).execute(),
+        "options of old cards": CardChoice.delete().where(CardChoice.created_at < c.decided).execute(),
         "audit entries": AuditLog.delete().where(AuditLog.at < c.audit).execute(),
     }
     log.info("retention: removed %s", ", ".join(f"{n} {what}" for what, n in removed.items()))

@@ -62,6 +62,13 @@ def test_a_small_picture_keeps_its_size_and_transparency(tmp_path):
     assert image.size == (300, 120) and image.mode == "RGBA"
 
 
+def test_a_screenshot_stays_lossless_and_a_photo_becomes_jpeg(tmp_path):
+    shot, _ = media.image_block(picture(tmp_path / "screen.png", (2400, 1080)))
+    photo, _ = media.image_block(picture(tmp_path / "photo.jpg", (2400, 1080)))
+    assert shot["source"]["media_type"] == "image/png" and decoded(shot).size == (1568, 706)
+    assert photo["source"]["media_type"] == "image/jpeg"
+
+
 def test_heic_from_a_phone_is_converted(tmp_path):
     import pillow_heif
     pillow_heif.register_heif_opener()

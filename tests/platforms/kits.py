@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from nacl.signing import SigningKey
 
+MATRIX_INSTALL_SECRET = "contract-install-secret-0123456789abcdef"
 TG_SECRET, SLACK_SECRET, WA_SECRET = "tg-secret_0123456789", "slack-signing-secret", "wa-app-secret"
 DISCORD_KEY, OTHER_KEY = SigningKey.generate(), SigningKey.generate()
 TG_BOT = "7000001"            # the Telegram bot of the fixtures (its token's prefix)
@@ -34,6 +35,13 @@ def _discord(body: bytes, right: bool) -> dict:
     ts = str(int(time.time()))
     key = DISCORD_KEY if right else OTHER_KEY
     return {"X-Signature-Ed25519": key.sign(ts.encode() + body).signature.hex(), "X-Signature-Timestamp": ts}
+
+
+def _matrix(body: bytes, right: bool) -> dict:
+    from nanoclaw.channels import handoff
+    from nanoclaw.platforms.matrix.adapter import SYNC_KEY_PURPOSE
+    secret = MATRIX_INSTALL_SECRET if right else "another-install-secret-0123456789abcdef"
+    return handoff.signed_headers(handoff.purpose_key(secret, SYNC_KEY_PURPOSE), body, time.time())
 
 
 @dataclass(frozen=True)
@@ -80,4 +88,9 @@ KITS = {kit.name: kit for kit in (
                                  "DISCORD_PUBLIC_KEY": DISCORD_KEY.verify_key.encode().hex(),
                                  "DISCORD_APPLICATION_ID": "999", "DISCORD_API_BASE": dead},
         "DISCORD_PUBLIC_KEY", _discord, {"": "/webhooks/discord/interactions"}),
+    # the matrix-sync program's hand-over, signed with a key from the install's secret
+    Kit("matrix", lambda dead: {"MATRIX_HOMESERVER": dead, "MATRIX_USER_ID": "@andy:example.org",
+                                "MATRIX_ACCESS_TOKEN": "syt_YW5keQ_contract_token", "NANOCLAW_SECRET_KEY":
+                                MATRIX_INSTALL_SECRET},
+        "MATRIX_ACCESS_TOKEN", _matrix, {"": "/webhooks/matrix/sync"}),
 )}
