@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from pathlib import Path
 
