@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+from docker.utils import kwargs_from_env
+from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount as DockerMount
 
@@ -27,6 +29,28 @@ OWN_ENGINE = "unix:///run/nanoclaw-docker/docker.sock"
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
 
 
+def _pinned(client: docker.DockerClient) -> docker.DockerClient:
+    """An engine reached over TLS with its own CA keeps that CA: requests would let
+    REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE (set on machines behind an intercepting proxy) replace it for
+    every request, and the handshake fail with "unable to get local issuer certificate"."""
+    if isinstance(client.api.verify, str):
+        client.api.trust_env = False
+    return client
+
+
+def from_environment(timeout: float) -> docker.DockerClient:
+    """docker.from_env (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), with the engine's CA kept:
+    the API version is asked first (unversioned /version) by a client already pinned, because
+    from_env would ask it in its constructor, before anything can be pinned."""
+    settings = kwargs_from_env()
+    probe = _pinned(docker.DockerClient(version=DEFAULT_DOCKER_API_VERSION, timeout=timeout, **settings))
+    try:
+        version = probe.api.version(api_version=False)["ApiVersion"]
+    finally:
+        probe.close()
+    return _pinned(docker.DockerClient(version=version, timeout=timeout, **settings))
+
+
 def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
     """A client for the engine that answers a ping, and where it is.
 
@@ -36,8 +60,7 @@ def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
     candidates = [os.environ["DOCKER_HOST"]] if from_env else [DEFAULT_ENGINE, OWN_ENGINE]
     for url in candidates:
         try:
-            # from_env also honours DOCKER_TLS_VERIFY / DOCKER_CERT_PATH for a remote engine.
-            client = docker.from_env(timeout=timeout) if from_env else docker.DockerClient(base_url=url, timeout=timeout)
+            client = from_environment(timeout) if from_env else docker.DockerClient(base_url=url, timeout=timeout)
             client.ping()
         except (DockerException, OSError):
             continue
