@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from nanoclaw.models import (AgentGroup, AuditLog, DroppedMessage, HelpRequest, AcceptedEvent, MessagingGroup,
+from nanoclaw.models import (AgentGroup, AuditLog, CardChoice, DroppedMessage, HelpRequest, AcceptedEvent, MessagingGroup,
                              PendingProposal, PendingQuestion, Session, utcnow)
 
 
@@ -35,12 +35,17 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
                            platform_id="42", expires_at=days_ago(100))
     PendingQuestion.create(session=session, question_id="q-new", question="?", options=[], channel_type="telegram",
                            platform_id="42", expires_at=days_ago(1))
+    CardChoice.create(channel="matrix", chat_id="!r:x", message_id="$old", buttons=[["Allow", "nsa-x:allow"]],
+                      created_at=days_ago(100))
+    CardChoice.create(channel="matrix", chat_id="!r:x", message_id="$new", buttons=[["Allow", "nsa-y:allow"]],
+                      created_at=days_ago(1))
 
     with caplog.at_level(logging.INFO, logger="nanoclaw.retention"):
         result = cli("prune")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == ("removed 1 routed webhook events, 1 dropped-message records, 1 decided proposals, "
-                                     "1 closed help requests, 1 past questions, 1 audit entries; from session "
+                                     "1 closed help requests, 1 past questions, 1 options of old cards, "
+                                     "1 audit entries; from session "
                                      "databases 0 finished messages, 0 delivery records")
     assert "retention: removed 1 routed webhook events" in caplog.text
     assert sorted(e.event_id for e in AcceptedEvent.select()) == ["new", "unrouted"]  # recovery still needs it
@@ -48,6 +53,7 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
     assert [p.ref for p in PendingProposal.select().order_by(PendingProposal.ref)] == ["p-new", "p-open"]
     assert [h.ref for h in HelpRequest.select()] == ["h-open"]  # open ones expire first, then go
     assert [q.question_id for q in PendingQuestion.select()] == ["q-new"]
+    assert [c.message_id for c in CardChoice.select()] == ["$new"]
     assert {a.action for a in AuditLog.select()} >= {"kept"} and not AuditLog.select().where(
         AuditLog.action == "old").exists()
     assert cli("prune").output.strip().startswith("removed 0 routed webhook events")
