@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,3 +156,23 @@ def write_text_nofollow(folder: os.PathLike | str, name: str, text: str) -> None
             f.write(text)
     finally:
         os.close(dfd)
+
+
+def write_atomic(path: os.PathLike | str, write, mode: int = 0o600) -> None:
+    """`write(fileobj)` into a hidden temporary file beside `path`, synced, given `mode`, then renamed
+    into place: a reader sees the old file or the whole new one, and a failure leaves nothing behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

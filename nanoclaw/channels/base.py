@@ -53,6 +53,25 @@ class MalformedPayload(ValueError):
         self.kind = kind
 
 
+def read_as(model, payload, what: str, kind: str):
+    """`payload` read as the pydantic `model`, or MalformedPayload naming `what` and the first problem
+    (`kind` for the log line and the counter)."""
+    from pydantic import ValidationError
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise MalformedPayload(f"not {what} we can read ({first_error(exc)})", kind=kind) from None
+
+
+def json_of(body: bytes):
+    """A webhook body's JSON, or MalformedPayload."""
+    import json
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise MalformedPayload("body is not JSON", kind="not-json") from None
+
+
 def first_error(exc) -> str:
     """A pydantic ValidationError's first problem, short: 'message.chat: Input should be a valid dictionary'."""
     errors = exc.errors(include_url=False, include_input=False)

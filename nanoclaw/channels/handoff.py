@@ -1,18 +1,28 @@
-"""A helper program → the web program: the signed hand-off of one platform event (pure).
+"""A helper program → the web program: the signed hand-off of one platform event.
 
 Programs that receive events without a webhook (the Discord Gateway, Telegram long polling, Slack
 Socket Mode) post each one to the web program on 127.0.0.1, so it is accepted, deduplicated, routed
 and woken exactly as a webhook would be. The request is signed with HMAC-SHA256 over
 `timestamp + "." + body`, keyed by a key derived from the install's secret for that one purpose
 (the cookie-signing key itself never MACs anything else); a timestamp more than 5 minutes off is
-refused (replay).
+refused (replay). `post` is the helper program's side of one hand-over, `Receiver` the web
+program's; the rest is pure.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+import logging
+import time
 
-from .base import WebhookRefused
+import requests
+
+from .base import MalformedPayload, WebhookRefused
+from ..config import install_secret
+
+log = logging.getLogger("nanoclaw.handoff")
+SAME_SECRET = " (do both programs read the same NANOCLAW_SECRET_KEY / data/secret_key?)"
 
 SIGNATURE_HEADER = "X-NanoClaw-Gateway-Signature"
 TIMESTAMP_HEADER = "X-NanoClaw-Gateway-Timestamp"
@@ -63,3 +73,36 @@ def attempt_outcome(status: int | None) -> str:
     if status >= 400:
         return "refused"
     return "done"
+
+
+def post(http: requests.Session, url: str, key: bytes, body: bytes, what: str, then: str):
+    """One signed hand-over to the web program: its response, or None when it gave none. A failure is
+    logged here, once: `what` names the event, `then` says what becomes of it."""
+    try:
+        resp = http.post(url, data=body, headers=signed_headers(key, body, time.time()), timeout=10)
+    except requests.RequestException as exc:
+        log.warning("the web program did not take %s (%s); %s", what, type(exc).__name__, then)
+        return None
+    if attempt_outcome(resp.status_code) != "done":
+        log.log(logging.ERROR if 400 <= resp.status_code < 500 else logging.WARNING,
+                "the web program answered %s to %s; %s%s", resp.status_code, what, then,
+                SAME_SECRET if resp.status_code == 401 else "")
+    return resp
+
+
+class Receiver:
+    """The web program's side of one helper program's hand-overs: the purpose's key, made once (the
+    install's secret is fixed for the process's life); each request checked, its JSON read."""
+
+    def __init__(self, settings, purpose: bytes):
+        self.settings, self.purpose = settings, purpose
+        self._key: bytes | None = None
+
+    def read(self, headers, body: bytes, now: float | None = None):
+        if self._key is None:
+            self._key = purpose_key(install_secret(self.settings), self.purpose)
+        verify(self._key, headers, body, time.time() if now is None else now)
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise MalformedPayload("body is not JSON", kind="not-json") from None

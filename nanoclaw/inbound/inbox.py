@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from ..channels.events import InboundEvent
 from ..channels.download import AttachmentError, AttachmentTooLarge
 from ..sessions import session_schema as schema
 from ..sessions.store import inbox_dir
-from ..security import UnsafePath, contained
+from ..security import UnsafePath, contained, write_atomic
 from .transcribe import Transcriber, is_audio
 from agent_runner.attachments import human_size  # the runner is a package of this project (pyproject.toml)
 
@@ -126,22 +125,8 @@ def _place(session_path: Path, folder: str, name: str) -> Path:
 
 
 def _write_atomic(target: Path, write) -> None:
-    """`write(fileobj)` into a hidden temporary file beside `target`, then rename it into place:
-    the agent sees the whole file or none; a failure leaves nothing behind."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """The agent sees the whole file or none (security.write_atomic, readable by the sandbox's user)."""
+    write_atomic(target, write, mode=0o644)
 
 
 class InboxFiles:

@@ -21,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -33,7 +32,7 @@ import peewee
 from ..db import database
 from ..models import AuditLog, audit
 from ..proposal_rules import RuleError, check_host_entry
-from ..security import validate_folder
+from ..security import validate_folder, write_atomic
 from .policy import GroupPolicy, check_route, parse_credentials, parse_egress
 
 log = logging.getLogger("nanoclaw.proxy.policy")
@@ -188,20 +187,7 @@ def write_json(path: Path, data: dict) -> None:
             audit("nanoclaw", "policy.write", path.parent.name, file=path.name, sha256=content_digest(body))
     except Exception as exc:  # noqa: BLE001 - a write without its record reads as a hand edit, no worse
         log.warning("could not record the write of %s: %s", path, exc)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, lambda fh: fh.write(body))
 
 
 def load_for_edit(root: Path, folder: str, name: str) -> dict:

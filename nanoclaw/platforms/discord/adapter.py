@@ -28,11 +28,10 @@ from urllib.parse import quote
 import requests
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
-from pydantic import ValidationError
 
 from . import handoff
 from . import schema as ds
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, read_as, register
 from ...channels.events import Action
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
@@ -96,11 +95,7 @@ def _display_name(user: ds.User, member: ds.Member | None = None) -> str:
 def parse_interaction(payload) -> Parsed:
     """An interaction (JSON data) → a PONG, a polite answer to a command, or a component click.
     MalformedPayload when it does not fit the schema (discord_schema.py)."""
-    try:
-        interaction = ds.Interaction.model_validate(payload)
-    except ValidationError as exc:
-        raise MalformedPayload(f"not a Discord interaction we can read ({first_error(exc)})",
-                               kind=ds.interaction_kind(payload)) from None
+    interaction = read_as(ds.Interaction, payload, "a Discord interaction", ds.interaction_kind(payload))
     if interaction.type == PING:
         return Parsed(response=({"type": PONG}, 200))
     if interaction.type == APPLICATION_COMMAND:

@@ -8,9 +8,9 @@ program of the install reads it from there, so there is one device, not one per 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from ...security import write_atomic
 
 def state_dir(settings) -> Path:
     path = Path(settings.data_dir) / "matrix"
@@ -20,20 +20,7 @@ def state_dir(settings) -> Path:
 
 def write_private(path: Path, data: dict) -> None:
     """`data` as JSON at `path`, mode 0600, whole or not at all."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, lambda fh: fh.write(json.dumps(data).encode()))
 
 
 def read_json(path: Path) -> dict:

@@ -17,7 +17,6 @@ a DM invite, so the first person can pair); every other invite is declined and l
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -26,18 +25,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 import requests
-from pydantic import ValidationError
 
 from . import account
 from . import schema as mx
 from ...channels import choices, handoff
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, Parsed, WebhookRefused, read_as, register
 from ...channels.download import AttachmentError, check_size, fetch
 from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.files import Limits, mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
-from ...config import install_secret
 from ...db import connected
 from ...models import PairingCode, UserRole, utcnow
 from ...sessions.store import Target
@@ -124,7 +121,7 @@ class MatrixAdapter:
         self.base = (platform.get("MATRIX_HOMESERVER") or "").rstrip("/")
         self.user_id = platform.get("MATRIX_USER_ID")
         self.http = requests.Session()
-        self._key: bytes | None = None
+        self._sync = handoff.Receiver(settings, SYNC_KEY_PURPOSE)
         self._parts = PartialSends()
 
     # --- inbound ---
@@ -137,21 +134,10 @@ class MatrixAdapter:
             log.error("refusing a Matrix hand-over: MATRIX_ACCESS_TOKEN is not set (nor MATRIX_PASSWORD with a "
                       "login): set MATRIX_HOMESERVER, MATRIX_USER_ID and one of them in .env")
             raise WebhookRefused(403, "Matrix is not configured")
-        if self._key is None:
-            self._key = handoff.purpose_key(install_secret(self.settings), SYNC_KEY_PURPOSE)
-        handoff.verify(self._key, headers, body, time.time())
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON", kind="not-json") from None
-        return self.parse(payload)
+        return self.parse(self._sync.read(headers, body))
 
     def parse(self, payload) -> Parsed:
-        try:
-            handed = mx.Handover.model_validate(payload)
-        except ValidationError as exc:
-            raise MalformedPayload(f"not a Matrix hand-over we can read ({first_error(exc)})",
-                                   kind=mx.kind_of(payload)) from None
+        handed = read_as(mx.Handover, payload, "a Matrix hand-over", mx.kind_of(payload))
         if handed.kind == "invite":
             self._invited(handed)
             return Parsed()

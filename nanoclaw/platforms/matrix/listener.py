@@ -163,20 +163,9 @@ class SyncListener:
     def hand_over(self, item: dict) -> bool:
         """Whether the web program accepted it (2xx: stored, or seen before)."""
         body = json.dumps(item, separators=(",", ":")).encode()
-        try:
-            resp = self.http.post(self.web_url, data=body, headers=handoff.signed_headers(self.key, body, time.time()),
-                                  timeout=10)
-        except requests.RequestException as exc:
-            log.warning("the web program did not take %s (%s); syncing from the same point again",
-                        item["event"].get("event_id"), type(exc).__name__)
-            return False
-        if handoff.attempt_outcome(resp.status_code) == "done":
-            return True
-        log.log(logging.ERROR if 400 <= resp.status_code < 500 else logging.WARNING,
-                "the web program answered %s to %s; syncing from the same point again%s", resp.status_code,
-                item["event"].get("event_id"), " (do both programs read the same NANOCLAW_SECRET_KEY / "
-                "data/secret_key?)" if resp.status_code == 401 else "")
-        return False
+        resp = handoff.post(self.http, self.web_url, self.key, body, f"Matrix event {item['event'].get('event_id')}",
+                            "syncing from the same point again")
+        return resp is not None and handoff.attempt_outcome(resp.status_code) == "done"
 
     async def backfill(self, sync: dict, since: str) -> None:
         """Rooms whose timeline the sync cut short: the events between the old token and it, first."""

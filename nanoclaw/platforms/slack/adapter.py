@@ -45,18 +45,16 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 import requests
-from pydantic import ValidationError
 from slack_sdk.signature import SignatureVerifier
 
 from ...channels import handoff
 from . import schema as sl
 from .text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, json_of, read_as, register
 from ...channels.events import Action, InboundEvent, iso_utc
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
-from ...config import install_secret
 from ...sessions.store import Target
 
 log = logging.getLogger(__name__)
@@ -101,7 +99,7 @@ class SlackAdapter:
         self._identity: tuple[str | None, str | None] | None = (configured, None) if configured else None
         self._identity_tried_at: float | None = None
         self._names: dict[str, str] = {}
-        self._socket_key: bytes | None = None
+        self._socket = handoff.Receiver(settings, SOCKET_KEY_PURPOSE)
 
     # --- inbound ---
 
@@ -133,13 +131,7 @@ class SlackAdapter:
     def _from_socket(self, headers, body: bytes) -> Parsed:
         """An envelope's payload the `slack-socket` program received over Socket Mode, handed over
         signed: {"type": "events_api" | "interactive", "payload": …}."""
-        if self._socket_key is None:
-            self._socket_key = handoff.purpose_key(install_secret(self.settings), SOCKET_KEY_PURPOSE)
-        handoff.verify(self._socket_key, headers, body, time.time())
-        try:
-            envelope = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON", kind="not-json") from None
+        envelope = self._socket.read(headers, body)
         if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
             raise MalformedPayload("expected {type, payload}", kind="socket")
         if envelope.get("type") == "events_api":
@@ -149,15 +141,8 @@ class SlackAdapter:
         return Parsed()  # slash commands and the like: not used
 
     def parse_events(self, body: bytes) -> Parsed:
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON", kind="not-json") from None
-        try:
-            envelope = sl.Envelope.model_validate(payload)
-        except ValidationError as exc:
-            raise MalformedPayload(f"not a Slack event envelope we can read ({first_error(exc)})",
-                                   kind=sl.kind_of(payload)) from None
+        payload = json_of(body)
+        envelope = read_as(sl.Envelope, payload, "a Slack event envelope", sl.kind_of(payload))
         if envelope.type == "url_verification":
             if not envelope.challenge:
                 raise MalformedPayload("url_verification without a challenge", kind="url_verification")
@@ -227,11 +212,7 @@ class SlackAdapter:
 
     def parse_interaction(self, payload) -> Parsed:
         """An interaction payload (JSON data): a click, or a select menu asking for options."""
-        try:
-            interaction = sl.Interaction.model_validate(payload)
-        except ValidationError as exc:
-            raise MalformedPayload(f"not a Slack interaction we can read ({first_error(exc)})",
-                                   kind=sl.kind_of(payload)) from None
+        interaction = read_as(sl.Interaction, payload, "a Slack interaction", sl.kind_of(payload))
         if interaction.type == "block_suggestion":
             return Parsed(response=({"options": []}, 200))  # a select menu asks for options: we have none
         if interaction.type != "block_actions":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 
 import requests
 from slack_sdk.socket_mode.builtin import SocketModeClient
@@ -52,22 +51,14 @@ class SocketBridge:
 
     def hand_over(self, kind: str, payload: dict) -> tuple[int | None, object]:
         body = json.dumps({"type": kind, "payload": payload}, separators=(",", ":")).encode()
-        try:
-            resp = self.http.post(self.web_url, data=body, timeout=10,
-                                  headers=handoff.signed_headers(self.key, body, time.time()))
-        except requests.RequestException as exc:
-            log.warning("the web program did not take a Slack %s envelope (%s); Slack will send it again",
-                        kind, type(exc).__name__)
+        resp = handoff.post(self.http, self.web_url, self.key, body, f"a Slack {kind} envelope",
+                            "Slack will send it again")
+        if resp is None:
             return None, None
         try:
             answer = resp.json() if resp.content else None
         except ValueError:
             answer = None
-        if resp.status_code >= 300:
-            log.log(logging.ERROR if resp.status_code == 401 else logging.WARNING,
-                    "the web program answered %s to a Slack %s envelope; Slack will send it again%s",
-                    resp.status_code, kind, " (do both programs read the same NANOCLAW_SECRET_KEY / data/secret_key?)"
-                    if resp.status_code == 401 else "")
         return resp.status_code, answer
 
     def on_request(self, client: SocketModeClient, req: SocketModeRequest) -> None:

@@ -33,18 +33,16 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
 import requests
-from pydantic import ValidationError
 
 from ...channels import handoff
 from . import schema as tg
 from .media import SEND_METHODS, SENT_AS, attachments_of
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, read_as, register
 from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from ...channels.files import mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
-from ...config import install_secret
 from ...sessions.store import Target
 
 log = logging.getLogger(__name__)
@@ -183,7 +181,7 @@ class TelegramAdapter:
         self._username_tried_at: float | None = None
         self._me_lock = threading.Lock()
         self._parts = PartialSends()  # a long reply cut short by an error resumes where it stopped
-        self._poll_key: bytes | None = None
+        self._poll = handoff.Receiver(settings, POLL_KEY_PURPOSE)
 
     # --- inbound ---
 
@@ -209,23 +207,12 @@ class TelegramAdapter:
 
     def _polled(self, headers, body: bytes) -> Parsed:
         """An update the `telegram-poll` program fetched with getUpdates, handed over signed."""
-        if self._poll_key is None:  # the install's secret is fixed for the web program's life
-            self._poll_key = handoff.purpose_key(install_secret(self.settings), POLL_KEY_PURPOSE)
-        handoff.verify(self._poll_key, headers, body, time.time())
-        try:
-            update = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedPayload("body is not JSON", kind="not-json") from None
-        return self.parse_update(update)
+        return self.parse_update(self._poll.read(headers, body))
 
     def parse_update(self, update) -> Parsed:
         """A Bot API update (JSON data) → events or a click. MalformedPayload when it does not fit the
         schema (telegram_schema.py), with its kind for the log and the counter."""
-        try:
-            parsed = tg.Update.model_validate(update)
-        except ValidationError as exc:
-            raise MalformedPayload(f"not a Telegram update we can read ({exc.error_count()} problem(s), first: "
-                                   f"{first_error(exc)})", kind=tg.kind_of(update)) from None
+        parsed = read_as(tg.Update, update, "a Telegram update", tg.kind_of(update))
         event_id = str(parsed.update_id)
         if parsed.callback_query is not None:
             return Parsed(actions=[self._action(event_id, parsed.callback_query)])

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 import requests
@@ -100,20 +99,9 @@ class Poller:
     def hand_over(self, update: dict) -> bool:
         """Whether the web program accepted the update (2xx: stored, or seen before)."""
         body = json.dumps(update, separators=(",", ":")).encode()
-        try:
-            resp = self.http.post(self.web_url, data=body, headers=handoff.signed_headers(self.key, body, time.time()),
-                                  timeout=10)
-        except requests.RequestException as exc:
-            log.warning("the web program did not take update %s (%s); it stays with Telegram",
-                        update["update_id"], type(exc).__name__)
-            return False
-        if handoff.attempt_outcome(resp.status_code) == "done":
-            return True
-        level = logging.ERROR if 400 <= resp.status_code < 500 else logging.WARNING
-        log.log(level, "the web program answered %s to update %s; it stays with Telegram%s", resp.status_code,
-                update["update_id"], " (do both programs read the same NANOCLAW_SECRET_KEY / data/secret_key?)"
-                if resp.status_code == 401 else "")
-        return False
+        resp = handoff.post(self.http, self.web_url, self.key, body, f"update {update['update_id']}",
+                            "it stays with Telegram")
+        return resp is not None and handoff.attempt_outcome(resp.status_code) == "done"
 
     def run_once(self) -> float:
         """One getUpdates and the hand-over of what it brought; how long to wait before the next."""

@@ -26,7 +26,7 @@ import requests
 from pydantic import ValidationError
 
 from . import schema as wa
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, register
+from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, read_as, register
 from ...channels.events import Action, InboundEvent, ReplyTo
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.files import Limits, mime_of, sent_as
@@ -138,11 +138,7 @@ def parse_payload(payload) -> Parsed:
     """A webhook body → events and actions. `statuses` (sent/delivered/read) are acknowledged only.
     A body that does not fit the schema is MalformedPayload; one message in it that does not fit is
     skipped (and reported) while the others are routed."""
-    try:
-        body = wa.Body.model_validate(payload)
-    except ValidationError as exc:
-        raise MalformedPayload(f"not a WhatsApp webhook body we can read ({first_error(exc)})",
-                               kind=wa.kind_of(payload)) from None
+    body = read_as(wa.Body, payload, "a WhatsApp webhook body", wa.kind_of(payload))
     parsed = Parsed()
     for entry in body.entry:
         for change in entry.changes:
