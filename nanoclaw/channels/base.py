@@ -90,6 +90,20 @@ class DeliveryError(Exception):
         self.permanent = permanent
 
 
+def api_request(http, method: str, url: str, what: str, **kwargs):
+    """One platform API request: (the response, its JSON body or None when it has none). A network
+    failure is a DeliveryError naming only `what`, never the URL (a token may be in it)."""
+    import requests
+    try:
+        resp = http.request(method, url, **kwargs)
+    except requests.RequestException as exc:
+        raise DeliveryError(f"{what}: {type(exc).__name__}") from None
+    try:
+        return resp, resp.json()
+    except ValueError:
+        return resp, None
+
+
 class Adapter(Protocol):
     """Outbound operations every platform implements. Platforms that receive webhooks also have
     `handle_webhook(kind, method, headers, query, body: bytes) -> Parsed` (verify the raw body

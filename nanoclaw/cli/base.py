@@ -74,7 +74,26 @@ def get_agent(folder: str) -> AgentGroup:
     return agent
 
 
-def print_table(headers: list[str], rows: list[list[str]]) -> None:
+WHY = click.option("--why", help="Why (kept in the audit log with the change).")
+
+
+def policy_edit(change: str, folder: str, *args):
+    """Apply one of operator.policy_edits' changes to agent FOLDER as the CLI; a refused edit is a
+    one-line mistake."""
+    from ..operator import policy_edits as edits
+    require_schema()
+    agent = get_agent(folder)
+    try:
+        return getattr(edits, change)(settings(), "cli", agent, *args)
+    except edits.EditRefused as exc:
+        raise Mistake(str(exc)) from None
+
+
+def print_table(headers: list[str], rows: list[list[str]], empty: str | None = None) -> None:
+    """Rows under their headers in aligned columns; `empty` instead when there are no rows."""
+    if not rows and empty is not None:
+        click.echo(empty)
+        return
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     click.echo(line.format(*headers).rstrip())

@@ -11,7 +11,7 @@ from ..db import database
 from ..models import AgentGroup, audit
 from ..proposal_rules import RuleError, check_secret_name
 from ..proxy.policy_files import ROUTES_FILE, group_file, policy_root, read_policy_file
-from .base import Mistake, get_agent, group, print_table, require_schema, settings
+from .base import WHY, Mistake, get_agent, group, policy_edit, print_table, require_schema, settings
 
 
 @group("credentials")
@@ -36,16 +36,24 @@ def _secret(name: str) -> str:
         raise Mistake(str(exc)) from None
 
 
+def _set_delegated(folder: str, secret_name: str, delegated: bool) -> str:
+    require_schema()
+    agent, name = get_agent(folder), _secret(secret_name)
+    names = _delegated(agent)
+    if not delegated and name not in names:
+        raise Mistake(f"admins of {folder} were not given ${name}")
+    with database.atomic():
+        _save(agent, names + [name] if delegated else [n for n in names if n != name])
+        audit("cli", "credentials.delegate" if delegated else "credentials.undelegate", folder, secret=name)
+    return name
+
+
 @credentials_group.command("delegate")
 @click.argument("folder")
 @click.argument("secret_name")
 def delegate(folder, secret_name):
     """Let admins of agent FOLDER approve credential routes that use SECRET_NAME (a name, never a value)."""
-    require_schema()
-    agent, name = get_agent(folder), _secret(secret_name)
-    with database.atomic():
-        _save(agent, _delegated(agent) + [name])
-        audit("cli", "credentials.delegate", folder, secret=name)
+    name = _set_delegated(folder, secret_name, True)
     click.echo(f"admins of {folder} may now grant ${name} to it; other secrets still need the owner")
 
 
@@ -54,13 +62,7 @@ def delegate(folder, secret_name):
 @click.argument("secret_name")
 def undelegate(folder, secret_name):
     """Take SECRET_NAME back: only the owner may grant it to agent FOLDER again."""
-    require_schema()
-    agent, name = get_agent(folder), _secret(secret_name)
-    if name not in _delegated(agent):
-        raise Mistake(f"admins of {folder} were not given ${name}")
-    with database.atomic():
-        _save(agent, [n for n in _delegated(agent) if n != name])
-        audit("cli", "credentials.undelegate", folder, secret=name)
+    name = _set_delegated(folder, secret_name, False)
     click.echo(f"only the owner may grant ${name} to {folder} now")
 
 
@@ -78,10 +80,7 @@ def credentials_list(folder):
             raise Mistake(f"{agent.folder}: {exc}") from None
         rows += [[agent.folder, "route", r.describe()] for r in routes]
         rows += [[agent.folder, "admins may grant", f"${n}"] for n in _delegated(agent)]
-    if not rows:
-        click.echo("no credential routes and no delegated secrets")
-        return
-    print_table(["AGENT", "KIND", "WHAT"], rows)
+    print_table(["AGENT", "KIND", "WHAT"], rows, empty="no credential routes and no delegated secrets")
 
 
 @credentials_group.command("add")
@@ -89,7 +88,7 @@ def credentials_list(folder):
 @click.argument("match")
 @click.argument("upstream")
 @click.argument("secret_name")
-@click.option("--why", help="Why (kept in the audit log with the change).")
+@WHY
 def credentials_add(folder, match, upstream, secret_name, why):
     """Give agent FOLDER a credential route: requests to MATCH (a /path/ prefix on $NANOCLAW_PROXY_URL,
     or a host name reached through http_proxy) go to UPSTREAM with the host's $SECRET_NAME added.
@@ -97,27 +96,15 @@ def credentials_add(folder, match, upstream, secret_name, why):
     \b
     Example: flask --app app nanoclaw credentials add andy /github/ https://api.github.com GITHUB_TOKEN
     """
-    from ..operator import policy_edits as edits
-    require_schema()
-    agent = get_agent(folder)
-    try:
-        edits.put(settings(), "cli", agent, match, upstream, _secret(secret_name), why)
-    except edits.EditRefused as exc:
-        raise Mistake(str(exc)) from None
+    policy_edit("put", folder, match, upstream, _secret(secret_name), why)
     click.echo(f"{folder}: {match} -> {upstream} with ${secret_name}, from its next request")
 
 
 @credentials_group.command("remove")
 @click.argument("folder")
 @click.argument("match")
-@click.option("--why", help="Why (kept in the audit log with the change).")
+@WHY
 def credentials_remove(folder, match, why):
     """Remove agent FOLDER's credential route MATCH (its next request there is refused)."""
-    from ..operator import policy_edits as edits
-    require_schema()
-    agent = get_agent(folder)
-    try:
-        edits.remove_route(settings(), "cli", agent, match, why)
-    except edits.EditRefused as exc:
-        raise Mistake(str(exc)) from None
+    policy_edit("remove_route", folder, match, why)
     click.echo(f"{folder} no longer has the route {match}")

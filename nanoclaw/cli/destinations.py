@@ -54,10 +54,8 @@ def destination_list(agent_folder):
             where = f"{target.channel_type}:{target.platform_id}" + (f" thread {target.thread_id}" if target.thread_id
                                                                     else "")
             rows.append([agent.folder, name, where, "added" if name in named else "wired chat", label])
-    if not rows:
-        click.echo("no destinations (wire a chat, or add one with `destination add`)")
-        return
-    print_table(["agent", "name", "where", "why", "shown as"], rows)
+    print_table(["agent", "name", "where", "why", "shown as"], rows,
+                empty="no destinations (wire a chat, or add one with `destination add`)")
 
 
 @destination_group.command("remove")

@@ -6,9 +6,7 @@ import click
 
 from ..models import AgentGroup
 from ..operator import policy_edits as edits
-from .base import Mistake, get_agent, group, print_table, require_schema, settings
-
-WHY = click.option("--why", help="Why (kept in the audit log with the change).")
+from .base import WHY, Mistake, get_agent, group, policy_edit, print_table, require_schema, settings
 
 
 @group("egress")
@@ -28,10 +26,7 @@ def egress_list(folder):
             rows += [[agent.folder, host] for host in edits.current(settings(), agent)[0]]
         except edits.EditRefused as exc:
             raise Mistake(str(exc)) from None
-    if not rows:
-        click.echo("no agent may reach any host (add one with `egress add AGENT HOST`)")
-        return
-    print_table(["AGENT", "HOST"], rows)
+    print_table(["AGENT", "HOST"], rows, empty="no agent may reach any host (add one with `egress add AGENT HOST`)")
 
 
 @egress_group.command("add")
@@ -40,12 +35,7 @@ def egress_list(folder):
 @WHY
 def egress_add(folder, host, why):
     """Let agent FOLDER reach HOST over HTTPS (e.g. api.github.com, *.example.org, 10.0.0.5:8443)."""
-    require_schema()
-    agent = get_agent(folder)
-    try:
-        diff = edits.allow_host(settings(), "cli", agent, host, why)
-    except edits.EditRefused as exc:
-        raise Mistake(str(exc)) from None
+    diff = policy_edit("allow_host", folder, host, why)
     click.echo(f"{folder} may reach {host} from its next request" if diff else f"{folder} may reach {host} already")
 
 
@@ -55,10 +45,5 @@ def egress_add(folder, host, why):
 @WHY
 def egress_remove(folder, host, why):
     """Take HOST away from agent FOLDER (its next request there is refused)."""
-    require_schema()
-    agent = get_agent(folder)
-    try:
-        edits.revoke_host(settings(), "cli", agent, host, why)
-    except edits.EditRefused as exc:
-        raise Mistake(str(exc)) from None
+    policy_edit("revoke_host", folder, host, why)
     click.echo(f"{folder} may no longer reach {host}")

@@ -55,10 +55,8 @@ def mount_list(folder):
     agents = [get_agent(folder)] if folder else list(AgentGroup.select().order_by(AgentGroup.folder))
     rows = [[a.folder, m["name"], "rw" if m.get("readwrite") else "ro", m["host_path"]]
             for a in agents for m in declared_mounts(a)]
-    if not rows:
-        click.echo("no extra mounts; add one: flask --app app nanoclaw mount add FOLDER HOST_PATH")
-        return
-    print_table(["AGENT", "NAME", "MODE", "HOST PATH"], rows)
+    print_table(["AGENT", "NAME", "MODE", "HOST PATH"], rows,
+                empty="no extra mounts; add one: flask --app app nanoclaw mount add FOLDER HOST_PATH")
 
 
 @mount_group.command("remove")

@@ -89,10 +89,8 @@ def budget_list():
     for budget in Budget.select().order_by(Budget.agent_folder):
         spent = ledger.spent(budget.agent_folder, day)
         rows.append([budget.agent_folder, describe(budget), usd(spent.day_micro), usd(spent.month_micro)])
-    if not rows:
-        click.echo("no budgets (set one with `budget set AGENT --daily 5`)")
-        return
-    print_table(["agent", "budget", "today", "this month"], rows)
+    print_table(["agent", "budget", "today", "this month"], rows,
+                empty="no budgets (set one with `budget set AGENT --daily 5`)")
 
 
 @budget_group.command("clear")

@@ -31,7 +31,8 @@ from nacl.signing import VerifyKey
 
 from . import handoff
 from . import schema as ds
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, read_as, register
+from ...channels.base import (
+    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, read_as, register)
 from ...channels.events import Action
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
@@ -270,15 +271,8 @@ class DiscordAdapter:
             raise DeliveryError("DISCORD_BOT_TOKEN is not set", permanent=True)
         base = self.settings.platform.get("DISCORD_API_BASE", "https://discord.com/api/v10")
         headers = {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
-        try:
-            resp = requests.request(method, f"{base}{path}", headers=headers,
+        resp, payload = api_request(requests, method, f"{base}{path}", "Discord API unreachable", headers=headers,
                                     timeout=kwargs.pop("timeout", self.timeout), **kwargs)
-        except requests.RequestException as exc:
-            raise DeliveryError(f"Discord API unreachable: {type(exc).__name__}") from None
-        try:
-            payload = resp.json() if resp.content else {}
-        except ValueError:
-            payload = None
         if resp.status_code >= 400:
             raise error_for(resp.status_code, payload, resp.headers)
         return payload if isinstance(payload, dict) else {}

@@ -29,7 +29,7 @@ import requests
 from . import account
 from . import schema as mx
 from ...channels import choices, handoff
-from ...channels.base import Card, DeliveryError, Parsed, WebhookRefused, read_as, register
+from ...channels.base import Card, DeliveryError, api_request, Parsed, WebhookRefused, read_as, register
 from ...channels.download import AttachmentError, check_size, fetch
 from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.files import Limits, mime_of, sent_as
@@ -327,15 +327,9 @@ class MatrixAdapter:
         headers = self._auth()
         if content_type:
             headers["Content-Type"] = content_type
-        try:
-            resp = self.http.request(method, f"{self.base}{path}", json=payload if data is None else None,
-                                     data=data, params=params, headers=headers, timeout=timeout)
-        except requests.RequestException as exc:
-            raise DeliveryError(f"matrix {method}: {type(exc).__name__}") from None
-        try:
-            body = resp.json()
-        except ValueError:
-            body = {}
+        resp, body = api_request(self.http, method, f"{self.base}{path}", f"matrix {method}",
+                                 json=payload if data is None else None, data=data, params=params, headers=headers,
+                                 timeout=timeout)
         if resp.ok:
             return body if isinstance(body, dict) else {}
         code = body.get("errcode", "") if isinstance(body, dict) else ""

@@ -50,7 +50,8 @@ from slack_sdk.signature import SignatureVerifier
 from ...channels import handoff
 from . import schema as sl
 from .text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, json_of, read_as, register
+from ...channels.base import (
+    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, json_of, read_as, register)
 from ...channels.events import Action, InboundEvent, iso_utc
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
@@ -371,17 +372,10 @@ class SlackAdapter:
         if not self.token:
             raise DeliveryError("SLACK_BOT_TOKEN is not set", permanent=True)
         headers = {"Authorization": f"Bearer {self.token}"}
-        try:
-            if form:
-                resp = self.http.post(f"{self.base}/{method}", data=params, headers=headers, timeout=(5, timeout))
-            else:
-                resp = self.http.post(f"{self.base}/{method}", json=params, headers=headers, timeout=(5, timeout))
-        except requests.RequestException as exc:
-            raise DeliveryError(f"slack {method}: {type(exc).__name__}") from None
-        try:
-            answer = resp.json()
-        except ValueError:
-            answer = {}
+        body = {"data": params} if form else {"json": params}
+        resp, answer = api_request(self.http, "POST", f"{self.base}/{method}", f"slack {method}", headers=headers,
+                                   timeout=(5, timeout), **body)
+        answer = answer if isinstance(answer, dict) else {}
         if resp.status_code == 429 or answer.get("error") == "ratelimited":
             wait = resp.headers.get("Retry-After", "")
             raise DeliveryError(f"slack {method}: rate limited",

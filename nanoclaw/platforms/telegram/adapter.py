@@ -37,7 +37,8 @@ import requests
 from ...channels import handoff
 from . import schema as tg
 from .media import SEND_METHODS, SENT_AS, attachments_of
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, read_as, register
+from ...channels.base import (
+    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, read_as, register)
 from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
 from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from ...channels.files import mime_of, sent_as
@@ -400,17 +401,10 @@ class TelegramAdapter:
         if not self.token:
             raise DeliveryError("TELEGRAM_BOT_TOKEN is not set", permanent=True)
         url = f"{self.base}/bot{self.token}/{method}"
-        try:
-            if files:
-                resp = self.http.post(url, data=params, files=files, timeout=(5, 120))
-            else:
-                resp = self.http.post(url, json=params, timeout=(5, timeout))
-        except requests.RequestException as exc:
-            raise DeliveryError(f"telegram {method}: {type(exc).__name__}") from None
-        try:
-            answer = resp.json()
-        except ValueError:
-            answer = {}
+        body = {"data": params, "files": files, "timeout": (5, 120)} if files else \
+            {"json": params, "timeout": (5, timeout)}
+        resp, answer = api_request(self.http, "POST", url, f"telegram {method}", **body)
+        answer = answer if isinstance(answer, dict) else {}
         if resp.ok and answer.get("ok"):
             return answer.get("result")
         code = answer.get("error_code") or resp.status_code

@@ -26,7 +26,8 @@ import requests
 from pydantic import ValidationError
 
 from . import schema as wa
-from ...channels.base import Card, DeliveryError, MalformedPayload, Parsed, WebhookRefused, first_error, read_as, register
+from ...channels.base import (
+    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, first_error, read_as, register)
 from ...channels.events import Action, InboundEvent, ReplyTo
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.files import Limits, mime_of, sent_as
@@ -351,15 +352,8 @@ class WhatsAppAdapter:
 
     def _call(self, path: str, **kwargs) -> dict:
         headers = {"Authorization": f"Bearer {self._setting('WHATSAPP_TOKEN')}"}
-        try:
-            resp = requests.post(self._url(path), headers=headers, timeout=kwargs.pop("timeout", self.timeout),
-                                 **kwargs)
-        except requests.RequestException as exc:
-            raise DeliveryError(f"WhatsApp API unreachable: {type(exc).__name__}") from None
-        try:
-            payload = resp.json()
-        except ValueError:
-            payload = None
+        resp, payload = api_request(requests, "POST", self._url(path), "WhatsApp API unreachable", headers=headers,
+                                    timeout=kwargs.pop("timeout", self.timeout), **kwargs)
         if resp.status_code >= 400 or not isinstance(payload, dict):
             raise error_for(resp.status_code, payload, resp.headers)
         return payload
