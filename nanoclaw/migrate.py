@@ -30,12 +30,13 @@ class Dialect:
     pk: str          # auto-increment integer primary key
     ts: str          # timestamp column type
     bool_true: str
+    bool_false: str
 
     @classmethod
     def of(cls, db: peewee.Database) -> "Dialect":
         if isinstance(db, peewee.PostgresqlDatabase):
-            return cls(pk="SERIAL PRIMARY KEY", ts="TIMESTAMP", bool_true="TRUE")
-        return cls(pk="INTEGER PRIMARY KEY AUTOINCREMENT", ts="DATETIME", bool_true="1")
+            return cls(pk="SERIAL PRIMARY KEY", ts="TIMESTAMP", bool_true="TRUE", bool_false="FALSE")
+        return cls(pk="INTEGER PRIMARY KEY AUTOINCREMENT", ts="DATETIME", bool_true="1", bool_false="0")
 
 
 @dataclass(frozen=True)

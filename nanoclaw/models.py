@@ -313,6 +313,7 @@ class ScheduledTask(Base):
     schedule_kind = pw.CharField()  # once | cron | every
     schedule_value = pw.CharField()
     context_mode = pw.CharField(default="group")  # group | isolated
+    progress = pw.BooleanField(default=False)     # a long run shows a status message in its chat
     status = pw.CharField(default="active")  # active | paused | done | cancelled | failed
     next_run_at = pw.DateTimeField(null=True)
     last_run_at = pw.DateTimeField(null=True)

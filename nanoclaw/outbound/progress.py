@@ -9,7 +9,8 @@ text changes, at most once every NANOCLAW_PROGRESS_EDIT_S per chat and never bef
 429 allows; when the turn ends it is deleted (or, where a platform cannot delete, edited to a
 one-line summary), and the answer comes as its own message, so notifications still fire. A
 platform that cannot edit (WhatsApp) keeps the typing indicator only. `wire … --progress off`
-turns it off for a chat (the session's `options`); a scheduled task's run shows none.
+turns it off for a chat (the session's `options`); a scheduled task's run shows none unless the task
+asked for it (schedule_task's `progress`, kept in the host's own record of the task).
 
 The host keeps each shown message in the session's inbound.db (`status_messages`), so one left by
 a restart is removed by the next pass. The platform calls go out on a small pool, like the typing
@@ -93,7 +94,7 @@ class Progress:
 
     def tick(self, conn: sqlite3.Connection, session_path: Path, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        found = claimed_chat_message(conn)
+        found = claimed_chat_message(conn, tasks_asking_progress=True)
         with self._lock:
             status = self._status.get(session_path)
             if found is None or (status is not None and status.message_in_id != found[0]):

@@ -57,17 +57,20 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
-def claimed_chat_message(conn: sqlite3.Connection):
+def claimed_chat_message(conn: sqlite3.Connection, *, tasks_asking_progress: bool = False):
     """The newest chat message the agent is working on: (id, target, platform message id) or None.
-    `conn` is inbound.db with the agent's outbound.db attached as `ob` (delivery.open_session)."""
+    `conn` is inbound.db with the agent's outbound.db attached as `ob` (delivery.open_session).
+    With tasks_asking_progress, a scheduled run counts too when its task asked for progress (the
+    host wrote that into the run's message: inbound.db is the host's own file)."""
     # from the host's pending messages (its own index) to their acks: not through every ack the
     # session ever had (a claim is only ever on a message the host still has pending)
     row = conn.execute(
         "SELECT m.id, COALESCE(m.channel_type, r.channel_type), COALESCE(m.platform_id, r.platform_id), "
         "COALESCE(m.thread_id, r.thread_id), m.content FROM messages_in m "
         "JOIN ob.processing_ack a ON a.message_id = m.id LEFT JOIN routing r ON r.id = 1 "
-        "WHERE m.status = 'pending' AND a.status = 'processing' AND m.kind = 'chat' "
-        "ORDER BY m.seq DESC LIMIT 1").fetchone()
+        "WHERE m.status = 'pending' AND a.status = 'processing' AND (m.kind = 'chat' OR (? AND m.kind = 'task' "
+        "AND json_valid(m.content) AND json_extract(m.content, '$.progress') = 1)) "
+        "ORDER BY m.seq DESC LIMIT 1", (int(tasks_asking_progress),)).fetchone()
     if row is None or not row[1] or not row[2]:
         return None
     try:

@@ -40,7 +40,8 @@ def _caller(session_path: Path) -> Caller:
 
 def _op_schedule(c: Caller, op: dict, tz: str) -> dict:
     task = schedule(c.group, c.session, op.get("prompt"), at=op.get("at"), cron=op.get("cron"),
-                    every=op.get("every"), context=op.get("context"), tz=tz, task_id=_safe_id(op.get("request_id")))
+                    every=op.get("every"), context=op.get("context"), progress=op.get("progress", False), tz=tz,
+                    task_id=_safe_id(op.get("request_id")))
     audit(f"agent:{c.group.folder}", "task.schedule", task.id, schedule=schedule_text(task), context=task.context_mode)
     return {"text": f"Task {task.id} scheduled: {schedule_text(task)}, first run {local_text(task.next_run_at, tz)}, "
                     f"context {task.context_mode}.", "task": describe(task, tz)}
@@ -54,7 +55,7 @@ def _op_list(c: Caller, op: dict, tz: str) -> dict:
 
 def _op_update(c: Caller, op: dict, tz: str) -> dict:
     task = update(c.group, op.get("task_id"), prompt=op.get("prompt"), at=op.get("at"), cron=op.get("cron"),
-                  every=op.get("every"), context=op.get("context"), tz=tz)
+                  every=op.get("every"), context=op.get("context"), progress=op.get("progress"), tz=tz)
     audit(f"agent:{c.group.folder}", "task.update", task.id)
     return {"text": f"Task updated: {summary(task, tz)}", "task": describe(task, tz)}
 

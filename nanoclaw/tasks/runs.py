@@ -89,7 +89,8 @@ def fire(settings, task_id: str, due: datetime, now: datetime | None = None) -> 
             return None
         routing = store.routing_of(ref.path)
         store.write_message(ref.path, content={"text": task.prompt, "sender": f"Scheduled task {task.id}",
-                                               "task_id": task.id, "context": task.context_mode},
+                                               "task_id": task.id, "context": task.context_mode,
+                                               **({"progress": True} if task.progress else {})},
                             target=routing, kind="task", trigger=True, timestamp=schema.utc_now_iso(),
                             message_id=f"task:{task.id}:{due_key(due)}")
         metrics.mark_awaiting(settings.data_dir, ref.folder, time.time())

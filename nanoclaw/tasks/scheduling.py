@@ -80,7 +80,8 @@ def describe(task: ScheduledTask, tz: str) -> dict:
     return {"id": task.id, "prompt": task.prompt, "schedule": schedule_text(task), "context": task.context_mode,
             "status": task.status, "next_run": local_text(task.next_run_at, tz),
             "next_run_utc": task.next_run_at.isoformat() + "Z" if task.next_run_at else None,
-            "runs": task.runs}
+            "runs": task.runs,
+            "progress": bool(task.progress)}
 
 
 def summary(task: ScheduledTask, tz: str) -> str:
@@ -147,10 +148,17 @@ def find(group: AgentGroup | None, task_id: str) -> ScheduledTask:
     return task
 
 
+def clean_progress(progress) -> bool:
+    if not isinstance(progress, bool):
+        raise TaskError(f"progress must be true or false, not {progress!r}")
+    return progress
+
+
 def schedule(group: AgentGroup, session: Session | None, prompt, *, at=None, cron=None, every=None,
-             context="group", tz: str, task_id: str | None = None, now: datetime | None = None) -> ScheduledTask:
+             context="group", progress=False, tz: str, task_id: str | None = None,
+             now: datetime | None = None) -> ScheduledTask:
     now = now or utc_now()
-    prompt, context = clean_prompt(prompt), clean_context(context)
+    prompt, context, progress = clean_prompt(prompt), clean_context(context), clean_progress(progress)
     kind, value, first = parse_schedule(at, cron, every, now, tz)
     open_count = ScheduledTask.select().where(ScheduledTask.agent_group == group.id,
                                               ScheduledTask.status.in_(OPEN_STATES)).count()
@@ -162,7 +170,8 @@ def schedule(group: AgentGroup, session: Session | None, prompt, *, at=None, cro
             task_id = uuid.uuid4().hex[:8]
         task = ScheduledTask.create(id=task_id, agent_group=group.id, session=session.id if session else None,
                                     prompt=prompt, schedule_kind=kind, schedule_value=value, context_mode=context,
-                                    next_run_at=to_db(first), created_at=to_db(now), updated_at=to_db(now))
+                                    progress=progress, next_run_at=to_db(first), created_at=to_db(now),
+                                    updated_at=to_db(now))
     _changed(task.id)
     return task
 
@@ -175,7 +184,7 @@ def open_tasks(group: AgentGroup | None) -> list[ScheduledTask]:
 
 
 def update(group: AgentGroup, task_id: str, *, prompt=None, at=None, cron=None, every=None, context=None,
-           tz: str, now: datetime | None = None) -> ScheduledTask:
+           progress=None, tz: str, now: datetime | None = None) -> ScheduledTask:
     now = now or utc_now()
     task = find(group, task_id)
     changes = {}
@@ -183,11 +192,13 @@ def update(group: AgentGroup, task_id: str, *, prompt=None, at=None, cron=None, 
         changes["prompt"] = clean_prompt(prompt)
     if context is not None:
         changes["context_mode"] = clean_context(context)
+    if progress is not None:
+        changes["progress"] = clean_progress(progress)
     if any(v not in (None, "") for v in (at, cron, every)):
         kind, value, first = parse_schedule(at, cron, every, now, tz)
         changes.update(schedule_kind=kind, schedule_value=value, next_run_at=to_db(first))
     if not changes:
-        raise TaskError("nothing to change: give a new prompt, context, or one of at | cron | every")
+        raise TaskError("nothing to change: give a new prompt, context, progress, or one of at | cron | every")
     changes["updated_at"] = to_db(now)
     ScheduledTask.update(**changes).where(ScheduledTask.id == task.id).execute()
     _changed(task.id)

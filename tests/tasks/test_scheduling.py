@@ -331,3 +331,61 @@ def test_update_task_refusals_say_what_would_be_right(agent, app):
     after = ScheduledTask.get_by_id(task.id)
     assert (after.prompt, after.schedule_value, after.next_run_at) == \
         (before.prompt, before.schedule_value, before.next_run_at)
+
+
+class StatusChat:
+    """A platform that can show, edit and delete a status message (what progress needs)."""
+    live_status = True
+    shown: list = []
+
+    def __init__(self, settings):
+        pass
+
+    def send_text(self, target, text):
+        StatusChat.shown.append((target.platform_id, text))
+        return f"status-{len(StatusChat.shown)}"
+
+    def edit_text(self, target, platform_message_id, text):
+        pass
+
+    def delete_message(self, target, platform_message_id):
+        pass
+
+
+def test_a_long_scheduled_run_shows_progress_only_when_its_task_asked_for_it(agent, app):
+    from nanoclaw.channels.base import register
+    from nanoclaw.outbound.progress import Progress
+    register("statuschat")(StatusChat)
+    StatusChat.shown = []
+    ctx, group, _, _ = agent
+    settings = app.config["NANOCLAW"]
+    mg = MessagingGroup.create(channel_type="statuschat", platform_id="family")
+    session = Session.create(id=store.new_session_id(), agent_group=group, messaging_group=mg)
+    store.prepare(path_of(settings, session), store.Target("statuschat", "family"))
+    # the agent asks for progress on one task (its tool, through the real op transport), not the other
+    tools.schedule_task(ctx, "Build the weekly report", every="1d", context="isolated", progress=True)
+    tools.schedule_task(ctx, "Send the news digest", every="1d", context="isolated")
+    asked, quiet = (ScheduledTask.get(ScheduledTask.prompt == p) for p in ("Build the weekly report",
+                                                                           "Send the news digest"))
+    assert (asked.progress, quiet.progress) == (True, False)
+    assert "progress must be true or false" in str(pytest.raises(ToolError, tools.update_task, ctx, quiet.id,
+                                                                 progress="yes").value)
+    shown = []
+    for task in (quiet, asked):
+        ScheduledTask.update(session=session.id).where(ScheduledTask.id == task.id).execute()
+        task = ScheduledTask.get_by_id(task.id)
+        ref = runs.fire(settings, task.id, from_db(task.next_run_at), now=from_db(task.next_run_at)).ref
+        message_id = inbound_rows(ref.path, "kind = 'task'")[0]["id"]
+        out = schema.connect(ref.path / "agent" / schema.OUTBOUND)  # the runner claims the run's message
+        out.execute("INSERT INTO processing_ack VALUES (?, 'processing', ?)", (message_id, schema.utc_now_iso()))
+        out.close()
+        progress, conn = Progress(settings), delivery.open_session(ref.path)
+        started = time.monotonic()
+        progress.tick(conn, ref.path, now=started)                                    # the run starts
+        progress.tick(conn, ref.path, now=started + settings.progress_after_s + 1)    # and is still at it
+        conn.close()
+        progress._pool.shutdown(wait=True)  # every status call the ticks sent off has been made
+        shown.append(list(StatusChat.shown))
+        StatusChat.shown = []
+    assert shown[0] == []                                      # not asked: a run shows nothing
+    assert [(chat, text.split("…")[0]) for chat, text in shown[1]] == [("family", "⏳ Working")]

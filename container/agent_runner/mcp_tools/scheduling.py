@@ -47,11 +47,12 @@ def _one_schedule(at, cron, every) -> None:
 
 
 def schedule_task(ctx: ToolContext, prompt: str, at: str | None = None, cron: str | None = None,
-                  every: str | None = None, context: str = "group") -> str:
+                  every: str | None = None, context: str = "group", progress: bool = False) -> str:
     if not str(prompt or "").strip():
         raise ToolError("the prompt is empty: say what you should do when the task runs")
     _one_schedule(at, cron, every)
-    return request(ctx, "schedule_task", prompt=prompt, at=at, cron=cron, every=every, context=context or "group")
+    return request(ctx, "schedule_task", prompt=prompt, at=at, cron=cron, every=every, context=context or "group",
+                   progress=bool(progress))
 
 
 def list_tasks(ctx: ToolContext) -> str:
@@ -59,11 +60,12 @@ def list_tasks(ctx: ToolContext) -> str:
 
 
 def update_task(ctx: ToolContext, task_id: str, prompt: str | None = None, at: str | None = None,
-                cron: str | None = None, every: str | None = None, context: str | None = None) -> str:
+                cron: str | None = None, every: str | None = None, context: str | None = None,
+                progress: bool | None = None) -> str:
     if sum(1 for v in (at, cron, every) if v not in (None, "")) > 1:
         raise ToolError("give at most one of at, cron or every")
     return request(ctx, "update_task", task_id=task_id, prompt=prompt, at=at, cron=cron, every=every,
-                   context=context)
+                   context=context, progress=progress)
 
 
 def cancel_task(ctx: ToolContext, task_id: str) -> str:
@@ -89,19 +91,22 @@ _ID = {"type": "string", "description": "The task id that schedule_task or list_
 _CONTEXT = {"type": "string", "enum": ["group", "isolated"],
             "description": "group (default): run in this conversation, with its history. isolated: a fresh "
                            "conversation each run, answering in this chat."}
+_PROGRESS = {"type": "boolean",
+             "description": "Show a status message in the chat while a long run works (off unless asked)."}
 
 SPECS = [
     (schedule_task, "schedule_task",
      "Schedule a task: at its time you get `prompt` as a message from 'Scheduled task' and your answer goes "
      "to this chat. Give exactly one of at (once), cron or every. Times are the user's local time.",
      {"type": "object", "properties": {"prompt": {"type": "string", "description": "What to do when it runs."},
-                                       **_WHEN, "context": _CONTEXT},
+                                       **_WHEN, "context": _CONTEXT, "progress": _PROGRESS},
       "required": ["prompt"]}),
     (list_tasks, "list_tasks", "List your scheduled tasks (active and paused) with their next run in local time.",
      {"type": "object", "properties": {}}),
     (update_task, "update_task",
-     "Change a task: a new prompt, context, or schedule (one of at, cron, every).",
-     {"type": "object", "properties": {"task_id": _ID, "prompt": {"type": "string"}, **_WHEN, "context": _CONTEXT},
+     "Change a task: a new prompt, context, progress, or schedule (one of at, cron, every).",
+     {"type": "object", "properties": {"task_id": _ID, "prompt": {"type": "string"}, **_WHEN,
+                                       "context": _CONTEXT, "progress": _PROGRESS},
       "required": ["task_id"]}),
     (cancel_task, "cancel_task", "Cancel a task for good.",
      {"type": "object", "properties": {"task_id": _ID}, "required": ["task_id"]}),
