@@ -77,7 +77,7 @@ MAX_TREE_DEPTH = 128
 @dataclass(frozen=True)
 class TreeEntry:
     rel: str            # posix path below the root ('' for the root itself)
-    fd: int             # open for reading; valid only until the walk moves on
+    fd: int             # open for reading, valid only until the walk moves on (-1: a file not opened)
     st: os.stat_result  # of the open descriptor
     parent_fd: int      # the folder it was opened in (the root's own fd for the root)
     name: str
@@ -87,12 +87,18 @@ class TreeEntry:
         return stat.S_ISDIR(self.st.st_mode)
 
 
-def walk_tree(root: os.PathLike | str, on_skip: Callable[[str, str], None] | None = None) -> Iterator[TreeEntry]:
+def walk_tree(root: os.PathLike | str, on_skip: Callable[[str, str], None] | None = None, *,
+              open_files: bool = True) -> Iterator[TreeEntry]:
     """The root folder, then every folder and plain file under it, depth first in name order, each
     opened without following a link at any level. Links, sockets and fifos are passed over silently;
     what vanishes or cannot be opened while walking is reported to on_skip(rel, why) and passed
     over, so what an agent does in its own folder never makes the walk fail. A root that is missing
-    or is itself a link yields nothing."""
+    or is itself a link yields nothing.
+
+    open_files=False: plain files are looked at (lstat in their folder's descriptor) but not opened,
+    for a walk in a process that may have one of them open as a SQLite database: closing any
+    descriptor of a file drops all of the process's POSIX locks on it, SQLite's included, and a
+    runner would then take the database for unused and reset the WAL index the host still reads."""
     skip = on_skip or (lambda _rel, _why: None)
     try:
         top = os.open(root, _DIR_OPEN)
@@ -114,7 +120,14 @@ def walk_tree(root: os.PathLike | str, on_skip: Callable[[str, str], None] | Non
                 continue
             child = f"{rel}/{name}" if rel else name
             try:
-                fd = os.open(name, _ANY_OPEN, dir_fd=dfd)
+                if not open_files:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):
+                        yield TreeEntry(child, -1, st, dfd, name)
+                        continue
+                    if not stat.S_ISDIR(st.st_mode):
+                        continue  # a link, a socket, a fifo
+                fd = os.open(name, _DIR_OPEN if not open_files else _ANY_OPEN, dir_fd=dfd)
             except OSError as exc:
                 if exc.errno != errno.ELOOP:  # ELOOP: a link, never followed
                     skip(child, exc.strerror or str(exc))

@@ -25,9 +25,16 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
     agent may be changing this tree right now (another sandbox of the same group shares its group
     folder), so it is walked by descriptors and changed through them: a folder swapped for a link
     mid-walk never makes the host chown what the link points at."""
-    for entry in walk_tree(root):
-        if (entry.st.st_uid, entry.st.st_gid) != (uid, gid):
-            os.fchown(entry.fd, uid, gid)
+    for entry in walk_tree(root, open_files=False):  # the host may have a session database open
+        if (entry.st.st_uid, entry.st.st_gid) == (uid, gid):
+            continue
+        try:
+            if entry.fd >= 0:
+                os.fchown(entry.fd, uid, gid)
+            else:  # in its folder's descriptor, a link itself if the name became one since
+                os.chown(entry.name, uid, gid, dir_fd=entry.parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass  # removed since it was seen
 
 
 def keep_readable(root: Path) -> None:
