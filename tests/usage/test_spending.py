@@ -33,11 +33,16 @@ def door(sqlite_app, cli):
 
 def recorded(calls: int, timeout: float = 10.0) -> None:
     """Wait until the proxy has written `calls` calls to the ledger."""
+    waited(lambda: sum(r.calls for r in ModelUsage.select()) >= calls, f"the ledger to get {calls} call(s)", timeout)
+
+
+def waited(done, what: str, timeout: float = 10.0):
     import time
     deadline = time.monotonic() + timeout
-    while sum(r.calls for r in ModelUsage.select()) < calls:
-        assert time.monotonic() < deadline, f"the ledger has not got {calls} call(s)"
+    while not (found := done()):
+        assert time.monotonic() < deadline, f"waited for {what}"
         time.sleep(0.02)
+    return found
 
 
 def ask(proxy, folder: str, session: str = "", stream: bool = True):
@@ -75,8 +80,8 @@ def test_a_spent_budget_refuses_the_next_call_before_it_leaves(door, cli):
     recorded(1)
     assert not BudgetEvent.select().exists()
     assert ask(door, "andy", "s-andy")[0] == 200               # $0.60015: over the line (this call goes)
-    recorded(2)
-    warn = BudgetEvent.get(BudgetEvent.kind == "warn")
+    recorded(2)  # the warning is recorded after the call is, in the same step after the response
+    warn = waited(lambda: BudgetEvent.get_or_none(BudgetEvent.kind == "warn"), "the warning")
     assert warn.period.startswith("day:") and warn.spent_micro_usd == 600_150
     before = len(door.model.model_calls())
     status, _headers, body = ask(door, "andy", "s-andy")
