@@ -115,6 +115,18 @@ class SessionStore:
                 sent.append(op)
         return sent
 
+    def host_answer(self, message_id: str) -> dict[str, Any] | None:
+        """The host's answer to one of our requests (a completed `answer` row), or None while there
+        is none yet."""
+        rows = self._read("SELECT content FROM messages_in WHERE id = ? AND kind = 'answer'", (message_id,))
+        if not rows:
+            return None
+        try:
+            answer = json.loads(rows[0][0])
+        except ValueError:
+            return {}
+        return answer if isinstance(answer, dict) else {}
+
     def destination_labels(self) -> dict[str, str]:
         """name → what the host calls it (for the system prompt)."""
         rows = self._read("SELECT name, display_name, channel_type, platform_id FROM destinations ORDER BY name")

@@ -8,7 +8,6 @@ the model reads. Times are the user's local time; the host converts them.
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
@@ -27,11 +26,8 @@ def request(ctx: ToolContext, op: str, **fields) -> str:
     ctx.store.write_out(content, target, in_reply_to=ctx.turn.in_reply_to, kind="system")
     deadline = time.monotonic() + ANSWER_WAIT_S
     while True:
-        conn = ctx.store.inbound()
-        row = conn.execute("SELECT content FROM messages_in WHERE id = ?", (f"answer:{request_id}",)).fetchone() \
-            if conn is not None else None
-        if row is not None:
-            answer = json.loads(row[0])
+        answer = ctx.store.host_answer(f"answer:{request_id}")
+        if answer is not None:
             if not answer.get("ok"):
                 raise ToolError(str(answer.get("text") or "the host refused").removeprefix("Error: "))
             return str(answer.get("text") or "Done.")
