@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 

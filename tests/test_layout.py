@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import defaultdict
 from pathlib import Path
 
 from nanoclaw.config import PROJECT_ROOT

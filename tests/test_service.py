@@ -9,12 +9,7 @@ import time
 import urllib.request
 
 from nanoclaw.config import PROJECT_ROOT
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.service_harness import free_port
 
 
 def test_supervised_service_serves_healthz_and_stops_on_ctrl_c(tmp_path):

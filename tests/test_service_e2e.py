@@ -4,7 +4,6 @@ a Telegram webhook for a wired DM → router → real sandbox → real SDK → f
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,10 @@ from conftest import require
 from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
 from nanoclaw.config import PROJECT_ROOT
+from tests.service_harness import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "telegram"
 SECRET = "wh-secret_service-e2e-0123456789"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

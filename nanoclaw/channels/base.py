@@ -9,9 +9,12 @@ core code never imports a platform by name.
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import requests
 
 from .. import platforms
 from .events import Action, InboundEvent
@@ -65,7 +68,6 @@ def read_as(model, payload, what: str, kind: str):
 
 def json_of(body: bytes):
     """A webhook body's JSON, or MalformedPayload."""
-    import json
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -93,7 +95,6 @@ class DeliveryError(Exception):
 def api_request(http, method: str, url: str, what: str, **kwargs):
     """One platform API request: (the response, its JSON body or None when it has none). A network
     failure is a DeliveryError naming only `what`, never the URL (a token may be in it)."""
-    import requests
     try:
         resp = http.request(method, url, **kwargs)
     except requests.RequestException as exc:

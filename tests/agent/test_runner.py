@@ -24,6 +24,7 @@ from nanoclaw.config import PROJECT_ROOT
 from nanoclaw.sessions import session_schema as schema
 from tests.fakes.model_api import FakeModel, Reply, ToolCall
 
+from agent_runner.bridge import _pump as _relay  # noqa: E402
 from agent_runner.config import RunnerConfig  # noqa: E402
 from agent_runner.hooks import BLOCKED_TOOLS, block_reason, declared_timeout_ms  # noqa: E402
 from agent_runner.mcp_tools import ToolContext, Turn, call_tool  # noqa: E402
@@ -352,19 +353,6 @@ def test_what_a_retried_turn_already_sent_is_looked_up_not_searched_for(tmp_path
 # ------------------------------------------------------------------------------------------------
 # the runner in a real sandbox
 # ------------------------------------------------------------------------------------------------
-
-def _relay(a: socket.socket, b: socket.socket) -> None:
-    try:
-        while data := a.recv(65536):
-            b.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            b.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
 
 class UnixToTcp:
     """Stands in for the proxy: a unix socket whose connections go to the fake model's port."""

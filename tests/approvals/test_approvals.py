@@ -229,7 +229,7 @@ def test_new_chat_connected_to_an_existing_agent(app, tg):
     assert edits(tg)[-1]["text"] == "🔌 Connected by Olivia: Bea now answers in the Telegram group 'Team'."
     wiring = Wiring.get(Wiring.agent_group == AgentGroup.get(AgentGroup.folder == "bea"))
     assert (wiring.engage_mode, wiring.messaging_group.platform_id) == ("mention", str(GROUP))  # group default
-    assert [r["content"]["text"] for r in inbound(app, "bea")] == [f"@andy_test_bot second try"]
+    assert [r["content"]["text"] for r in inbound(app, "bea")] == ["@andy_test_bot second try"]
     assert app.woken == ["bea"]
     assert AgentGroupMember.select().where(AgentGroupMember.user == "telegram:444").count() == 1
     post(app, click(choice["Ignore"], OWNER, card))

@@ -14,7 +14,6 @@ import io
 import json
 import os
 import tarfile
-import time
 from pathlib import Path
 
 import pytest

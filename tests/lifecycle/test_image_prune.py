@@ -13,7 +13,7 @@ from nanoclaw.lifecycle.image_prune import prune_stale_images
 from nanoclaw.models import AgentGroup, Session
 from nanoclaw.runtime import docker as docker_rt
 from nanoclaw.runtime.image import group_image_repo, stale_group_images
-from nanoclaw.sandboxes.manager import SandboxManager, build_spec, sandbox_name
+from nanoclaw.sandboxes.manager import SandboxManager, build_spec
 from nanoclaw.sessions import store
 from tests.conftest import require
 

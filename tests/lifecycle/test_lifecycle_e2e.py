@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -31,30 +30,12 @@ from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
 from nanoclaw.lifecycle.background import SWEEP_INTERVAL_S
 from nanoclaw.config import PROJECT_ROOT
+from nanoclaw.runtime.bwrap import _descendants as descendants
+from tests.service_harness import free_port
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "telegram"
 SECRET = "wh-secret_lifecycle-e2e-0123456789"
 CHAT = "111222333"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            for task in Path(f"/proc/{current}/task").iterdir():
-                for child in (task / "children").read_text().split():
-                    found.append(int(child))
-                    todo.append(int(child))
-        except OSError:
-            continue
-    return found
 
 
 class Service:

@@ -14,6 +14,26 @@ from urllib.parse import urlencode
 
 from nacl.signing import SigningKey
 
+def nothing_stored() -> bool:
+    """A refused webhook left no trace: no event accepted, no message dropped, no session made."""
+    from nanoclaw.models import AcceptedEvent, DroppedMessage, Session
+    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and \
+        Session.select().count() == 0
+
+
+def rows(app, session) -> list[dict]:
+    """The messages routed into a session's inbound.db, oldest first, each its content with its
+    trigger and timestamp."""
+    from nanoclaw.sessions import session_schema as schema
+    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
+    conn = schema.connect(path, readonly=True)
+    try:
+        return [{"trigger": r["trigger"], "timestamp": r["timestamp"], **json.loads(r["content"])}
+                for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
+    finally:
+        conn.close()
+
+
 MATRIX_INSTALL_SECRET = "contract-install-secret-0123456789abcdef"
 TG_SECRET, SLACK_SECRET, WA_SECRET = "tg-secret_0123456789", "slack-signing-secret", "wa-app-secret"
 DISCORD_KEY, OTHER_KEY = SigningKey.generate(), SigningKey.generate()

@@ -33,11 +33,12 @@ from nanoclaw.platforms.discord.messages import message_to_event, payload_from_m
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
+from nanoclaw.models import AcceptedEvent, Session
 from nanoclaw.inbound.router import route
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.discord_api import BOT_ID, RATE_LIMITED, TOKEN, FakeDiscord, discord_error
+from tests.platforms.kits import nothing_stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "discord"
 USER_ID = "80351110224678912"
@@ -101,9 +102,6 @@ def post(app, payload, **kw):
     body, headers = signed(payload, **kw)
     return app.test_client().post("/webhooks/discord/interactions", data=body, headers=headers)
 
-
-def nothing_stored():
-    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
 
 
 def session_rows(app, session) -> list[dict]:

@@ -39,11 +39,12 @@ from nanoclaw.platforms.discord.messages import payload_from_message
 from nanoclaw.platforms.discord.listener import Handoff, build_client, keep
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
+from nanoclaw.models import AcceptedEvent, Session
 from tests.fakes.discord_api import BOT_ID, TOKEN, FakeDiscord
 from tests.fakes.discord_gateway import ClientThread, FakeGateway
 from tests.platforms.test_discord import (DM_CHANNEL, GUILD_CHANNEL, USER_ID, discord_settings, discordpy_messages, fixture,
                                 session_rows)
+from tests.platforms.kits import nothing_stored
 
 DM_TEXT = "Can you summarise yesterday's meeting notes?"
 
@@ -87,10 +88,6 @@ def dm_message():
     [message] = discordpy_messages("gateway_message_dm")
     return message
 
-
-def nothing_stored() -> bool:
-    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and \
-        Session.select().count() == 0
 
 
 def texts(web) -> list[str]:

@@ -21,10 +21,11 @@ from nanoclaw.platforms.slack.adapter import SlackAdapter, emoji_name, plain_tex
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
+from nanoclaw.models import DroppedMessage, Session
 from nanoclaw.sessions import session_schema as schema, store
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.slack_api import BOT_USER_ID, SIGNING_SECRET, TOKEN, FakeSlack
+from tests.platforms.kits import nothing_stored, rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "slack"
 ALICE, DM, GENERAL = "U0ALICE01", "D0DMALICE", "C0GENERAL"
@@ -88,19 +89,6 @@ def post_click(app, payload: dict):
     return post(app, "actions", body, content_type="application/x-www-form-urlencoded")
 
 
-def nothing_stored():
-    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
-        and Session.select().count() == 0
-
-
-def rows(app, session: Session) -> list[dict]:
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
-    conn = schema.connect(path, readonly=True)
-    try:
-        return [{"trigger": r["trigger"], "timestamp": r["timestamp"], **json.loads(r["content"])}
-                for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
-    finally:
-        conn.close()
 
 
 def wire_alice(app):

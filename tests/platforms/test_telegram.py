@@ -19,10 +19,11 @@ from nanoclaw.platforms.telegram.adapter import TelegramAdapter, split_message, 
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
+from nanoclaw.models import DroppedMessage, Session
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
-from tests.fakes.telegram_api import BOT_ID, TOKEN, USERNAME, FakeTelegram
+from tests.fakes.telegram_api import TOKEN, FakeTelegram
+from tests.platforms.kits import nothing_stored, rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "telegram"
 SECRET = "wh-secret_0123456789-abcdef"
@@ -74,19 +75,6 @@ def post(app, payload, secret: str | None = SECRET, raw: bytes | None = None):
     return app.test_client().post("/webhooks/telegram", data=body, headers=headers)
 
 
-def nothing_stored():
-    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 \
-        and Session.select().count() == 0
-
-
-def rows(app, session: Session) -> list[dict]:
-    path = app.config["NANOCLAW"].sessions_dir / session.agent_group.folder / session.id / "host" / schema.INBOUND
-    conn = schema.connect(path, readonly=True)
-    try:
-        return [{"trigger": r["trigger"], "timestamp": r["timestamp"], **json.loads(r["content"])}
-                for r in conn.execute("SELECT * FROM messages_in ORDER BY seq")]
-    finally:
-        conn.close()
 
 
 def wire_alice(app):

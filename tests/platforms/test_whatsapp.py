@@ -23,10 +23,11 @@ from nanoclaw.platforms.whatsapp.adapter import WhatsAppAdapter, media_intact, p
 from nanoclaw.db import database
 from nanoclaw.outbound.delivery import deliver_session
 from nanoclaw.migrate import apply_pending
-from nanoclaw.models import DroppedMessage, AcceptedEvent, Session
+from nanoclaw.models import AcceptedEvent, Session
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare
 from tests.fakes.whatsapp_api import PHONE_NUMBER_ID, RATE_LIMITED, TOKEN, FakeWhatsApp, graph_error
+from tests.platforms.kits import nothing_stored
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "whatsapp"
 SECRET = "wa-app-secret"
@@ -89,9 +90,6 @@ def session_messages(app) -> list[dict]:
     finally:
         conn.close()
 
-
-def nothing_stored():
-    return AcceptedEvent.select().count() == 0 and DroppedMessage.select().count() == 0 and Session.select().count() == 0
 
 
 # --- inbound ---------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from nanoclaw.runtime.select import select_runtime
 from nanoclaw.runtime.image import image_exists, mirror_from_sources
 from tests.conftest import require
 
+from agent_runner.bridge import _pump  # noqa: E402 - container/ is on sys.path (tests/conftest.py)
+
 RUNNER_DIR = PROJECT_ROOT / "container" / "agent_runner"
 HOST_SECRET = "sk-ant-host-secret-" + uuid.uuid4().hex
 SENTINEL = "SENTINEL-" + uuid.uuid4().hex
@@ -662,22 +664,6 @@ def test_claude_sdk_answers_from_inside_the_sandbox(runtime, layout):
         assert report["texts"] == ["echo: hello from the sandbox"]
         # The CLI kept its state in the session's HOME, so a restarted sandbox can resume.
         assert (layout["session"] / "home" / ".claude").is_dir()
-
-
-def _pump(src, dst):
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 def test_a_sandbox_that_cannot_start_says_so(runtime, layout, tmp_path):

@@ -13,7 +13,7 @@ from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import actions, pending
 from nanoclaw.channels.base import Card, get_adapter
 from nanoclaw.channels import web as webchannel
-from nanoclaw.models import (AgentGroup, AuditLog, MessagingGroup, Session, User, UserRole, WebLoginToken,
+from nanoclaw.models import (AgentGroup, AuditLog, MessagingGroup, Session, WebLoginToken,
                              WebMessage, WebSession, Wiring, utcnow)
 from nanoclaw.sessions.store import Target
 from nanoclaw.lifecycle.sweep import Claim, SessionView
