@@ -1,17 +1,18 @@
 """A Docker engine behind TLS with its own CA (DOCKER_HOST=tcp://…, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH)
 is reached even where REQUESTS_CA_BUNDLE names another bundle, as on machines behind an intercepting
 proxy: requests lets that variable override the CA the Docker SDK pins, and the handshake then fails
-with "unable to get local issuer certificate". The engine here is an HTTPS server on 127.0.0.1 that
-answers the Engine API's /_ping and /version, with a CA, a server and a client certificate made for
-the test, and it insists on the client certificate, as `dockerd --tlsverify` does."""
+with "unable to get local issuer certificate". The engine here is this machine's real Docker engine,
+reached through a TLS front on 127.0.0.1 with a CA, a server and a client certificate made for the
+test, which insists on the client certificate as `dockerd --tlsverify` does (a second dockerd with its
+own TLS would take its own data root and some 20 s to start)."""
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
+import socket
+import socketserver
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from cryptography import x509
@@ -19,7 +20,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from conftest import require
 from nanoclaw.runtime import docker as docker_rt
+
+from agent_runner.bridge import _pump  # noqa: E402 - container/ is on sys.path (tests/conftest.py)
 
 
 def _cert(subject: str, key, issuer_key=None, issuer=None, *, ca=False, server=False):
@@ -43,30 +47,36 @@ def _pem(path, cert=None, key=None):
                                            serialization.NoEncryption()))
 
 
-class Engine(BaseHTTPRequestHandler):
-    def log_message(self, *_args):
-        pass
+class TlsFront(socketserver.ThreadingTCPServer):
+    """TLS on 127.0.0.1 in front of the engine's unix socket: each connection is checked (the client
+    certificate is required) and then relayed byte for byte."""
+    daemon_threads = True
 
-    def do_GET(self):
-        path = self.path.split("?")[0]
-        if path.endswith("/_ping"):
-            body, kind = b"OK", "text/plain"
-        elif path.endswith("/version"):
-            body, kind = json.dumps({"ApiVersion": "1.45", "Version": "27.0.0", "MinAPIVersion": "1.24"}).encode(), \
-                "application/json"
-        else:
-            self.send_response(404)
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    def __init__(self, context: ssl.SSLContext, engine_socket: str):
+        self.context, self.engine_socket = context, engine_socket
+        super().__init__(("127.0.0.1", 0), Relay)
+
+
+class Relay(socketserver.BaseRequestHandler):
+    def handle(self):
+        try:
+            conn = self.server.context.wrap_socket(self.request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # no client certificate, or not one of the CA's: no answer
+        engine = socket.socket(socket.AF_UNIX)
+        engine.connect(self.server.engine_socket)
+        back = threading.Thread(target=_pump, args=(engine, conn), daemon=True)
+        back.start()
+        _pump(conn, engine)
+        back.join(30)
+        conn.close()
+        engine.close()
 
 
 @pytest.fixture
 def tls_engine(tmp_path):
+    local, where = docker_rt.connect()
+    require(local is not None and where.startswith("unix://"), f"no local Docker engine ({where})")
     ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     ca = _cert("test engine CA", ca_key, ca=True)
     server = _cert("127.0.0.1", server_key, ca_key, ca.subject, server=True)
@@ -82,15 +92,16 @@ def tls_engine(tmp_path):
     context.load_cert_chain(tmp_path / "server.pem", tmp_path / "server-key.pem")
     context.load_verify_locations(certs / "ca.pem")
     context.verify_mode = ssl.CERT_REQUIRED  # as dockerd --tlsverify: no client certificate, no answer
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"tcp://127.0.0.1:{httpd.server_address[1]}", certs
-    httpd.shutdown()
+    front = TlsFront(context, where.removeprefix("unix://"))
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    yield f"tcp://127.0.0.1:{front.server_address[1]}", certs, local.version()["ApiVersion"]
+    front.shutdown()
+    front.server_close()
+    local.close()
 
 
 def test_a_tls_engine_with_its_own_ca_is_reached_despite_requests_ca_bundle(tls_engine, monkeypatch):
-    url, certs = tls_engine
+    url, certs, api_version = tls_engine
     monkeypatch.setenv("DOCKER_HOST", url)
     monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
     monkeypatch.setenv("DOCKER_CERT_PATH", str(certs))
@@ -98,11 +109,12 @@ def test_a_tls_engine_with_its_own_ca_is_reached_despite_requests_ca_bundle(tls_
     monkeypatch.setenv("CURL_CA_BUNDLE", ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
     client, where = docker_rt.connect()
     assert client is not None, f"no engine at {where}"
-    assert where == url and client.version()["ApiVersion"] == "1.45"
+    assert where == url and client.version()["ApiVersion"] == api_version
+    assert client.images.list()  # the engine's own answers, over TLS (the agent image at least)
 
 
 def test_without_the_client_certificate_the_engine_is_not_reached(tls_engine, monkeypatch, tmp_path):
-    url, certs = tls_engine
+    url, certs, _version = tls_engine
     bare = tmp_path / "only-ca"
     bare.mkdir()
     (bare / "ca.pem").write_bytes((certs / "ca.pem").read_bytes())
