@@ -19,6 +19,7 @@ from . import platforms
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ("auto", "docker", "bwrap")
+TRANSPORTS = ("auto", "files", "network")
 
 
 class SettingsError(ValueError):
@@ -100,6 +101,13 @@ def _database_url(raw: str) -> str:
     )
 
 
+def host_port(name: str, raw: str) -> tuple[str, int]:
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SettingsError(f"{name}={raw!r} is not host:port (e.g. 0.0.0.0:8443)")
+    return host.strip("[]"), int(port)
+
+
 def _url(name: str, raw: str) -> str:
     parsed = urlparse(raw)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -148,6 +156,12 @@ class Settings:
     transcribe_api_key: str | None = None  # its key, when it needs one (local whisper servers do not)
     transcribe_model: str = "whisper-1"
     transcribe_max_s: int = 900  # a longer recording is not sent (what it would cost and how long it would take)
+    session_transport: str = "auto"  # auto | files | network: how a sandbox reaches its session (docs/scale.md)
+    door_listen: str | None = None   # host:port where the door takes remote sandboxes over TLS; None: off
+    door_url: str | None = None      # how those sandboxes reach it (https://10.0.0.5:8443)
+    door_tls_cert: str | None = None  # the operator's certificate (chain to its root) and key, else the door's own CA
+    door_tls_key: str | None = None
+    sandbox_network: str | None = None  # a remote engine's network its sandboxes reach the door on (default bridge)
 
     @property
     def sessions_dir(self) -> Path:
@@ -203,6 +217,18 @@ class Settings:
                 f"NANOCLAW_INSTALL_ID={install_id!r} is not valid; it accepts lower-case letters, digits, '_', '.', '-'"
             )
 
+        transport = _choice("NANOCLAW_SESSION_TRANSPORT", get("NANOCLAW_SESSION_TRANSPORT", "auto"), TRANSPORTS)
+        door_listen, door_url = get("NANOCLAW_DOOR_LISTEN"), get("NANOCLAW_DOOR_URL")
+        if door_listen is not None:
+            host_port("NANOCLAW_DOOR_LISTEN", door_listen)
+            door_url = _url("NANOCLAW_DOOR_URL", door_url or f"https://{door_listen}")
+            if not door_url.startswith("https://"):
+                raise SettingsError(f"NANOCLAW_DOOR_URL={door_url!r} must be https:// (sandboxes check the door's "
+                                    "certificate)")
+        if bool(get("NANOCLAW_DOOR_TLS_CERT")) != bool(get("NANOCLAW_DOOR_TLS_KEY")):
+            raise SettingsError("NANOCLAW_DOOR_TLS_CERT and NANOCLAW_DOOR_TLS_KEY go together; set both or neither "
+                                "(the door then makes its own CA)")
+
         return cls(
             data_dir=data_dir,
             groups_dir=groups_dir,
@@ -250,6 +276,12 @@ class Settings:
             transcribe_api_key=get("NANOCLAW_TRANSCRIBE_API_KEY"),
             transcribe_model=get("NANOCLAW_TRANSCRIBE_MODEL", "whisper-1"),
             transcribe_max_s=_int("NANOCLAW_TRANSCRIBE_MAX_S", get("NANOCLAW_TRANSCRIBE_MAX_S", "900"), 1, 86400),
+            session_transport=transport,
+            door_listen=door_listen,
+            door_url=door_url,
+            door_tls_cert=get("NANOCLAW_DOOR_TLS_CERT"),
+            door_tls_key=get("NANOCLAW_DOOR_TLS_KEY"),
+            sandbox_network=get("NANOCLAW_SANDBOX_NETWORK"),
         )
 
 

@@ -6,6 +6,7 @@ then the SDK import (~1.5 s) and the CLI connect (~0.5 s); the first poll follow
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -93,8 +94,19 @@ def main() -> int:
     config = RunnerConfig.from_env()
     for var in _CREDENTIAL_VARS:
         os.environ.pop(var, None)
-    bridge = None
-    if config.proxy_socket:
+    bridge = remote = None
+    if os.environ.get("NANOCLAW_DOOR_URL"):  # a sandbox on another machine: the session over the network
+        from .door_link import DoorBridge, DoorLink
+        from .remote import RemoteSession
+        link = DoorLink.from_env(os.environ)
+        config = dataclasses.replace(config, proxy_socket=None)  # no socket here: model calls go via the door
+        remote = RemoteSession(link, config.session_dir, config.inbound_dir, config.group_dir, config.global_dir)
+        remote.bootstrap()
+        remote.start()
+        SessionStore.follow_renames = True
+        bridge = DoorBridge(link).start()
+        base_url = bridge.url
+    elif config.proxy_socket:
         bridge = Bridge(config.proxy_socket).start()
         base_url = bridge.url
     else:  # development outside a sandbox: talk to ANTHROPIC_BASE_URL directly
@@ -116,6 +128,8 @@ def main() -> int:
     try:
         return asyncio.run(_amain(config, base_url, started))
     finally:
+        if remote:
+            remote.finish()
         if bridge:
             bridge.stop()
 

@@ -20,11 +20,16 @@ READ_PATIENCE_S = 5.0
 
 
 class SessionStore:
+    # In a sandbox on another machine (remote.py) a new inbound.db replaces the old one by a rename;
+    # the read connection then follows it to the new file.
+    follow_renames = False
+
     def __init__(self, session_dir: Path, inbound_dir: Path):
         self.dir = Path(session_dir)            # ours: outbound.db, heartbeat, outbox/, home/
         self.inbound_dir = Path(inbound_dir)    # the host's: inbound.db, inbox/ (read-only)
         self.out = schema.connect(self.dir / schema.OUTBOUND)
         self._in: sqlite3.Connection | None = None
+        self._in_ino = 0
         self._heartbeat_at = 0.0
 
     # inbound.db (read-only) ----------------------------------------------------------------------
@@ -44,8 +49,18 @@ class SessionStore:
 
     def inbound(self) -> sqlite3.Connection | None:
         """The host creates inbound.db; until it exists there is nothing to read."""
+        if self._in is not None and self.follow_renames:
+            try:
+                replaced = os.stat(self.inbound_path).st_ino != self._in_ino
+            except FileNotFoundError:
+                replaced = False
+            if replaced:
+                self._in.close()
+                self._in = None
         if self._in is None and self.inbound_path.exists():
             self._in = schema.connect(self.inbound_path, readonly=True)
+            self._in.execute("PRAGMA schema_version").fetchone()  # opens the file now, before the stat
+            self._in_ino = os.stat(self.inbound_path).st_ino
         return self._in
 
     def _read(self, sql: str, args: tuple | list = ()) -> list[sqlite3.Row] | None:

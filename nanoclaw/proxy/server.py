@@ -64,6 +64,7 @@ class ProxyServer:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self.remote = None
         if not self.model_api.credential:
             self.log.warning("neither ANTHROPIC_API_KEY nor CLAUDE_CODE_OAUTH_TOKEN is set: "
                              "model calls go to %s without credentials", settings.anthropic_upstream_url)
@@ -72,12 +73,17 @@ class ProxyServer:
 
     def start(self) -> "ProxyServer":
         self.sync()
+        if getattr(self.settings, "door_listen", None):  # sandboxes on other machines reach this door over TLS
+            from ..remote.door import RemoteDoor  # noqa: E402 - it imports this package's sockets
+            self.remote = RemoteDoor(self.settings).start()
         self._thread = threading.Thread(target=self._rescan_loop, name="proxy-rescan", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
+        if self.remote is not None:
+            self.remote.stop()
         self._wake.set()
         if self._thread and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)

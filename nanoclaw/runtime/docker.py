@@ -69,6 +69,17 @@ def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
     return None, " or ".join(candidates)
 
 
+TMPFS = {"/tmp": "rw,nosuid,nodev,size=512m", "/var/tmp": "rw,nosuid,nodev,size=64m"}
+
+
+def remote_workspace(spec: SandboxSpec) -> dict[str, str]:
+    """A sandbox on another engine keeps its copies of the session's folders in memory of its own
+    (remote.py in the runner fills them from the door): the sandbox user's, nobody else's."""
+    owner = f"uid={spec.uid},gid={spec.gid},mode=0700"
+    return {SESSION_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", INBOUND_TARGET: f"rw,nosuid,nodev,size=512m,{owner}",
+            GROUP_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", GLOBAL_TARGET: f"rw,nosuid,nodev,size=256m,{owner}"}
+
+
 def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
     def bind(host: Path, target: str, ro: bool) -> DockerMount:
         return DockerMount(target=target, source=str(Path(host).resolve()), type="bind", read_only=ro)
@@ -123,10 +134,16 @@ class SeenRunning:
 class DockerRuntime:
     name = "docker"
 
-    def __init__(self, client: docker.DockerClient, *, image: str, secrets=()):
+    def __init__(self, client: docker.DockerClient, *, image: str, secrets=(), door=None,
+                 network: str | None = None):
+        """door: for an engine that cannot see this machine's folders (remote.access.DoorAccess): the
+        sandbox then gets no bind mount at all, only the door's address and its pass, and reaches
+        the host over `network` (the engine's network name; default bridge)."""
         self.client = client
         self.image = image
         self.secrets = list(secrets)
+        self.door = door
+        self.network = network or "bridge"
         self._locks = NameLocks()
         # name -> the running container's init process, when this host can see it. Every wake asks
         # whether the session's sandbox runs; asking the engine costs ~1 ms of this process's CPU
@@ -159,7 +176,16 @@ class DockerRuntime:
                 raise RuntimeError(f"no image {image} on this Docker engine (agent images are built here, "
                                    "never pulled)") from None
             prepare_session(spec)
-            grant_to_sandbox_user(spec.session_dir, spec.inbound_dir, spec.group_dir, spec.uid, spec.gid)
+            if self.door is None:
+                grant_to_sandbox_user(spec.session_dir, spec.inbound_dir, spec.group_dir, spec.uid, spec.gid)
+                env, mounts, network, tmpfs = sandbox_env(spec), docker_mounts(spec), "none", dict(TMPFS)
+            else:
+                if spec.extra_mounts:
+                    raise RuntimeError("extra mounts are folders of this machine, which a sandbox on another "
+                                       "engine cannot have; remove them from the agent group, or run its sandboxes "
+                                       "on a local engine (NANOCLAW_SESSION_TRANSPORT=files)")
+                env, mounts, network = {**sandbox_env(spec), **self.door.env_for(spec)}, [], self.network
+                tmpfs = {**TMPFS, **remote_workspace(spec)}
             try:
                 self.client.containers.run(
                     image,
@@ -169,17 +195,17 @@ class DockerRuntime:
                     auto_remove=False,
                     init=True,
                     user=f"{spec.uid}:{spec.gid}",
-                    environment=sandbox_env(spec),
+                    environment=env,
                     working_dir=GROUP_TARGET,
-                    network_mode="none",
+                    network_mode=network,
                     mem_limit=f"{spec.memory_mb}m",
                     memswap_limit=f"{spec.memory_mb}m",
                     nano_cpus=int(spec.cpus * 1e9),
                     pids_limit=spec.pids,
                     labels=dict(spec.labels),
-                    mounts=docker_mounts(spec),
+                    mounts=mounts,
                     read_only=True,
-                    tmpfs={"/tmp": "rw,nosuid,nodev,size=512m", "/var/tmp": "rw,nosuid,nodev,size=64m"},
+                    tmpfs=tmpfs,
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
                     log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "3"}),
@@ -213,6 +239,8 @@ class DockerRuntime:
         container = self._get(name)
         if container is None:
             return
+        if self.door is not None:
+            self.door.ended(container.labels)  # its pass is dead from now on
         try:
             if container.status in ("running", "restarting", "paused"):
                 container.stop(timeout=max(0, int(round(timeout))))

@@ -12,6 +12,30 @@ def _say(log) -> Callable[[str], None]:
     return log.info if hasattr(log, "info") else log
 
 
+REMOTE_SCHEMES = ("tcp://", "ssh://", "http://", "https://")
+
+
+def session_transport(choice: str, engine_url: str | None) -> str:
+    """files or network (pure): NANOCLAW_SESSION_TRANSPORT, where auto means network exactly when the
+    Docker engine is on another machine (it cannot see this one's folders)."""
+    if choice != "auto":
+        return choice
+    return "network" if engine_url and engine_url.startswith(REMOTE_SCHEMES) else "files"
+
+
+def _docker(settings, client, where: str, secrets) -> Runtime:
+    transport = session_transport(getattr(settings, "session_transport", "auto"), where)
+    if transport == "files":
+        return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets)
+    from ..remote.access import DoorAccess  # noqa: E402 - only a remote engine needs the door
+    try:
+        door = DoorAccess(settings)
+    except (ValueError, OSError) as exc:
+        raise RuntimeUnavailable(f"the Docker engine at {where} gets sandboxes over the network, but {exc}") from None
+    return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets, door=door,
+                                   network=settings.sandbox_network)
+
+
 def select_runtime(settings, log) -> Runtime:
     """NANOCLAW_RUNTIME: docker | bwrap | auto (docker if an engine answers and the image is
     there, else bwrap if it works, else RuntimeUnavailable saying what to do)."""
@@ -23,8 +47,10 @@ def select_runtime(settings, log) -> Runtime:
         client, where = docker_rt.connect()
         if client is not None:
             if image_exists(settings, client=client):
-                say(f"sandbox runtime: docker (engine at {where}, image {settings.agent_image})")
-                return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets)
+                runtime = _docker(settings, client, where, secrets)
+                say(f"sandbox runtime: docker (engine at {where}, image {settings.agent_image}, sessions over "
+                    f"{'the network' if runtime.door else 'shared folders'})")
+                return runtime
             why = (f"the Docker engine at {where} answers but has no image {settings.agent_image}; "
                    "build it with: flask --app app nanoclaw image build")
         else:
@@ -34,6 +60,9 @@ def select_runtime(settings, log) -> Runtime:
             raise RuntimeUnavailable(f"NANOCLAW_RUNTIME=docker but {why}")
         say(f"sandbox runtime: not docker, because {why}")
 
+    if getattr(settings, "session_transport", "auto") == "network":
+        raise RuntimeUnavailable("NANOCLAW_SESSION_TRANSPORT=network needs a Docker engine (bubblewrap sandboxes "
+                                 "run on this machine and have no network); set it to auto or files")
     problem = bwrap.probe()
     if problem is None:
         say("sandbox runtime: bwrap (bubblewrap works here)")

@@ -1,0 +1,178 @@
+"""The runner's way to the host when its sandbox runs on another machine (NANOCLAW_DOOR_URL).
+
+Every connection is TLS to the door, trusting only the CA the host gave with the pass, and starts
+with one line naming the channel and the pass (the host's gate checks both):
+- `proxy`: what the local runner's bridge relays to the proxy socket (model calls, egress CONNECTs,
+  credential routes) goes here instead, byte for byte. DoorBridge listens on 127.0.0.1 for the CLI.
+- `session`: HTTP/1.1 to the session channel (SessionClient), one keep-alive connection per thread.
+The pass is renewed by the host in an answer header before it expires; the newest one is used.
+"""
+from __future__ import annotations
+
+import asyncio
+import http.client
+import logging
+import socket
+import ssl
+import threading
+from urllib.parse import urlsplit
+
+log = logging.getLogger("agent_runner.door")
+
+PREAMBLE = "NANOCLAW/1"
+PASS_HEADER = "X-Door-Pass"
+CHUNK = 65536
+
+
+class DoorLink:
+    def __init__(self, url: str, token: str, ca_pem: str):
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"NANOCLAW_DOOR_URL={url!r} is not an https:// address")
+        self.host, self.port = parts.hostname, parts.port or 443
+        self._token = token
+        self._lock = threading.Lock()
+        self.context = ssl.create_default_context(cadata=ca_pem)
+
+    @classmethod
+    def from_env(cls, env) -> "DoorLink":
+        return cls(env["NANOCLAW_DOOR_URL"], env.pop("NANOCLAW_DOOR_PASS", ""), env.pop("NANOCLAW_DOOR_CA", ""))
+
+    @property
+    def token(self) -> str:
+        with self._lock:
+            return self._token
+
+    def renew(self, token: str | None) -> None:
+        if token:
+            with self._lock:
+                self._token = token
+
+    def preamble(self, channel: str) -> bytes:
+        return f"{PREAMBLE} {channel} {self.token}\n".encode()
+
+    def connect(self, channel: str, timeout: float = 30.0) -> ssl.SSLSocket:
+        raw = socket.create_connection((self.host, self.port), timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock = self.context.wrap_socket(raw, server_hostname=self.host)
+            sock.sendall(self.preamble(channel))
+        except BaseException:
+            raw.close()
+            raise
+        return sock
+
+    def session(self, timeout: float = 60.0) -> "SessionClient":
+        return SessionClient(self, timeout)
+
+
+class _DoorConnection(http.client.HTTPConnection):
+    def __init__(self, link: DoorLink, timeout: float):
+        super().__init__(link.host, link.port, timeout=timeout)
+        self.link = link
+
+    def connect(self) -> None:
+        self.sock = self.link.connect("session", self.timeout)
+
+
+class SessionClient:
+    """Requests on the session channel; one reconnect when a kept-alive connection went away."""
+
+    def __init__(self, link: DoorLink, timeout: float):
+        self.link, self.timeout = link, timeout
+        self._conn: _DoorConnection | None = None
+
+    def request(self, method: str, path: str, body: bytes | None = None, *, timeout: float | None = None,
+                content_type: str = "application/json") -> tuple[int, dict, bytes]:
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = _DoorConnection(self.link, self.timeout)
+            self._conn.timeout = timeout or self.timeout
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(self._conn.timeout)
+            try:
+                self._conn.request(method, path, body=body, headers={"Content-Type": content_type})
+                response = self._conn.getresponse()
+                data = response.read()
+            except (OSError, http.client.HTTPException):
+                self.close()
+                if attempt == 2:
+                    raise
+                continue
+            headers = {k.lower(): v for k, v in response.getheaders()}
+            self.link.renew(headers.get(PASS_HEADER.lower()))
+            if response.will_close:
+                self.close()
+            return response.status, headers, data
+        raise OSError("unreachable")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class DoorBridge:
+    """127.0.0.1:<port> → the door's `proxy` channel, for the CLI (same interface as bridge.Bridge).
+    asyncio in a thread of its own: one TLS stream is read and written by one event loop, never
+    by two threads at once."""
+
+    def __init__(self, link: DoorLink):
+        self.link = link
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="door-bridge", daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "DoorBridge":
+        self._thread.start()
+        self._ready.wait(10)
+        log.info("bridge: 127.0.0.1:%d -> door %s:%d", self.port, self.link.host, self.link.port)
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(asyncio.start_server(self._client, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+        server.close()
+
+    async def _client(self, reader, writer) -> None:
+        upstream = None
+        try:
+            up_reader, upstream = await asyncio.open_connection(
+                self.link.host, self.link.port, ssl=self.link.context, server_hostname=self.link.host)
+            upstream.write(self.link.preamble("proxy"))
+            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer, close=True))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("bridge: the door is unreachable: %s", exc)
+        finally:
+            for w in (upstream, writer):
+                if w is not None:
+                    w.close()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def _pipe(src, dst, *, close: bool = False) -> None:
+    try:
+        while data := await src.read(CHUNK):
+            dst.write(data)
+            await dst.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        if close:
+            dst.close()
+        elif dst.can_write_eof():
+            try:
+                dst.write_eof()
+            except OSError:
+                pass

@@ -1,0 +1,269 @@
+"""A sandbox on another machine keeps local copies of its session folders, synced with the host.
+
+The runner itself is unchanged: its SessionStore reads inbound.db and writes outbound.db in local
+folders as it does under a bind mount. This keeps those folders in step with the host's, through
+the door's session channel (door_link.py), in three threads' worth of work:
+- start:  home/ (the transcript), the group folder and the global folder come down; so does the
+          host's copy of outbound.db, so a restarted sandbox carries on from the host's record
+          (seq numbers, claims, the SDK session id) as a local one would from its file;
+- down:   a long poll for the host's inbound.db; each change arrives as a whole snapshot (with the
+          person's new inbox files first) and replaces the local file by a rename, which the
+          runner's inotify watch sees as the host's commit;
+- up:     after each commit of ours (the store's nudge) or heartbeat, and once a second anyway: new
+          outbox files, then the new rows, the claims, the state and the current tool; and, while
+          no turn runs, the files of home/ and the group folder that changed.
+At a stop, one last push and file upload. Nothing here is trusted by the host: it checks all of it.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import select
+import sqlite3
+import stat
+import tarfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+
+from . import nudge
+from . import session_schema as schema
+from .door_link import DoorLink
+
+log = logging.getLogger("agent_runner.remote")
+
+LONG_POLL_S = 25.0
+PUSH_EVERY_S = 1.0
+FILES_EVERY_S = 2.0
+BACKOFF_MAX_S = 5.0
+
+
+def extract(data: bytes, root: Path) -> list[str]:
+    """Plain files of a tar from the host below root (made as needed); their names."""
+    names = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            if not member.isreg() or not parts or PurePosixPath(member.name).is_absolute() or ".." in parts:
+                continue
+            target = root.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.part")
+            src = tar.extractfile(member)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600 | member.mode & 0o755)
+            with os.fdopen(fd, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+            os.replace(tmp, target)
+            names.append(member.name)
+    return names
+
+
+def manifest(root: Path) -> dict[str, tuple[int, int]]:
+    """rel → (size, mtime_ns) of the plain files under root (links are not followed or sent)."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not name.endswith((".part", "-wal", "-shm", "-journal")):
+                found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def pack(root: Path, names) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:") as tar:
+        for rel in names:
+            try:
+                fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as src:
+                st = os.fstat(src.fileno())
+                info = tarfile.TarInfo(rel)
+                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
+                tar.addfile(info, src)
+    return out.getvalue()
+
+
+class RemoteSession:
+    def __init__(self, link: DoorLink, session_dir: Path, inbound_dir: Path, group_dir: Path, global_dir: Path):
+        self.link = link
+        self.session_dir, self.inbound_dir = Path(session_dir), Path(inbound_dir)
+        self.trees = {"home": self.session_dir / "home", "group": Path(group_dir)}
+        self.global_dir = Path(global_dir)
+        self.outbox = self.session_dir / "outbox"
+        self._stop = threading.Event()
+        self._stamp: str | None = None
+        self._inbox: set[tuple[str, int]] = set()
+        self._host_seq = 0
+        self._sent_outbox: set[tuple[str, int]] = set()
+        self._sent_files: dict[str, dict] = {}
+        self._files_at = 0.0
+        self._push_lock = threading.Lock()
+        self._out: sqlite3.Connection | None = None
+        self._threads: list[threading.Thread] = []
+        self._down = link.session()
+        self._up = link.session()
+
+    # -- start -----------------------------------------------------------------------------------
+    def bootstrap(self) -> None:
+        started = time.monotonic()
+        for part, root in (*self.trees.items(), ("global", self.global_dir)):
+            root.mkdir(parents=True, exist_ok=True)
+            status, _h, data = self._up.request("GET", f"/files/{part}")
+            self._expect(status, f"files {part}", data)
+            extract(data, root)
+            if part in self.trees:
+                self._sent_files[part] = manifest(root)
+        status, _h, data = self._up.request("GET", "/outbound")
+        self._expect(status, "outbound copy", data)
+        path = self.session_dir / schema.OUTBOUND
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        path.write_bytes(data)
+        self._out = schema.connect(path)  # our reading connection, open for the runner's whole life
+        self._host_seq = self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0]
+        self._sent_outbox = set(self._outbox_files())
+        self.pull(wait=0)
+        log.info("session fetched from the door in %.0f ms", (time.monotonic() - started) * 1000)
+
+    @staticmethod
+    def _expect(status: int, what: str, data: bytes) -> None:
+        if status != 200:
+            raise RuntimeError(f"the door refused {what}: {status} {data[:200]!r}")
+
+    def start(self) -> "RemoteSession":
+        for name, target in (("remote-down", self._down_loop), ("remote-up", self._up_loop)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    # -- down ------------------------------------------------------------------------------------
+    def pull(self, wait: float) -> bool:
+        ask = json.dumps({"after": self._stamp, "wait": wait, "have": sorted(self._inbox)}).encode()
+        status, headers, data = self._down.request("POST", "/inbound", ask, timeout=wait + 30)
+        if status == 204:
+            return False
+        self._expect(status, "inbound", data)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+        self._inbox |= {(m.name[len("inbox/"):], m.size) for m in members if m.name.startswith("inbox/")}
+        extract(data, self.inbound_dir)  # inbox files first in the stream, inbound.db last (a rename)
+        self._stamp = headers.get("x-stamp") or None
+        return True
+
+    def _down_loop(self) -> None:
+        pause = 0.2
+        while not self._stop.is_set():
+            try:
+                self.pull(LONG_POLL_S)
+                pause = 0.2
+            except Exception as exc:  # noqa: BLE001 - the door restarts, the network blips: try again
+                log.warning("inbound from the door failed (%s); again in %.1f s", exc, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, BACKOFF_MAX_S)
+
+    # -- up --------------------------------------------------------------------------------------
+    def _outbox_files(self) -> list[tuple[str, int]]:
+        try:
+            return [(e.name, e.stat(follow_symlinks=False).st_size) for e in os.scandir(self.outbox)
+                    if e.is_file(follow_symlinks=False) and not e.name.startswith(".")]
+        except FileNotFoundError:
+            return []
+
+    def push(self) -> None:
+        with self._push_lock:
+            new = [f for f in self._outbox_files() if f not in self._sent_outbox]
+            if new:
+                status, _h, data = self._up.request("PUT", "/files/outbox", pack(self.outbox, [n for n, _ in new]),
+                                                    content_type="application/x-tar")
+                self._expect(status, "outbox files", data)
+                self._sent_outbox |= set(new)
+            conn = self._out
+            out = [dict(r) for r in conn.execute(
+                "SELECT * FROM messages_out WHERE seq > ? ORDER BY seq LIMIT 500", (self._host_seq,))]
+            payload = {
+                "out": out,
+                "acks": [dict(r) for r in conn.execute("SELECT * FROM processing_ack")],
+                "state": [dict(r) for r in conn.execute("SELECT * FROM session_state")],
+                "container": next((dict(r) for r in conn.execute(
+                    "SELECT current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject "
+                    "FROM container_state WHERE id = 1")), None),
+                "keep_from_seq": conn.execute("SELECT MIN(seq) FROM messages_out").fetchone()[0],
+                "heartbeat": self._heartbeat(),
+            }
+            status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload).encode())
+            self._expect(status, "outbound rows", data)
+            self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
+
+    def _heartbeat(self) -> float | None:
+        try:
+            return os.stat(self.session_dir / schema.HEARTBEAT).st_mtime
+        except OSError:
+            return None
+
+    def _turn_running(self) -> bool:
+        return self._out.execute("SELECT 1 FROM processing_ack WHERE status = 'processing' LIMIT 1").fetchone() is not None
+
+    def sync_files(self) -> int:
+        """Changed files of home/ and the group folder, up; how many."""
+        sent = 0
+        for part, root in self.trees.items():
+            now = manifest(root)
+            before = self._sent_files.get(part, {})
+            changed = [rel for rel, sig in now.items() if before.get(rel) != sig]
+            if changed:
+                status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed),
+                                                    content_type="application/x-tar", timeout=300)
+                self._expect(status, f"files {part}", data)
+                sent += len(changed)
+            self._sent_files[part] = now
+        self._files_at = time.monotonic()
+        return sent
+
+    def _up_loop(self) -> None:
+        try:
+            watcher = nudge.Watcher((nudge.NUDGE, schema.HEARTBEAT))
+            watcher.watch(self.session_dir)
+        except (nudge.Unavailable, OSError):
+            watcher = None
+        pause = 0.2
+        while not self._stop.is_set():
+            if watcher is not None:
+                ready, _, _ = select.select([watcher], [], [], PUSH_EVERY_S)
+                if ready:
+                    watcher.drain()
+            else:
+                self._stop.wait(0.05)
+            try:
+                self.push()
+                if time.monotonic() - self._files_at > FILES_EVERY_S and not self._turn_running():
+                    self.sync_files()
+                pause = 0.2
+            except Exception as exc:  # noqa: BLE001 - as for the down loop
+                log.warning("push to the door failed (%s); again in %.1f s", exc, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, BACKOFF_MAX_S)
+        if watcher is not None:
+            watcher.close()
+
+    # -- stop ------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Last push and file upload (the sandbox is stopping)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+        try:
+            self.push()
+            self.sync_files()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("the last upload to the door failed: %s", exc)

@@ -1,0 +1,343 @@
+"""The session channel: what a remote sandbox and the host exchange in place of a shared folder.
+
+Served on a unix socket that only the gate reaches (data/door/, owner-only); the gate has checked
+the pass and writes the caller's identity as the connection's first line, so nothing the sandbox
+sends can name another session. Each request checks again that the pass's start is still the
+session's current one (a replaced sandbox's open connection gets nothing more).
+
+    POST /inbound        {after, wait, have}: when the host's inbound.db differs from `after` (or
+                         within `wait` s), a tar of inbound.db (a consistent snapshot) and the inbox
+                         files the sandbox lacks; 204 when nothing changed
+    GET  /outbound       the host's copy of the session's outbound.db (a restarted sandbox resumes it)
+    POST /outbound       rows, acks, state, current tool, heartbeat (mirror.py)
+    GET  /files/<part>   home | group | global, as a tar
+    PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py)
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import select
+import socketserver
+import sqlite3
+import tarfile
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+from agent_runner import nudge
+
+from ..security import validate_folder, walk_tree
+from ..sessions import session_schema as schema
+from ..sessions import store
+from . import mirror, passes, starts, trees
+
+log = logging.getLogger("nanoclaw.remote.channel")
+
+MAX_WAIT_S = 30.0
+MAX_JSON = 64 << 20
+SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+PASS_HEADER = "X-Door-Pass"
+DOWN_PARTS = ("home", "group", "global")
+UP_PARTS = ("home", "group", "outbox")
+
+
+def inbound_stamp(path: Path) -> str | None:
+    """inode and SQLite's file change counter (header bytes 24-27, bumped by every commit in a
+    rollback-journal database such as inbound.db): exact, and one read of 100 bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 100, 0)
+        return f"{os.fstat(fd).st_ino}:{int.from_bytes(head[24:28], 'big')}" if len(head) == 100 else None
+    finally:
+        os.close(fd)
+
+
+class InboundWatch:
+    """Wakes long polls when a session's inbound.db changes: one inotify watch per waited-on host/
+    folder, one thread for all of them (a 20 ms look without inotify)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        try:
+            self._watcher: nudge.Watcher | None = nudge.Watcher((schema.INBOUND,))
+        except nudge.Unavailable:
+            self._watcher = None
+        self._stop = threading.Event()
+        if self._watcher is not None:
+            threading.Thread(target=self._run, name="door-inbound-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._watcher], [], [], 0.5)
+            if ready:
+                with self._lock:
+                    hit = self._watcher.drain()
+                if hit:
+                    with self._cond:
+                        self._cond.notify_all()
+
+    def wait(self, folder: Path, path: Path, after: str | None, timeout: float) -> str | None:
+        """The stamp once it differs from `after`, or the same stamp after `timeout`."""
+        if self._watcher is not None:
+            with self._lock:
+                self._watcher.watch(folder)
+        deadline = time.monotonic() + timeout
+        while True:
+            stamp = inbound_stamp(path)
+            left = deadline - time.monotonic()
+            if stamp != after or left <= 0:
+                return stamp
+            with self._cond:
+                self._cond.wait(min(left, 0.5 if self._watcher is not None else 0.02))
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: Path, settings, key: bytes, *, sandbox_uid: int | None = None):
+        self.settings, self.key = settings, key
+        self.sandbox_uid = sandbox_uid
+        self.watch = InboundWatch()
+        self._writers: dict[Path, sqlite3.Connection] = {}
+        self._writer_locks: dict[Path, threading.Lock] = {}
+        self._beats: dict[Path, float] = {}
+        self._guard = threading.Lock()
+        Path(path).unlink(missing_ok=True)
+        super().__init__(str(path), ChannelHandler)
+        os.chmod(path, 0o600)
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+                                       name="door-session-channel", daemon=True)
+
+    def start(self) -> "SessionChannel":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.watch.close()
+        with self._guard:
+            for conn in self._writers.values():
+                conn.close()
+            self._writers.clear()
+
+    def writer(self, session: Path) -> tuple[sqlite3.Connection, threading.Lock]:
+        """The door's one connection to a session's outbound.db copy (it is that file's one writer)."""
+        with self._guard:
+            if session not in self._writers:
+                agent = store.agent_part(session)
+                agent.mkdir(parents=True, exist_ok=True)
+                self._writers[session] = mirror.open_copy(store.outbound_db(session))
+                self._writer_locks[session] = threading.Lock()
+            return self._writers[session], self._writer_locks[session]
+
+    def beat(self, session: Path, stamp: float | None) -> None:
+        """The host's heartbeat file moves only when the runner's own heartbeat did."""
+        if stamp is None or self._beats.get(session) == stamp:
+            return
+        self._beats[session] = stamp
+        path = store.heartbeat_file(session)
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            path.touch()
+
+
+class ChannelHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: SessionChannel
+
+    def log_message(self, format, *args):  # noqa: A002 - the stdlib's name; our own line is below
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        line = self.rfile.readline(512).decode("ascii", "replace").split()
+        self.claims: passes.Claims | None = None
+        if len(line) == 4:
+            folder, session_id, expires, nonce = line
+            self.claims = passes.Claims(self.server.settings.install_id, folder, session_id, nonce, int(expires))
+
+    def _session(self) -> Path | None:
+        c = self.claims
+        if c is None or validate_folder(c.folder) != c.folder or not set(c.session) <= SESSION_ID_CHARS:
+            return None
+        path = store.session_path(self.server.settings.sessions_dir, c.folder, c.session)
+        return path if starts.current(path) == c.nonce else None
+
+    def _answer(self, status: int, body: bytes = b"", content_type: str = "application/json",
+                headers: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        fresh = passes.renewed(self.server.key, self.claims) if self.claims else None
+        if fresh:
+            self.send_header(PASS_HEADER, fresh)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def _refuse(self, status: int, why: str) -> None:
+        log.warning("door: %s %s for %s refused: %s", self.command, self.path,
+                    self.claims and f"{self.claims.folder}/{self.claims.session}", why)
+        self._answer(status, json.dumps({"error": why}).encode())
+
+    def _body(self) -> bytes:
+        size = int(self.headers.get("Content-Length") or 0)
+        if size < 0 or size > MAX_JSON:
+            raise ValueError("body too large")
+        return self.rfile.read(size)
+
+    def _dispatch(self) -> None:
+        session = self._session()
+        if session is None:
+            self._refuse(403, "this pass's sandbox is no longer the session's")
+            self.close_connection = True
+            return
+        route = {("POST", "/inbound"): self._inbound, ("GET", "/outbound"): self._outbound_copy,
+                 ("POST", "/outbound"): self._push}.get((self.command, self.path))
+        try:
+            if route is not None:
+                route(session)
+            elif self.path.startswith("/files/") and self.command in ("GET", "PUT"):
+                self._files(session, self.path[len("/files/"):])
+            else:
+                self._refuse(404, f"no {self.command} {self.path} on the session channel")
+        except (ValueError, trees.BadTree, mirror.BadPush) as exc:
+            self.close_connection = True  # the rest of a refused body is not read
+            self._refuse(400, str(exc))
+
+    do_GET = do_POST = do_PUT = _dispatch
+
+    # -- down ------------------------------------------------------------------------------------
+    def _inbound(self, session: Path) -> None:
+        ask = json.loads(self._body() or b"{}")
+        if not isinstance(ask, dict):
+            raise ValueError("the request is not a JSON object")
+        wait = min(max(float(ask.get("wait") or 0), 0.0), MAX_WAIT_S)
+        have = {tuple(x) for x in ask.get("have") or [] if isinstance(x, list) and len(x) == 2}
+        db = store.inbound_db(session)
+        stamp = self.server.watch.wait(db.parent, db, ask.get("after"), wait)
+        if stamp is None or stamp == ask.get("after"):
+            self._answer(204)
+            return
+        with tempfile.TemporaryFile() as out:
+            stamp = snapshot(session, out, have)
+            size = out.tell()
+            out.seek(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-tar")
+            self.send_header("Content-Length", str(size))
+            self.send_header("X-Stamp", stamp or "")
+            fresh = passes.renewed(self.server.key, self.claims)
+            if fresh:
+                self.send_header(PASS_HEADER, fresh)
+            self.end_headers()
+            while chunk := out.read(1 << 20):
+                self.wfile.write(chunk)
+
+    def _outbound_copy(self, session: Path) -> None:
+        conn, lock = self.server.writer(session)
+        with lock:
+            self._answer(200, conn.serialize(), "application/vnd.sqlite3")
+
+    def _files(self, session: Path, part: str) -> None:
+        roots = {"home": store.agent_part(session) / "home",
+                 "group": self.server.settings.groups_dir / self.claims.folder,
+                 "global": self.server.settings.groups_dir / "global",
+                 "outbox": store.outbox_dir(session)}
+        if part not in (DOWN_PARTS if self.command == "GET" else UP_PARTS):
+            self._refuse(404, f"no {self.command} of files '{part}'")
+            return
+        if self.command == "GET":
+            with tempfile.TemporaryFile() as out:
+                count = trees.pack(roots[part], out)
+                self._answer_file(out, {"X-Files": str(count)})
+            return
+        reader = _Bounded(self.rfile, int(self.headers.get("Content-Length") or 0))
+        try:
+            done = trees.unpack(roots[part], reader)
+        finally:
+            reader.drain()
+        if done.skipped:
+            log.warning("door: %s/%s %s upload passed over %d entr(ies), e.g. %s", self.claims.folder,
+                        self.claims.session, part, len(done.skipped), done.skipped[0][:200])
+        self._answer(200, json.dumps({"files": done.files, "bytes": done.bytes,
+                                      "skipped": len(done.skipped)}).encode())
+
+    def _answer_file(self, out, headers: dict) -> None:
+        size = out.tell()
+        out.seek(0)
+        self._answer(200, out.read(size), "application/x-tar", headers)
+
+    # -- up --------------------------------------------------------------------------------------
+    def _push(self, session: Path) -> None:
+        push = mirror.check(json.loads(self._body()))
+        conn, lock = self.server.writer(session)
+        with lock:
+            added, top = mirror.apply(conn, push)
+        self.server.beat(session, push.heartbeat)
+        if added or push.container is not None:
+            nudge.touch(store.agent_part(session))  # delivery's inotify wakes on it, as for a local runner
+        self._answer(200, json.dumps({"max_seq": top, "added": added}).encode())
+
+
+class _Bounded:
+    """The request body as a stream that ends at Content-Length (tarfile reads in blocks)."""
+
+    def __init__(self, raw, size: int):
+        if size < 0:
+            raise ValueError("no body length")
+        self.raw, self.left = raw, size
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        data = self.raw.read(n)
+        self.left -= len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+
+def snapshot(session: Path, out, have: set[tuple]) -> str | None:
+    """A tar of the inbox files the sandbox lacks, then inbound.db as one consistent copy; its stamp."""
+    db = store.inbound_db(session)
+    conn = schema.connect(db, readonly=True)
+    try:
+        conn.execute("BEGIN")  # one read transaction: the stamp and the bytes belong together
+        data = conn.serialize()
+        stamp = inbound_stamp(db)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for entry in walk_tree(store.inbox_dir(session)):
+            if entry.is_dir or (entry.rel, entry.st.st_size) in have:
+                continue
+            info = tarfile.TarInfo(f"inbox/{entry.rel}")
+            info.size, info.mode = entry.st.st_size, 0o644
+            with os.fdopen(os.dup(entry.fd), "rb") as src:
+                tar.addfile(info, src)
+        info = tarfile.TarInfo(schema.INBOUND)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return stamp

@@ -1,0 +1,150 @@
+"""What a remote runner sends up, checked, then written into the host's copy of its outbound.db.
+
+For a session whose sandbox runs elsewhere, the door is the one writer of the session's
+`agent/outbound.db` on the host, so delivery, the sweep, stuck detection and crash recovery read
+the same file as for a local sandbox. What arrives is the agent's word exactly as that file is for
+a local sandbox: hostile input. `check` (pure) keeps only well-formed rows of the runner's own
+columns with sizes capped; rows already mirrored are never changed (a local agent could rewrite
+its file; a remote one cannot even do that).
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from ..sessions import session_schema as schema
+
+MAX_ROWS = 500          # messages_out rows in one push (the runner sends more in the next)
+MAX_ACKS = 20_000
+MAX_STATE = 200
+MAX_TEXT = 256          # ids, times, kinds, names
+MAX_ADDRESS = 1024      # channel type, platform id, thread id
+MAX_CONTENT = 4 << 20   # one message's JSON
+ACK_STATUSES = ("processing", "completed", "failed")
+
+
+class BadPush(ValueError):
+    """A push the door refuses as a whole (said in the answer and logged once)."""
+
+
+@dataclass
+class Push:
+    out: list[tuple] = field(default_factory=list)
+    acks: list[tuple] = field(default_factory=list)
+    state: list[tuple] = field(default_factory=list)
+    container: tuple | None = None
+    keep_from_seq: int | None = None  # the runner pruned below this seq
+    heartbeat: float | None = None    # the runner's own heartbeat stamp (changes when it beats)
+
+
+def _text(value, limit: int, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise BadPush(f"a field is not text of at most {limit} characters")
+    return value
+
+
+def _int(value, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not -2**62 < value < 2**62:
+        raise BadPush("a field is not an integer")
+    return value
+
+
+def check(payload) -> Push:
+    """The push as rows ready to write, or BadPush."""
+    if not isinstance(payload, dict):
+        raise BadPush("the push is not a JSON object")
+    push = Push()
+    out = payload.get("out") or []
+    if not isinstance(out, list) or len(out) > MAX_ROWS:
+        raise BadPush(f"out must be a list of at most {MAX_ROWS} rows")
+    last = None
+    for row in out:
+        if not isinstance(row, dict):
+            raise BadPush("an out row is not an object")
+        seq = _int(row.get("seq"))
+        if seq < 1 or (last is not None and seq <= last):
+            raise BadPush("out rows must come in rising seq order")
+        last = seq
+        push.out.append((_text(row.get("id"), MAX_TEXT), seq, _text(row.get("in_reply_to"), MAX_TEXT, optional=True),
+                         _text(row.get("timestamp"), MAX_TEXT), _text(row.get("kind"), MAX_TEXT),
+                         _text(row.get("channel_type"), MAX_ADDRESS, optional=True),
+                         _text(row.get("platform_id"), MAX_ADDRESS, optional=True),
+                         _text(row.get("thread_id"), MAX_ADDRESS, optional=True),
+                         _text(row.get("content"), MAX_CONTENT)))
+    acks = payload.get("acks") or []
+    if not isinstance(acks, list) or len(acks) > MAX_ACKS:
+        raise BadPush(f"acks must be a list of at most {MAX_ACKS}")
+    for row in acks:
+        if not isinstance(row, dict) or row.get("status") not in ACK_STATUSES:
+            raise BadPush("an ack is not {message_id, status, status_changed}")
+        push.acks.append((_text(row.get("message_id"), MAX_TEXT), row["status"],
+                          _text(row.get("status_changed"), MAX_TEXT)))
+    state = payload.get("state") or []
+    if not isinstance(state, list) or len(state) > MAX_STATE:
+        raise BadPush(f"state must be a list of at most {MAX_STATE}")
+    for row in state:
+        if not isinstance(row, dict):
+            raise BadPush("a state row is not an object")
+        push.state.append((_text(row.get("key"), MAX_TEXT), _text(row.get("value"), MAX_ADDRESS * 64, optional=True)))
+    container = payload.get("container")
+    if container is not None:
+        if not isinstance(container, dict):
+            raise BadPush("container is not an object")
+        push.container = (_text(container.get("current_tool"), MAX_TEXT, optional=True),
+                          _int(container.get("tool_declared_timeout_ms"), optional=True),
+                          _text(container.get("tool_started_at"), MAX_TEXT, optional=True),
+                          _text(container.get("tool_subject"), MAX_ADDRESS, optional=True))
+    push.keep_from_seq = _int(payload.get("keep_from_seq"), optional=True)
+    beat = payload.get("heartbeat")
+    if beat is not None and (not isinstance(beat, (int, float)) or isinstance(beat, bool)):
+        raise BadPush("heartbeat is not a number")
+    push.heartbeat = beat
+    return push
+
+
+def max_seq(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0]
+
+
+def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
+    """One transaction on the host's copy: new rows (those past what it has) appended, the runner's
+    acks, state and current tool as sent. (rows added, the copy's highest seq)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        have = max_seq(conn)
+        fresh = [row for row in push.out if row[1] > have]
+        taken = {r[0] for r in conn.execute(
+            f"SELECT id FROM messages_out WHERE id IN ({','.join('?' * len(fresh))})", [r[0] for r in fresh])} \
+            if fresh else set()
+        fresh = [row for row in fresh if row[0] not in taken]  # an id is the host's key for what it delivered
+        conn.executemany("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, channel_type, platform_id,"
+                         " thread_id, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", fresh)
+        if push.keep_from_seq is not None:
+            conn.execute("DELETE FROM messages_out WHERE seq < ? AND seq < (SELECT MAX(seq) FROM messages_out)",
+                         (push.keep_from_seq,))
+        conn.execute("DELETE FROM processing_ack")
+        conn.executemany("INSERT OR REPLACE INTO processing_ack (message_id, status, status_changed) VALUES (?, ?, ?)",
+                         push.acks)
+        conn.execute("DELETE FROM session_state")
+        conn.executemany("INSERT OR REPLACE INTO session_state (key, value) VALUES (?, ?)", push.state)
+        if push.container is not None:
+            conn.execute("INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at,"
+                         " tool_subject) VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                         "current_tool = excluded.current_tool, tool_declared_timeout_ms = "
+                         "excluded.tool_declared_timeout_ms, tool_started_at = excluded.tool_started_at, "
+                         "tool_subject = excluded.tool_subject", push.container)
+        top = max_seq(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(fresh), top
+
+
+def open_copy(path) -> sqlite3.Connection:
+    """The host's copy of a remote session's outbound.db, opened by its one writer (the door)."""
+    return schema.connect(path)

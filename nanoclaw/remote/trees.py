@@ -1,0 +1,168 @@
+"""Folders both ways between the host and a remote sandbox, as tar streams, with the host's limits.
+
+Down (host → sandbox): the agent's home/ (its transcript), its group folder and the global folder,
+read through descriptors without following a link at any level (security.walk_tree), so nothing
+outside them can be pointed at. Up (sandbox → host): what the runner says changed in home/ and the
+group folder. That stream is hostile: only plain files and folders are taken, each name contained
+below its root and created through folder descriptors opened without following links, sizes and
+counts capped; each file lands whole (a temporary name, then a rename), so the host's copy stays as
+it was until its new content is complete, and the last writer wins per file. A file removed in
+the sandbox is not removed on the host (two sandboxes of one agent share its group folder).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import BinaryIO
+
+from ..security import walk_tree
+
+MAX_FILE = 64 << 20
+MAX_TOTAL = 512 << 20
+MAX_FILES = 20_000
+MAX_DEPTH = 32
+MAX_NAME = 255
+MAX_PATH = 1024
+SKIP_SUFFIXES = ("-wal", "-shm", "-journal")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class BadTree(ValueError):
+    """The upload is refused as a whole from this member on (what was written before stays)."""
+
+
+@dataclass
+class Unpacked:
+    files: int = 0
+    bytes: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def pack(root, out: BinaryIO, *, skip_names: tuple[str, ...] = ()) -> int:
+    """Plain files under root into a tar written to `out`; how many."""
+    count = 0
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for entry in walk_tree(root):
+            if entry.is_dir or entry.rel in skip_names or entry.name.endswith(SKIP_SUFFIXES):
+                continue
+            if count >= MAX_FILES:
+                break
+            with tempfile.SpooledTemporaryFile(max_size=8 << 20) as copy:
+                with os.fdopen(os.dup(entry.fd), "rb") as src:
+                    shutil.copyfileobj(src, copy, )
+                info = tarfile.TarInfo(entry.rel)
+                info.size, info.mtime = copy.tell(), int(entry.st.st_mtime)
+                info.mode = stat.S_IMODE(entry.st.st_mode) & 0o755
+                copy.seek(0)
+                tar.addfile(info, copy)
+            count += 1
+    return count
+
+
+def member_path(name: str) -> tuple[str, ...]:
+    """The parts of a member's name when it stays below the root, else BadTree (pure)."""
+    if not isinstance(name, str) or not name or len(name) > MAX_PATH or "\x00" in name or "\\" in name:
+        raise BadTree("a name is empty, too long or holds a NUL or a backslash")
+    path = PurePosixPath(name)
+    if path.is_absolute():
+        raise BadTree(f"{name!r} is absolute")
+    parts = tuple(p for p in path.parts if p != ".")
+    if not parts or any(p == ".." or len(p.encode()) > MAX_NAME for p in parts) or len(parts) > MAX_DEPTH:
+        raise BadTree(f"{name!r} does not stay below its folder")
+    return parts
+
+
+def _enter(dfd: int, name: str) -> int:
+    try:
+        os.mkdir(name, 0o755, dir_fd=dfd)
+    except FileExistsError:
+        pass
+    return os.open(name, _DIR, dir_fd=dfd)  # ELOOP / ENOTDIR: a link or a file there, never followed
+
+
+def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | None = None) -> Unpacked:
+    """Write the upload's plain files below root (made if missing). BadTree on a member that would
+    leave it or break a limit; members before it stay written."""
+    os.makedirs(root, exist_ok=True)
+    done = Unpacked()
+    top = os.open(root, _DIR)
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                parts = member_path(member.name)
+                if member.isdir():
+                    continue  # folders come with their files
+                if not member.isreg():
+                    done.skipped.append(member.name)
+                    continue
+                if member.size > MAX_FILE or done.bytes + member.size > max_total or done.files >= MAX_FILES:
+                    raise BadTree(f"{member.name!r} goes past the limits ({MAX_FILE} bytes a file, {max_total} "
+                                  f"in all, {MAX_FILES} files)")
+                if parts[-1].endswith(SKIP_SUFFIXES):
+                    continue
+                _write_member(top, parts, tar.extractfile(member), member, done, uid)
+    except tarfile.TarError as exc:
+        raise BadTree(f"not a tar stream: {exc}") from None
+    finally:
+        os.close(top)
+    return done
+
+
+def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked, uid: int | None) -> None:
+    fds = []
+    try:
+        dfd = top
+        for part in parts[:-1]:
+            try:
+                dfd = _enter(dfd, part)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EEXIST):
+                    done.skipped.append(member.name)
+                    return
+                raise
+            fds.append(dfd)
+        tmp = f".{parts[-1][:200]}.{secrets.token_hex(4)}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     stat.S_IMODE(member.mode) & 0o755 | 0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                written = _copy_capped(src, out, member.size)
+            if uid is not None:
+                os.chown(tmp, uid, uid, dir_fd=dfd, follow_symlinks=False)
+            try:
+                os.rename(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+            except OSError as exc:  # a folder of that name: the agent's folder stays
+                if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                os.unlink(tmp, dir_fd=dfd)
+                done.skipped.append(member.name)
+                return
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+        done.files += 1
+        done.bytes += written
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _copy_capped(src, out, size: int) -> int:
+    left = size
+    while left > 0:
+        chunk = src.read(min(left, 1 << 20))
+        if not chunk:
+            raise BadTree("the upload ended inside a file")
+        out.write(chunk)
+        left -= len(chunk)
+    return size
