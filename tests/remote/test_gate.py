@@ -1,0 +1,142 @@
+"""The door's TLS gate: a connection reaches only what its pass names, and only while that pass's
+sandbox start is the session's current one (the real gate and channel on 127.0.0.1)."""
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import ssl
+import threading
+import time
+
+import pytest
+
+from agent_runner.door_link import DoorLink
+from nanoclaw.config import install_secret
+from nanoclaw.remote import passes, starts
+from nanoclaw.remote.door import RemoteDoor
+from nanoclaw.remote.tls import door_tls
+from nanoclaw.sessions import store
+from nanoclaw.sessions.store import Target
+from tests.service_harness import free_port
+
+
+class Named(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """Stands in for an agent's proxy socket: answers every connection with its agent's name."""
+    daemon_threads = True
+
+    def __init__(self, path, name):
+        self.name = name
+        super().__init__(str(path), Answer)
+
+
+class Answer(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.sendall(self.server.name.encode())
+
+
+@pytest.fixture
+def door(make_settings):
+    port = free_port()
+    settings = make_settings(NANOCLAW_DOOR_LISTEN=f"127.0.0.1:{port}", NANOCLAW_INSTALL_ID="home")
+    servers = []
+    for folder in ("andy", "bob"):
+        (settings.proxy_dir / folder).mkdir(parents=True)
+        server = Named(settings.proxy_dir / folder / "proxy.sock", folder)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    remote = RemoteDoor(settings).start()
+    remote.settings, remote.url = settings, f"https://127.0.0.1:{port}"
+    remote.ca = door_tls(settings).ca_pem
+    yield remote
+    remote.stop()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def session_of(door, folder, session_id="s1"):
+    path = store.session_path(door.settings.sessions_dir, folder, session_id)
+    store.prepare(path, Target("telegram", "111"))
+    nonce = starts.begin(path)
+    key = passes.door_key(install_secret(door.settings))
+    token = passes.mint(key, passes.Claims("home", folder, session_id, nonce, int(time.time()) + 600))
+    return path, DoorLink(door.url, token, door.ca)
+
+
+def read_all(sock) -> bytes:
+    sock.settimeout(10)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_a_pass_reaches_its_own_agents_proxy_and_nothing_else(door):
+    _path, andy = session_of(door, "andy")
+    _path, bob = session_of(door, "bob")
+    assert read_all(andy.connect("proxy")) == b"andy"
+    assert read_all(bob.connect("proxy")) == b"bob"
+
+
+def test_no_pass_a_forged_pass_or_another_installs_pass_gets_a_closed_connection(door):
+    _path, andy = session_of(door, "andy")
+    forged = DoorLink(door.url, andy.token[:-4] + "AAAA", door.ca)
+    other_key = passes.door_key("z" * 40)
+    foreign = DoorLink(door.url, passes.mint(other_key, passes.Claims("home", "andy", "s1", "n", int(time.time()) + 60)),
+                       door.ca)
+    for link in (forged, foreign, DoorLink(door.url, "", door.ca)):
+        assert read_all(link.connect("proxy")) == b""
+    assert door.refusals == 3
+
+
+def test_a_valid_pass_over_plain_tcp_reaches_nothing(door):
+    _path, andy = session_of(door, "andy")
+    with socket.create_connection(door.address, timeout=10) as raw:
+        raw.sendall(andy.preamble("proxy"))
+        try:
+            data = read_all(raw)
+        except ConnectionResetError:
+            data = b""
+    assert b"andy" not in data
+
+
+def test_a_client_that_does_not_trust_the_doors_ca_refuses_it(door):
+    _path, andy = session_of(door, "andy")
+    stranger = DoorLink(door.url, andy.token, door_tls_of_someone_else())
+    with pytest.raises(ssl.SSLError):
+        stranger.connect("proxy")
+
+
+def door_tls_of_someone_else() -> str:
+    import tempfile
+    from pathlib import Path
+    from nanoclaw.remote.tls import own_tls
+    with tempfile.TemporaryDirectory() as tmp:
+        return own_tls(Path(tmp), {"127.0.0.1"}).ca_pem
+
+
+def test_a_new_start_kills_the_old_pass_even_on_an_open_connection(door):
+    path, andy = session_of(door, "andy")
+    client = andy.session()
+    status, _h, data = client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())
+    assert status == 200
+    starts.begin(path)  # the host started the session's sandbox again
+    status, _h, _data = client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())
+    assert status == 403
+    assert read_all(andy.connect("proxy")) == b""
+
+
+def test_the_session_channel_serves_the_passes_session_only(door):
+    path_a, andy = session_of(door, "andy", "s1")
+    store.write_message(path_a, content={"text": "for andy"}, target=Target("telegram", "111"))
+    path_b, bob = session_of(door, "bob", "s2")
+    store.write_message(path_b, content={"text": "for bob"}, target=Target("telegram", "222"))
+    import io
+    import sqlite3
+    import tarfile
+    status, _h, data = bob.session().request("POST", "/inbound", json.dumps({"wait": 0}).encode())
+    tar = tarfile.open(fileobj=io.BytesIO(data))
+    db = sqlite3.connect(":memory:")
+    db.deserialize(tar.extractfile("inbound.db").read())
+    assert [json.loads(c)["text"] for (c,) in db.execute("SELECT content FROM messages_in")] == ["for bob"]
