@@ -261,9 +261,12 @@ class RemoteSession:
         """Last push and file upload (the sandbox is stopping)."""
         self._stop.set()
         for thread in self._threads:
-            thread.join(5)
+            if thread.name == "remote-up":  # (the down thread may sit in a long poll: not waited for)
+                thread.join(5)
+        started = time.monotonic()
         try:
             self.push()
-            self.sync_files()
+            sent = self.sync_files()
+            log.info("last upload to the door: %d file(s) in %.0f ms", sent, (time.monotonic() - started) * 1000)
         except Exception as exc:  # noqa: BLE001
             log.warning("the last upload to the door failed: %s", exc)

@@ -134,6 +134,15 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
                 conn.close()
             self._writers.clear()
 
+    def handle_error(self, request, client_address) -> None:
+        """A sandbox that went away mid-answer (stopped, killed) is not an error of the door's."""
+        import sys
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            log.info("door: a sandbox went away mid-answer (%s)", type(exc).__name__)
+        else:
+            log.exception("door: the session channel failed on a request")
+
     def writer(self, session: Path) -> tuple[sqlite3.Connection, threading.Lock]:
         """The door's one connection to a session's outbound.db copy (it is that file's one writer)."""
         with self._guard:

@@ -117,6 +117,8 @@ class Gate:
             await asyncio.gather(_pipe(reader, upstream, half_close=True), _pipe(up_reader, writer))
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.info("door: connection from %s ended: %s", peer and peer[0], exc)
+        except asyncio.CancelledError:
+            pass  # the door is closing
         finally:
             for w in (upstream, writer):
                 if w is not None:

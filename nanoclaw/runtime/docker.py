@@ -239,14 +239,15 @@ class DockerRuntime:
         container = self._get(name)
         if container is None:
             return
-        if self.door is not None:
-            self.door.ended(container.labels)  # its pass is dead from now on
         try:
             if container.status in ("running", "restarting", "paused"):
-                container.stop(timeout=max(0, int(round(timeout))))
+                container.stop(timeout=max(0, int(round(timeout))))  # the runner's last upload goes in this time
             container.remove(force=True)
         except NotFound:
             pass
+        finally:
+            if self.door is not None:
+                self.door.ended(container.labels)  # its pass is dead from now on
 
     def list_sandboxes(self, install_id: str) -> list[str]:
         # One engine call: the list's own fields name each container (containers.list() would

@@ -1,0 +1,139 @@
+"""Sandboxes on another machine (issue 33), end to end: a second Docker engine in its own network
+namespace (scripts/remote-engine.sh), reached over TCP with TLS and client certificates, whose
+sandboxes see none of this machine's folders and reach their sessions only through the door's TLS
+gate. The real service parts, runner, SDK and CLI; the model and Telegram are faked at HTTP."""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+from nanoclaw.lifecycle import background
+from nanoclaw.sessions import store
+from tests.fakes.model_api import Reply
+from tests.inbound import test_media_e2e as media
+from tests.inbound.test_attachments import ALICE, fixture
+from tests.outbound import test_progress_e2e as progress
+from tests.outbound.test_nudges import OWNER, _script
+from tests.service_harness import free_port
+from tests.tg_flow import message, person, sandbox_service, sent, texts
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "remote-engine.sh"
+
+
+@pytest.fixture(scope="module")
+def engine_env():
+    require(os.geteuid() == 0 and SCRIPT.exists(), "a second engine in a network namespace needs root")
+    started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=120)
+    require(started.returncode == 0, f"the second engine did not start: {started.stderr[-500:]}")
+    env = dict(line.split("=", 1) for line in started.stdout.split())
+    loaded = subprocess.run([str(SCRIPT), "load", "nanoclaw-agent:latest"], capture_output=True, text=True, timeout=600)
+    require(loaded.returncode == 0, f"the agent image did not reach the second engine: {loaded.stderr[-500:]}")
+    return env
+
+
+@pytest.fixture
+def remote(engine_env, monkeypatch):
+    for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.setenv(name, engine_env[name])
+    port = free_port()
+    return dict(NANOCLAW_DOOR_LISTEN=f"{engine_env['NANOCLAW_TEST_DOOR_ADDRESS']}:{port}",
+                NANOCLAW_SANDBOX_NETWORK="host")
+
+
+def only_on_the_second_engine(svc):
+    names = svc.runtime.list_sandboxes(svc.settings.install_id)
+    assert names and svc.runtime.door is not None
+    assert svc.runtime.client.api.base_url.startswith("https://198.18.0.2")
+    for name in names:
+        assert svc.runtime.client.containers.get(name).attrs["Mounts"] == []
+    return names
+
+
+def test_a_photo_in_and_a_picture_back(make_settings, sqlite_url, remote):
+    with sandbox_service(make_settings, sqlite_url, media.brain, runtime="docker", **remote) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", f"telegram:{ALICE}", "--role", "owner")
+        svc.cli("wire", "telegram", str(ALICE), "andy")
+        (svc.settings.groups_dir / "andy" / "CLAUDE.md").write_text("Remember: the cable is blue.\n")
+
+        photo = fixture("telegram", "album_photo_1")
+        del photo["message"]["media_group_id"]
+        photo["message"]["caption"] = "what is this?"
+        svc.tg.add_file(media.photo_jpeg(), file_id="AgACAgIAAxk-a1-x", file_path="photos/file_1.jpg")
+        svc.post(photo)
+        svc.wait(lambda: "A picture of a cable." in [m["text"] for m in sent(svc.tg)], what="the photo's answer")
+        only_on_the_second_engine(svc)
+        call = next(c for c in svc.model.model_calls() if c.blocks("image"))
+        assert "the cable is blue" in call.all_text()  # the group's CLAUDE.md came down through the door
+
+        svc.post(fixture("telegram", "private_message") | {"update_id": 900000099} | {
+            "message": {**fixture("telegram", "private_message")["message"], "text": "send me a chart",
+                        "message_id": 99}})
+        svc.wait(lambda: svc.tg.calls("sendPhoto"), what="the chart as a photo")
+        chart = svc.settings.groups_dir / "andy" / "chart.png"
+        svc.wait(chart.exists, what="the chart made in the sandbox, back in the host's group folder")
+
+
+def test_a_sandbox_killed_mid_turn_answers_once(make_settings, sqlite_url, remote, monkeypatch):
+    monkeypatch.setattr(background, "SWEEP_INTERVAL_S", 1.0)
+    held, killed = threading.Event(), threading.Event()
+
+    def slow(req):
+        if "slow one" in req.current_prompt() and not killed.is_set():
+            held.set()
+            killed.wait(60)
+        return _script(req)
+
+    with sandbox_service(make_settings, sqlite_url, slow, runtime="docker", **remote) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        svc.post(message(111, OWNER, "slow one"))
+        assert held.wait(90), "the model call never came"
+        [name] = only_on_the_second_engine(svc)
+        svc.runtime.client.containers.get(name).kill()  # SIGKILL, mid-turn
+        killed.set()
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer after the restart")
+        svc.post(message(111, OWNER, "after"))
+        svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=90, what="the next answer")
+        assert texts(svc.tg, 111) == ["answer to slow one", "answer to after"]
+
+
+def test_a_stopped_sandbox_wakes_with_its_conversation(make_settings, sqlite_url, remote):
+    with sandbox_service(make_settings, sqlite_url, _script, runtime="docker", **remote) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        svc.post(message(111, OWNER, "my name is Olivia"))
+        svc.wait(lambda: texts(svc.tg, 111), what="the first answer")
+        [name] = only_on_the_second_engine(svc)
+        svc.runtime.stop(name)  # as the idle sweep does
+        [session] = [p for p in (svc.settings.sessions_dir / "andy").iterdir() if p.is_dir()]
+        transcripts = list((store.agent_part(session) / "home").rglob("*.jsonl"))
+        assert transcripts, "the transcript did not come back to the host"
+        svc.post(message(111, OWNER, "what is my name?"))
+        svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, what="the answer after the wake")
+        resumed = svc.model.model_calls()[-1]
+        assert "my name is Olivia" in resumed.all_text()  # the conversation went on from the host's copy
+
+
+def test_a_long_turn_shows_its_progress(make_settings, sqlite_url, remote):
+    with sandbox_service(make_settings, sqlite_url, progress.brain, runtime="docker", NANOCLAW_PROGRESS_AFTER_S=1,
+                         NANOCLAW_PROGRESS_EDIT_S=1, **remote) as svc:
+        chat = progress.Telegram(svc)
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", chat.user, "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", chat.chat, "andy", "--kind", "dm")
+        chat.say("please run the checks")
+        svc.wait(lambda: any(t == "All checks passed." for _i, t in chat.sent()), what="the long answer")
+        only_on_the_second_engine(svc)
+        status = [(i, t) for i, t in chat.sent() if t.startswith(progress.WORKING)]
+        assert len(status) == 1, chat.sent()
+        svc.wait(lambda: status[0][0] in chat.deleted(), what="the status message removed")
+        shown = " ".join([status[0][1], *[t for i, t in chat.edits() if i == status[0][0]]])
+        assert "running" in shown  # the current tool came up through the door
