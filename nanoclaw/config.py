@@ -18,7 +18,7 @@ from dotenv import dotenv_values
 from . import platforms
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-RUNTIMES = ("auto", "docker", "bwrap")
+RUNTIMES = ("auto", "docker", "bwrap", "kubernetes")
 TRANSPORTS = ("auto", "files", "network")
 
 
@@ -101,6 +101,13 @@ def _database_url(raw: str) -> str:
     )
 
 
+def _dns_label(name: str, raw: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", raw):
+        raise SettingsError(f"{name}={raw!r} is not a Kubernetes name (lower-case letters, digits and '-', "
+                            "at most 63)")
+    return raw
+
+
 def host_port(name: str, raw: str) -> tuple[str, int]:
     host, sep, port = raw.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -161,6 +168,8 @@ class Settings:
     door_url: str | None = None      # how those sandboxes reach it (https://10.0.0.5:8443)
     door_tls_cert: str | None = None  # the operator's certificate (chain to its root) and key, else the door's own CA
     door_tls_key: str | None = None
+    k8s_namespace: str = "nanoclaw"   # where NANOCLAW_RUNTIME=kubernetes makes its pods
+    k8s_runtime_class: str | None = None  # a RuntimeClass for the pods (gVisor, Kata), when the cluster has one
     sandbox_network: str | None = None  # a remote engine's network its sandboxes reach the door on (default bridge)
 
     @property
@@ -282,6 +291,9 @@ class Settings:
             door_tls_cert=get("NANOCLAW_DOOR_TLS_CERT"),
             door_tls_key=get("NANOCLAW_DOOR_TLS_KEY"),
             sandbox_network=get("NANOCLAW_SANDBOX_NETWORK"),
+            k8s_namespace=_dns_label("NANOCLAW_K8S_NAMESPACE", get("NANOCLAW_K8S_NAMESPACE", "nanoclaw")),
+            k8s_runtime_class=_dns_label("NANOCLAW_K8S_RUNTIME_CLASS", raw)
+            if (raw := get("NANOCLAW_K8S_RUNTIME_CLASS")) else None,
         )
 
 

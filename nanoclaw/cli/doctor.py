@@ -54,6 +54,8 @@ def check_model_key(settings) -> Finding:
 def check_runtime(settings) -> list[Finding]:
     """The runtime NANOCLAW_RUNTIME picks, checked by making a sandbox; and the agent image."""
     found: list[Finding] = []
+    if settings.runtime == "kubernetes":
+        return [check_cluster(settings)]
     client, where = (docker_rt.connect() if settings.runtime in ("docker", "auto") else (None, ""))
     if client is not None:
         built_from = image_source(settings, client=client)
@@ -83,6 +85,21 @@ def check_runtime(settings) -> list[Finding]:
         found.append(Finding(False, "sandbox", f"bubblewrap cannot make a sandbox ({problem}); install it with "
                                                "`sudo scripts/install-sandboxes.sh bwrap`, or install Docker"))
     return found
+
+
+def check_cluster(settings) -> Finding:
+    """NANOCLAW_RUNTIME=kubernetes: the cluster answers and lets this service manage pods in its namespace."""
+    from ..runtime import kubernetes as k8s
+    if not settings.door_listen:
+        return Finding(False, "sandbox", "pods reach their sessions through the door: set NANOCLAW_DOOR_LISTEN and "
+                                         "NANOCLAW_DOOR_URL (docs/scale.md)")
+    try:
+        client = k8s.connect(settings.k8s_namespace)
+    except Exception as exc:  # noqa: BLE001 - a doctor line, never a traceback
+        return Finding(False, "sandbox", f"no usable kubeconfig ({type(exc).__name__}); set KUBECONFIG or run in "
+                                         "the cluster with a service account")
+    ok, detail = k8s.check_access(client, settings.k8s_namespace)
+    return Finding(ok, "sandbox", f"kubernetes: {detail}")
 
 
 def check_data_dir(settings) -> Finding:

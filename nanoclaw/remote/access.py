@@ -23,6 +23,7 @@ class DoorAccess:
                              "listens on) and NANOCLAW_DOOR_URL (how they reach it, https://ADDRESS:PORT)")
         self.settings = settings
         self.url = settings.door_url
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.key = passes.door_key(install_secret(settings))
         self.ca_pem = door_tls(settings).ca_pem
 

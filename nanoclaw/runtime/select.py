@@ -36,12 +36,32 @@ def _docker(settings, client, where: str, secrets) -> Runtime:
                                    network=settings.sandbox_network)
 
 
+def _kubernetes(settings, secrets) -> Runtime:
+    from ..remote.access import DoorAccess  # noqa: E402 - only a cluster needs these
+    from . import kubernetes as k8s
+    if getattr(settings, "session_transport", "auto") == "files":
+        raise RuntimeUnavailable("NANOCLAW_RUNTIME=kubernetes needs the network transport (pods cannot see this "
+                                 "machine's folders); set NANOCLAW_SESSION_TRANSPORT=auto or network")
+    try:
+        door = DoorAccess(settings)
+        client = k8s.connect(settings.k8s_namespace)
+    except Exception as exc:  # noqa: BLE001 - kubeconfig problems come in many types; say which
+        raise RuntimeUnavailable(f"NANOCLAW_RUNTIME=kubernetes but {exc}") from None
+    return k8s.KubernetesRuntime(client, namespace=settings.k8s_namespace, image=settings.agent_image, door=door,
+                                 secrets=secrets, runtime_class=settings.k8s_runtime_class)
+
+
 def select_runtime(settings, log) -> Runtime:
-    """NANOCLAW_RUNTIME: docker | bwrap | auto (docker if an engine answers and the image is
-    there, else bwrap if it works, else RuntimeUnavailable saying what to do)."""
+    """NANOCLAW_RUNTIME: docker | bwrap | kubernetes | auto (docker if an engine answers and the
+    image is there, else bwrap if it works, else RuntimeUnavailable saying what to do)."""
     say = _say(log)
     secrets = known_secrets(settings)
     choice = settings.runtime
+    if choice == "kubernetes":
+        runtime = _kubernetes(settings, secrets)
+        say(f"sandbox runtime: kubernetes (namespace {settings.k8s_namespace}, image {settings.agent_image}, "
+            f"door {settings.door_url})")
+        return runtime
 
     if choice in ("docker", "auto"):
         client, where = docker_rt.connect()

@@ -3,7 +3,6 @@ reaches its session only through the door's TLS gate (real Docker, the real SDK 
 model, Telegram faked at HTTP)."""
 from __future__ import annotations
 
-from nanoclaw.sessions import store
 from tests.outbound.test_nudges import OWNER, _script
 from tests.service_harness import free_port
 from tests.tg_flow import message, sandbox_service, texts

@@ -4,37 +4,18 @@ sandboxes see none of this machine's folders and reach their sessions only throu
 gate. The real service parts, runner, SDK and CLI; the model and Telegram are faked at HTTP."""
 from __future__ import annotations
 
-import os
-import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
-from conftest import require
 from nanoclaw.lifecycle import background
 from nanoclaw.sessions import store
-from tests.fakes.model_api import Reply
 from tests.inbound import test_media_e2e as media
 from tests.inbound.test_attachments import ALICE, fixture
 from tests.outbound import test_progress_e2e as progress
 from tests.outbound.test_nudges import OWNER, _script
 from tests.service_harness import free_port
-from tests.tg_flow import message, person, sandbox_service, sent, texts
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "remote-engine.sh"
-
-
-@pytest.fixture(scope="module")
-def engine_env():
-    require(os.geteuid() == 0 and SCRIPT.exists(), "a second engine in a network namespace needs root")
-    started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=120)
-    require(started.returncode == 0, f"the second engine did not start: {started.stderr[-500:]}")
-    env = dict(line.split("=", 1) for line in started.stdout.split())
-    loaded = subprocess.run([str(SCRIPT), "load", "nanoclaw-agent:latest"], capture_output=True, text=True, timeout=600)
-    require(loaded.returncode == 0, f"the agent image did not reach the second engine: {loaded.stderr[-500:]}")
-    return env
-
+from tests.tg_flow import message, sandbox_service, sent, texts
 
 @pytest.fixture
 def remote(engine_env, monkeypatch):

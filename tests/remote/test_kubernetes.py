@@ -1,0 +1,140 @@
+"""NANOCLAW_RUNTIME=kubernetes: pods made through lightkube against a fake API server at its HTTP
+boundary (tests/fakes/kube_api.py), which runs each pod as a container on the second engine, so
+the answers come from a real runner that reaches its session only through the door."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from nanoclaw.runtime import kubernetes as k8s
+from nanoclaw.runtime.base import SandboxSpec
+from nanoclaw.runtime.select import select_runtime
+from tests.fakes.kube_api import FakeKube
+from tests.outbound.test_nudges import OWNER, _script
+from tests.tg_flow import message, sandbox_service, texts
+
+K8S_VERSION = "1.33.0"
+
+
+def spec(tmp_path, name="nanoclaw-home-andy-abc123", **over) -> SandboxSpec:
+    base = dict(name=name, session_dir=tmp_path / "s" / "agent", inbound_dir=tmp_path / "s" / "host",
+                group_dir=tmp_path / "g", global_dir=None, runner_dir=tmp_path / "r", proxy_dir=tmp_path / "p",
+                labels={"nanoclaw.install": "home", "nanoclaw.folder": "andy", "nanoclaw.session": "abc123"})
+    return SandboxSpec(**{**base, **over})
+
+
+def test_the_pod_is_valid_and_locked_down(tmp_path):
+    pod = k8s.pod_manifest(spec(tmp_path), image="nanoclaw-agent:latest", namespace="nanoclaw",
+                           env={"NANOCLAW_DOOR_URL": "https://door:8443"}, runtime_class="gvisor")
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    s, c = pod["spec"], pod["spec"]["containers"][0]
+    assert s["restartPolicy"] == "Never" and s["automountServiceAccountToken"] is False
+    assert s["securityContext"]["runAsUser"] == 1000 and s["securityContext"]["runAsNonRoot"] is True
+    assert s["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"} and s["runtimeClassName"] == "gvisor"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["resources"]["limits"] == {"cpu": "1.0", "memory": "2048Mi"}
+    assert not [v for v in s["volumes"] if set(v) - {"name", "emptyDir"}]  # no hostPath, nothing of the node
+    assert pod["metadata"]["labels"]["nanoclaw.install"] == "home"
+
+
+def test_names_become_kubernetes_names():
+    assert k8s.pod_name("nanoclaw-home-my_agent-abc") == "nanoclaw-home-my-agent-abc"
+    assert k8s.label_value("x" * 80 + "_") == "x" * 63
+
+
+@pytest.fixture
+def cluster(engine_env, monkeypatch, tmp_path):
+    import docker
+    from nanoclaw.runtime.docker import from_environment
+    for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.setenv(name, engine_env[name])
+    engine = from_environment(30)
+    for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(name)  # the service itself knows only the cluster
+    with FakeKube(engine) as fake:
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(fake.kubeconfig()))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        fake.door_address = engine_env["NANOCLAW_TEST_DOOR_ADDRESS"]
+        yield fake
+    engine.close()
+    del docker
+
+
+def door(fake):
+    from tests.service_harness import free_port
+    return dict(NANOCLAW_DOOR_LISTEN=f"{fake.door_address}:{free_port()}")
+
+
+def test_a_pod_answers_and_is_found_by_its_labels(make_settings, sqlite_url, cluster):
+    with sandbox_service(make_settings, sqlite_url, _script, runtime="kubernetes", **door(cluster)) as svc:
+        assert svc.runtime.name == "kubernetes"
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        svc.post(message(111, OWNER, "hello pod"))
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer from the pod")
+        assert texts(svc.tg, 111) == ["answer to hello pod"]
+        [name] = svc.runtime.list_sandboxes(svc.settings.install_id)
+        [created] = [b for m, p, b in cluster.requests if m == "POST"]
+        assert created["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+        assert any("labelSelector=nanoclaw.install" in p for m, p, _b in cluster.requests if m == "GET")
+        svc.runtime.stop(name)
+        assert svc.runtime.list_sandboxes(svc.settings.install_id) == []
+        assert any(m == "DELETE" and "gracePeriodSeconds=5" in p for m, p, _b in cluster.requests)
+
+        svc.post(message(111, OWNER, "again"))  # a new pod, woken for the next message
+        svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=120, what="the answer from the next pod")
+
+
+def test_an_orphan_pod_of_this_install_is_found_and_stopped(make_settings, cluster, tmp_path):
+    settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_INSTALL_ID="orphans", **door(cluster))
+    runtime = select_runtime(settings, lambda _l: None)
+    pod = k8s.pod_manifest(spec(tmp_path, name="nanoclaw-orphans-andy-old", labels={
+        "nanoclaw.install": "orphans", "nanoclaw.folder": "andy", "nanoclaw.session": "old"}),
+        image="busybox-none", namespace="nanoclaw", env={})
+    cluster.create(pod)
+    other = k8s.pod_manifest(spec(tmp_path, name="nanoclaw-else-andy-x", labels={
+        "nanoclaw.install": "else", "nanoclaw.folder": "andy", "nanoclaw.session": "x"}),
+        image="busybox-none", namespace="nanoclaw", env={})
+    cluster.create(other)
+    assert runtime.list_sandboxes("orphans") == ["nanoclaw-orphans-andy-old"]
+    runtime.stop("nanoclaw-orphans-andy-old", timeout=0)
+    assert runtime.list_sandboxes("orphans") == [] and "nanoclaw-else-andy-x" in cluster.pods
+
+
+def test_a_missing_image_or_a_missing_verb_is_a_failed_start_that_says_why(make_settings, cluster, tmp_path):
+    settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_INSTALL_ID="fails",
+                             NANOCLAW_AGENT_IMAGE="nanoclaw-agent:not-built", **door(cluster))
+    runtime = select_runtime(settings, lambda _l: None)
+    sandbox = spec(tmp_path, name="nanoclaw-fails-andy-s1", labels={
+        "nanoclaw.install": "fails", "nanoclaw.folder": "andy", "nanoclaw.session": "s1"})
+    (settings.sessions_dir / "andy" / "s1").mkdir(parents=True)
+    with pytest.raises(RuntimeError, match="ErrImagePull"):
+        runtime.start(sandbox)
+    runtime.stop(sandbox.name, timeout=0)
+    cluster.verbs.discard("create")
+    with pytest.raises(RuntimeError, match="403"):
+        runtime.start(sandbox)
+    cluster.verbs.discard("list")
+    ok, detail = k8s.check_access(runtime.client, "nanoclaw")
+    assert not ok and "deploy/kubernetes/rbac.yaml" in detail
+
+
+def test_deploy_manifests_are_valid(tmp_path):
+    import yaml
+    folder = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    docs = [d for f in sorted(folder.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    kinds = {d["kind"] for d in docs}
+    assert {"Namespace", "StatefulSet", "Service", "Role", "RoleBinding", "ServiceAccount", "NetworkPolicy"} <= kinds
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    [rule] = role["rules"]
+    assert rule["resources"] == ["pods", "pods/log"] and set(rule["verbs"]) == {"create", "get", "list", "watch",
+                                                                                 "delete"}
