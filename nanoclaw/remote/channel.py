@@ -62,11 +62,12 @@ def inbound_stamp(path: Path) -> str | None:
 
 class InboundWatch:
     """Wakes long polls when a session's inbound.db changes: one inotify watch per waited-on host/
-    folder, one thread for all of them (a 20 ms look without inotify)."""
+    folder, one thread for all of them, and only that folder's waiters woken (a 20 ms look without
+    inotify)."""
 
     def __init__(self):
-        self._cond = threading.Condition()
         self._lock = threading.Lock()
+        self._folders: dict[Path, tuple[threading.Condition, int]] = {}  # folder -> (its condition, waiters)
         try:
             self._watcher: nudge.Watcher | None = nudge.Watcher((schema.INBOUND,))
         except nudge.Unavailable:
@@ -78,26 +79,50 @@ class InboundWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             ready, _, _ = select.select([self._watcher], [], [], 0.5)
-            if ready:
-                with self._lock:
-                    hit = self._watcher.drain()
-                if hit:
-                    with self._cond:
-                        self._cond.notify_all()
+            if not ready:
+                continue
+            with self._lock:
+                hit = self._watcher.drain()
+                conds = [self._folders[f][0] for f in hit if f in self._folders]
+            for cond in conds:
+                with cond:
+                    cond.notify_all()
+
+    def _enter(self, folder: Path) -> threading.Condition:
+        with self._lock:
+            cond, waiters = self._folders.get(folder) or (threading.Condition(), 0)
+            self._folders[folder] = (cond, waiters + 1)
+            if self._watcher is not None:
+                self._watcher.watch(folder)
+            return cond
+
+    def _leave(self, folder: Path) -> None:
+        with self._lock:
+            cond, waiters = self._folders[folder]
+            if waiters > 1:
+                self._folders[folder] = (cond, waiters - 1)
+                return
+            del self._folders[folder]
+            if self._watcher is not None:
+                self._watcher.unwatch(folder)
 
     def wait(self, folder: Path, path: Path, after: str | None, timeout: float) -> str | None:
         """The stamp once it differs from `after`, or the same stamp after `timeout`."""
-        if self._watcher is not None:
-            with self._lock:
-                self._watcher.watch(folder)
         deadline = time.monotonic() + timeout
-        while True:
-            stamp = inbound_stamp(path)
-            left = deadline - time.monotonic()
-            if stamp != after or left <= 0:
-                return stamp
-            with self._cond:
-                self._cond.wait(min(left, 0.5 if self._watcher is not None else 0.02))
+        stamp = inbound_stamp(path)
+        if stamp != after or timeout <= 0:
+            return stamp
+        cond = self._enter(folder)
+        try:
+            while True:
+                with cond:
+                    stamp = inbound_stamp(path)  # under the condition: a commit now still wakes us
+                    left = deadline - time.monotonic()
+                    if stamp != after or left <= 0:
+                        return stamp
+                    cond.wait(min(left, 0.5 if self._watcher is not None else 0.02))
+        finally:
+            self._leave(folder)
 
     def close(self) -> None:
         self._stop.set()
