@@ -97,17 +97,19 @@ def main() -> None:
                 "ANTHROPIC_API_KEY": "sk-bench-not-a-key", "NANOCLAW_INSTALL_ID": f"benchnet-{os.getpid()}",
                 "NANOCLAW_FREEZE_IDLE_S": "1"}
         print(f"NanoClaw sessions over the network vs shared folders, {n} warm messages per leg, fake model")
-        results: dict[str, dict] = {"files": {"warm": [], "cold": []}, "network": {"warm": [], "cold": []}}
+        results: dict[str, dict] = {k: {"warm": [], "cold": [], "to_model": [], "back": []} for k in ("files", "network")}
         for i, kind in enumerate(("files", "network", "files", "network")):
             r = leg(kind, tmp / f"leg{i}", base, n, None, i)
-            results[kind]["warm"] += r["warm"]
-            results[kind]["cold"] += r["cold"]
+            for key in results[kind]:
+                results[kind][key] += r[key]
         engine = remote_engine()
         if engine is not None:
             r = leg("remote", tmp / "leg-remote", base, n, engine)
-            results["remote"] = {"warm": r["warm"], "cold": r["cold"]}
+            results["remote"] = {key: r[key] for key in ("warm", "cold", "to_model", "back")}
         for name, r in results.items():
             show(name, r["warm"], r["cold"])
+            print(f"{'':8s}   of which accepted -> model request p50 {pct(r['to_model'], .5) * 1000:5.1f} ms, "
+                  f"model's last byte -> reply handed p50 {pct(r['back'], .5) * 1000:5.1f} ms")
         files, net = results["files"]["warm"], results["network"]["warm"]
         print(f"network / files: p50 x{pct(net, .5) / pct(files, .5):.2f}  mean "
               f"x{statistics.mean(net) / statistics.mean(files):.2f}  (goal <= x1.2)")

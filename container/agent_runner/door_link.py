@@ -15,6 +15,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from urllib.parse import urlsplit
 
 log = logging.getLogger("agent_runner.door")
@@ -22,6 +23,8 @@ log = logging.getLogger("agent_runner.door")
 PREAMBLE = "NANOCLAW/1"
 PASS_HEADER = "X-Door-Pass"
 CHUNK = 65536
+SPARES = 2              # connections to the door kept ready for the CLI
+SPARE_MAX_AGE_S = 60.0  # well within the proxy's idle limit for a connection without a request
 
 
 class DoorLink:
@@ -123,6 +126,8 @@ class DoorBridge:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="door-bridge", daemon=True)
         self.port = 0
+        self._spares: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+        self._refilling = False
 
     @property
     def url(self) -> str:
@@ -142,12 +147,40 @@ class DoorBridge:
         self._loop.run_forever()
         server.close()
 
+    async def _open(self):
+        up_reader, upstream = await asyncio.open_connection(
+            self.link.host, self.link.port, ssl=self.link.context, server_hostname=self.link.host)
+        upstream.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        upstream.write(self.link.preamble("proxy"))
+        return up_reader, upstream
+
+    async def _take(self):
+        """A connection to the door: a spare made beforehand when one is fresh (a TLS handshake costs
+        milliseconds on the turn's path; the CLI opens connections as it goes), else a new one."""
+        while self._spares:
+            up_reader, upstream, made = self._spares.pop()
+            if time.monotonic() - made < SPARE_MAX_AGE_S and not up_reader.at_eof() and not upstream.is_closing():
+                return up_reader, upstream
+            upstream.close()
+        return await self._open()
+
+    async def _refill(self) -> None:
+        if self._refilling:
+            return
+        self._refilling = True
+        try:
+            while len(self._spares) < SPARES:
+                self._spares.append((*await self._open(), time.monotonic()))
+        except (OSError, ssl.SSLError):
+            pass  # the next client connects itself (and says so if the door is down)
+        finally:
+            self._refilling = False
+
     async def _client(self, reader, writer) -> None:
         upstream = None
         try:
-            up_reader, upstream = await asyncio.open_connection(
-                self.link.host, self.link.port, ssl=self.link.context, server_hostname=self.link.host)
-            upstream.write(self.link.preamble("proxy"))
+            up_reader, upstream = await self._take()
+            asyncio.ensure_future(self._refill())
             await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer, close=True))
         except (OSError, ssl.SSLError) as exc:
             log.warning("bridge: the door is unreachable: %s", exc)

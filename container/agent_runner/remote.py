@@ -205,6 +205,9 @@ class RemoteSession:
             self._expect(status, "outbound rows", data)
             self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
 
+    def _has_new_rows(self) -> bool:
+        return self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0] > self._host_seq
+
     def _heartbeat(self) -> float | None:
         try:
             return os.stat(self.session_dir / schema.HEARTBEAT).st_mtime
@@ -237,6 +240,7 @@ class RemoteSession:
         except (nudge.Unavailable, OSError):
             watcher = None
         pause = 0.2
+        pushed_at = 0.0
         while not self._stop.is_set():
             if watcher is not None:
                 ready, _, _ = select.select([watcher], [], [], PUSH_EVERY_S)
@@ -244,7 +248,12 @@ class RemoteSession:
                     watcher.drain()
             else:
                 self._stop.wait(0.05)
+            # A new row (an answer, a card) goes up at once; claims, state and heartbeats wait for the
+            # next second's push: a push at the turn's start would take CPU from the turn itself.
+            if time.monotonic() - pushed_at < PUSH_EVERY_S and not self._has_new_rows():
+                continue
             try:
+                pushed_at = time.monotonic()
                 self.push()
                 if time.monotonic() - self._files_at > FILES_EVERY_S and not self._turn_running():
                     self.sync_files()
