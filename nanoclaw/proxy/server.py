@@ -74,8 +74,8 @@ class ProxyServer:
     def start(self) -> "ProxyServer":
         self.sync()
         if getattr(self.settings, "door_listen", None):  # sandboxes on other machines reach this door over TLS
-            from ..remote.door import RemoteDoor  # noqa: E402 - it imports this package's sockets
-            self.remote = RemoteDoor(self.settings).start()
+            from ..remote.door import RemoteDoor  # noqa: E402 - only when sandboxes run elsewhere
+            self.remote = RemoteDoor(self.settings, self.socket_path).start()
         self._thread = threading.Thread(target=self._rescan_loop, name="proxy-rescan", daemon=True)
         self._thread.start()
         return self

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from ..config import install_secret
-from ..runtime.base import SandboxSpec
 from . import passes, starts
 from .tls import door_tls
 
@@ -30,7 +29,7 @@ class DoorAccess:
     def session_of(self, labels) -> Path:
         return Path(self.settings.sessions_dir) / labels[FOLDER_LABEL] / labels[SESSION_LABEL]
 
-    def env_for(self, spec: SandboxSpec) -> dict[str, str]:
+    def env_for(self, spec) -> dict[str, str]:
         """The sandbox's door variables; a new start nonce, so older passes of the session die."""
         nonce = starts.begin(self.session_of(spec.labels))
         token = passes.mint(self.key, passes.Claims(self.settings.install_id, spec.labels[FOLDER_LABEL],

@@ -12,7 +12,7 @@ from .tls import door_tls
 
 
 class RemoteDoor:
-    def __init__(self, settings):
+    def __init__(self, settings, proxy_socket):
         folder = settings.data_dir / "door"
         folder.mkdir(parents=True, exist_ok=True)
         os.chmod(folder, 0o700)
@@ -21,7 +21,7 @@ class RemoteDoor:
         self.refusals = 0
         self.channel = SessionChannel(folder / "session.sock", settings, key)
         self.gate = Gate(settings, context=tls.server_context(), key=key, channel_socket=folder / "session.sock",
-                         refused=self._refused)
+                         proxy_socket=proxy_socket, refused=self._refused)
 
     def _refused(self, _why: str) -> None:
         self.refusals += 1

@@ -17,7 +17,6 @@ import threading
 from pathlib import Path
 
 from ..config import host_port
-from ..proxy.sockets import socket_path
 from ..security import validate_folder
 from ..sessions import store
 from . import passes, starts
@@ -40,8 +39,10 @@ def read_preamble(line: bytes) -> tuple[str, str]:
 
 
 class Gate:
-    def __init__(self, settings, *, context, key: bytes, channel_socket: Path, refused=None):
+    def __init__(self, settings, *, context, key: bytes, channel_socket: Path, proxy_socket, refused=None):
+        """proxy_socket(folder): the agent's own proxy socket (the proxy program knows where)."""
         self.settings, self.context, self.key = settings, context, key
+        self.proxy_socket = proxy_socket
         self.channel_socket = Path(channel_socket)
         self.host, self.port = host_port("NANOCLAW_DOOR_LISTEN", settings.door_listen)
         self.refused = refused or (lambda why: None)
@@ -108,7 +109,7 @@ class Gate:
                 self.refused(why)
                 return
             if channel == "proxy":
-                target = socket_path(self.settings.proxy_dir, claims.folder)
+                target = self.proxy_socket(claims.folder)
             else:
                 target = self.channel_socket
             up_reader, upstream = await asyncio.open_unix_connection(str(target))

@@ -45,7 +45,7 @@ def door(make_settings):
         server = Named(settings.proxy_dir / folder / "proxy.sock", folder)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-    remote = RemoteDoor(settings).start()
+    remote = RemoteDoor(settings, lambda folder: settings.proxy_dir / folder / "proxy.sock").start()
     remote.settings, remote.url = settings, f"https://127.0.0.1:{port}"
     remote.ca = door_tls(settings).ca_pem
     yield remote
