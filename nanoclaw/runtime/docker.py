@@ -184,6 +184,9 @@ class DockerRuntime:
                     raise RuntimeError("extra mounts are folders of this machine, which a sandbox on another "
                                        "engine cannot have; remove them from the agent group, or run its sandboxes "
                                        "on a local engine (NANOCLAW_SESSION_TRANSPORT=files)")
+                if spec.packages_dir is not None:
+                    log.warning("sandbox %s runs on another engine: its approved packages folder stays on this "
+                                "machine (what the agent's own image holds is there)", spec.name)
                 env, mounts, network = {**sandbox_env(spec), **self.door.env_for(spec)}, [], self.network
                 tmpfs = {**TMPFS, **remote_workspace(spec)}
             try:

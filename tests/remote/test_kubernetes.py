@@ -126,6 +126,23 @@ def test_a_missing_image_or_a_missing_verb_is_a_failed_start_that_says_why(make_
     assert not ok and "deploy/kubernetes/rbac.yaml" in detail
 
 
+def test_two_starts_racing_for_one_session_make_one_pod(make_settings, cluster, tmp_path, monkeypatch):
+    settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_INSTALL_ID="race", **door(cluster))
+    runtime = select_runtime(settings, lambda _l: None)
+    sandbox = spec(tmp_path, name="nanoclaw-race-andy-s1", labels={
+        "nanoclaw.install": "race", "nanoclaw.folder": "andy", "nanoclaw.session": "s1"})
+    (settings.sessions_dir / "andy" / "s1").mkdir(parents=True)
+    runtime.start(sandbox)
+    real_get = runtime._get
+    seen = []
+    monkeypatch.setattr(runtime, "_get", lambda name: None if not seen.append(name) and len(seen) == 1
+                        else real_get(name))  # the other process looked before this one created it
+    runtime.start(sandbox)  # 409 AlreadyExists, and the pod runs: that one is the sandbox
+    assert [m for m, p, _b in cluster.requests if m == "POST"] == ["POST", "POST"]
+    assert runtime.list_sandboxes("race") == [sandbox.name]
+    runtime.stop(sandbox.name, timeout=0)
+
+
 def test_deploy_manifests_are_valid(tmp_path):
     import yaml
     folder = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
