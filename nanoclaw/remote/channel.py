@@ -231,6 +231,14 @@ class ChannelHandler(BaseHTTPRequestHandler):
                     self.claims and f"{self.claims.folder}/{self.claims.session}", why)
         self._answer(status, json.dumps({"error": why}).encode())
 
+    def _skip_body(self) -> None:
+        try:
+            size = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            size = 0
+        if 0 < size <= MAX_JSON:
+            _Bounded(self.rfile, size).drain()
+
     def _body(self) -> bytes:
         size = int(self.headers.get("Content-Length") or 0)
         if size < 0 or size > MAX_JSON:
@@ -240,6 +248,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         session = self._session()
         if session is None:
+            self._skip_body()  # unread bytes at the close would reset the connection and lose the answer
             self._refuse(403, "this pass's sandbox is no longer the session's")
             self.close_connection = True
             return
@@ -251,6 +260,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
             elif self.path.startswith("/files/") and self.command in ("GET", "PUT"):
                 self._files(session, self.path[len("/files/"):])
             else:
+                self._skip_body()
                 self._refuse(404, f"no {self.command} {self.path} on the session channel")
         except (ValueError, trees.BadTree, mirror.BadPush) as exc:
             self.close_connection = True  # the rest of a refused body is not read

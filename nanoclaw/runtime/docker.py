@@ -43,6 +43,8 @@ def from_environment(timeout: float) -> docker.DockerClient:
     the API version is asked first (unversioned /version) by a client already pinned, because
     from_env would ask it in its constructor, before anything can be pinned."""
     settings = kwargs_from_env()
+    if str(settings.get("base_url", "")).startswith("ssh://"):
+        settings["use_ssh_client"] = True  # the machine's own `ssh` (its keys and config), not paramiko
     probe = _pinned(docker.DockerClient(version=DEFAULT_DOCKER_API_VERSION, timeout=timeout, **settings))
     try:
         version = probe.api.version(api_version=False)["ApiVersion"]

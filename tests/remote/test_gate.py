@@ -10,11 +10,13 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, strategies as st
 
 from agent_runner.door_link import DoorLink
 from nanoclaw.config import install_secret
 from nanoclaw.remote import passes, starts
 from nanoclaw.remote.door import RemoteDoor
+from nanoclaw.remote.gate import read_preamble
 from nanoclaw.remote.tls import door_tls
 from nanoclaw.sessions import store
 from nanoclaw.sessions.store import Target
@@ -122,7 +124,8 @@ def test_a_new_start_kills_the_old_pass_even_on_an_open_connection(door):
     status, _h, data = client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())
     assert status == 200
     starts.begin(path)  # the host started the session's sandbox again
-    status, _h, _data = client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())
+    ask = {"wait": 0, "have": [[f"file{i}.jpg", i] for i in range(20000)]}  # a body the door does not need
+    status, _h, _data = client.request("POST", "/inbound", json.dumps(ask).encode())
     assert status == 403
     assert read_all(andy.connect("proxy")) == b""
 
@@ -140,3 +143,26 @@ def test_the_session_channel_serves_the_passes_session_only(door):
     db = sqlite3.connect(":memory:")
     db.deserialize(tar.extractfile("inbound.db").read())
     assert [json.loads(c)["text"] for (c,) in db.execute("SELECT content FROM messages_in")] == ["for bob"]
+
+
+@given(st.binary(max_size=300))
+def test_any_first_line_is_a_channel_and_a_pass_or_refused(line):
+    try:
+        channel, token = read_preamble(line)
+    except ValueError:
+        return
+    assert channel in ("proxy", "session") and " " not in token
+
+
+def test_doctor_says_what_to_apply_when_the_cluster_refuses(make_settings, monkeypatch, tmp_path):
+    from nanoclaw.cli.doctor import check_cluster
+    from tests.fakes.kube_api import FakeKube
+    with FakeKube(engine=None) as fake:
+        path = tmp_path / "kubeconfig"
+        path.write_text(json.dumps(fake.kubeconfig()))
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_DOOR_LISTEN=f"127.0.0.1:{free_port()}")
+        assert check_cluster(settings).ok
+        fake.verbs.discard("list")
+        finding = check_cluster(settings)
+        assert not finding.ok and "rbac.yaml" in finding.detail and "403" in finding.detail
