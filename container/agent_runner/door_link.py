@@ -181,7 +181,7 @@ class DoorBridge:
         try:
             up_reader, upstream = await self._take()
             asyncio.ensure_future(self._refill())
-            await asyncio.gather(_pipe(reader, upstream), _pipe(up_reader, writer, close=True))
+            await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer, close=True))
         except (OSError, ssl.SSLError) as exc:
             log.warning("bridge: the door is unreachable: %s", exc)
         finally:
@@ -194,7 +194,8 @@ class DoorBridge:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-async def _pipe(src, dst, *, close: bool = False) -> None:
+async def pipe(src, dst, *, close: bool = False) -> None:
+    """Copy until the end; then close `dst` (close=True) or pass the half-close on where it can."""
     try:
         while data := await src.read(CHUNK):
             dst.write(data)

@@ -16,6 +16,8 @@ import logging
 import threading
 from pathlib import Path
 
+from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
+
 from ..config import host_port
 from ..security import validate_folder
 from ..sessions import store
@@ -27,7 +29,6 @@ log = logging.getLogger("nanoclaw.remote.gate")
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048
 HANDSHAKE_S = 10.0
-CHUNK = 65536
 
 
 def read_preamble(line: bytes) -> tuple[str, str]:
@@ -115,7 +116,7 @@ class Gate:
             up_reader, upstream = await asyncio.open_unix_connection(str(target))
             if channel == "session":
                 upstream.write(f"{claims.folder} {claims.session} {claims.expires} {claims.nonce}\n".encode())
-            await asyncio.gather(_pipe(reader, upstream, half_close=True), _pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer, close=True))
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.info("door: connection from %s ended: %s", peer and peer[0], exc)
         except asyncio.CancelledError:
@@ -133,20 +134,3 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
         task.cancel()
     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
     loop.close()
-
-
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, *, half_close: bool = False) -> None:
-    try:
-        while data := await src.read(CHUNK):
-            dst.write(data)
-            await dst.drain()
-    except (OSError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        if half_close and dst.can_write_eof():
-            try:
-                dst.write_eof()
-            except OSError:
-                pass
-        elif not half_close:
-            dst.close()
