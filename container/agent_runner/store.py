@@ -3,6 +3,7 @@ read-only) and writes outbound.db, heartbeat and outbox/ (in ours). One writer p
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -15,8 +16,10 @@ from . import session_schema as schema
 from .selection import InboundRow
 from .targets import Target
 
+log = logging.getLogger("agent_runner.store")
 SDK_SESSION_KEY = "sdk_session_id"
 READ_PATIENCE_S = 5.0
+OPEN_TRIES = 10
 
 
 class SessionStore:
@@ -27,10 +30,24 @@ class SessionStore:
     def __init__(self, session_dir: Path, inbound_dir: Path):
         self.dir = Path(session_dir)            # ours: outbound.db, heartbeat, outbox/, home/
         self.inbound_dir = Path(inbound_dir)    # the host's: inbound.db, inbox/ (read-only)
-        self.out = schema.connect(self.dir / schema.OUTBOUND)
+        self.out = self._open_out()
         self._in: sqlite3.Connection | None = None
         self._in_ino = 0
         self._heartbeat_at = 0.0
+
+    def _open_out(self) -> sqlite3.Connection:
+        """outbound.db, made if new. A start once met "attempt to write a readonly database" here
+        (CI, 2026-11-26, not reproduced since): whatever held the file then was passing, so a few
+        short tries come before giving up."""
+        for attempt in range(OPEN_TRIES):
+            try:
+                return schema.connect(self.dir / schema.OUTBOUND)
+            except sqlite3.OperationalError as e:
+                if "readonly" not in str(e) or attempt == OPEN_TRIES - 1:
+                    raise
+                log.warning("outbound.db is read-only for now (%s); trying again", e)
+                time.sleep(0.2)
+        raise AssertionError("unreachable")
 
     # inbound.db (read-only) ----------------------------------------------------------------------
     @classmethod
