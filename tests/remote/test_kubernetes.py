@@ -4,11 +4,13 @@ the answers come from a real runner that reaches its session only through the do
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
+from nanoclaw.lifecycle import background
 from nanoclaw.runtime import kubernetes as k8s
 from nanoclaw.runtime.base import SandboxSpec
 from nanoclaw.runtime.select import select_runtime
@@ -49,7 +51,6 @@ def test_names_become_kubernetes_names():
 
 @pytest.fixture
 def cluster(engine_env, monkeypatch, tmp_path):
-    import docker
     from nanoclaw.runtime.docker import from_environment
     for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
         monkeypatch.setenv(name, engine_env[name])
@@ -63,7 +64,6 @@ def cluster(engine_env, monkeypatch, tmp_path):
         fake.door_address = engine_env["NANOCLAW_TEST_DOOR_ADDRESS"]
         yield fake
     engine.close()
-    del docker
 
 
 def door(fake):
@@ -90,6 +90,33 @@ def test_a_pod_answers_and_is_found_by_its_labels(make_settings, sqlite_url, clu
 
         svc.post(message(111, OWNER, "again"))  # a new pod, woken for the next message
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=120, what="the answer from the next pod")
+
+
+def test_a_pod_killed_mid_turn_is_replaced_and_the_message_answered_once(make_settings, sqlite_url, cluster,
+                                                                         monkeypatch):
+    monkeypatch.setattr(background, "SWEEP_INTERVAL_S", 1.0)
+    held, killed = threading.Event(), threading.Event()
+
+    def slow(req):
+        if "slow one" in req.current_prompt() and not killed.is_set():
+            held.set()
+            killed.wait(60)
+        return _script(req)
+
+    with sandbox_service(make_settings, sqlite_url, slow, runtime="kubernetes", **door(cluster)) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        svc.post(message(111, OWNER, "slow one"))
+        assert held.wait(120), "the model call never came"
+        [name] = svc.runtime.list_sandboxes(svc.settings.install_id)
+        cluster.engine.containers.get(f"k8s-{k8s.pod_name(name)}").kill()  # the node lost it: the pod fails
+        killed.set()
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer from the next pod")
+        svc.post(message(111, OWNER, "after"))
+        svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=90, what="the next answer")
+        assert texts(svc.tg, 111) == ["answer to slow one", "answer to after"]
+        assert len([m for m, p, _b in cluster.requests if m == "POST"]) == 2  # the failed pod was replaced
 
 
 def test_an_orphan_pod_of_this_install_is_found_and_stopped(make_settings, cluster, tmp_path):
