@@ -25,17 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "container")]
 
 from agent_runner.door_link import DoorLink  # noqa: E402
+from tests.service_harness import free_port  # noqa: E402
 from nanoclaw.config import Settings, install_secret  # noqa: E402
 from nanoclaw.remote import passes, starts  # noqa: E402
 from nanoclaw.remote.tls import door_tls  # noqa: E402
 from nanoclaw.sessions import store  # noqa: E402
 from nanoclaw.sessions.store import Target  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def proc_status(pid: int) -> tuple[int, int]:

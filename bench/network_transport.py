@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,15 +24,10 @@ from pathlib import Path
 
 from bench.latency import ROOT, measure, pct
 from fakes.model_api import FakeModel, Reply
+from service_harness import free_port
 from nanoclaw.config import Settings
 from nanoclaw.remote.access import DoorAccess
 from nanoclaw.runtime import docker as docker_rt
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def remote_engine() -> dict | None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from agent_runner import nudge
 
-from ..security import validate_folder, walk_tree
+from ..security import walk_tree
 from ..sessions import session_schema as schema
 from ..sessions import store
 from . import mirror, passes, starts, trees
@@ -40,7 +40,6 @@ log = logging.getLogger("nanoclaw.remote.channel")
 
 MAX_WAIT_S = 30.0
 MAX_JSON = 64 << 20
-SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global")
 UP_PARTS = ("home", "group", "outbox")
@@ -206,24 +205,26 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self.claims = passes.Claims(self.server.settings.install_id, folder, session_id, nonce, int(expires))
 
     def _session(self) -> Path | None:
-        c = self.claims
-        if c is None or validate_folder(c.folder) != c.folder or not set(c.session) <= SESSION_ID_CHARS:
-            return None
-        path = store.session_path(self.server.settings.sessions_dir, c.folder, c.session)
-        return path if starts.current(path) == c.nonce else None
+        return starts.session_if_current(self.server.settings.sessions_dir, self.claims) if self.claims else None
 
     def _answer(self, status: int, body: bytes = b"", content_type: str = "application/json",
-                headers: dict | None = None) -> None:
+                headers: dict | None = None, file=None) -> None:
+        """body, or `file` (written, not yet rewound) streamed from its start."""
+        size = file.tell() if file is not None else len(body)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(size))
         fresh = passes.renewed(self.server.key, self.claims) if self.claims else None
         if fresh:
             self.send_header(PASS_HEADER, fresh)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        if body:
+        if file is not None:
+            file.seek(0)
+            while chunk := file.read(1 << 20):
+                self.wfile.write(chunk)
+        elif body:
             self.wfile.write(body)
 
     def _refuse(self, status: int, why: str) -> None:
@@ -282,18 +283,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
             return
         with tempfile.TemporaryFile() as out:
             stamp = snapshot(session, out, have)
-            size = out.tell()
-            out.seek(0)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-tar")
-            self.send_header("Content-Length", str(size))
-            self.send_header("X-Stamp", stamp or "")
-            fresh = passes.renewed(self.server.key, self.claims)
-            if fresh:
-                self.send_header(PASS_HEADER, fresh)
-            self.end_headers()
-            while chunk := out.read(1 << 20):
-                self.wfile.write(chunk)
+            self._answer(200, content_type="application/x-tar", headers={"X-Stamp": stamp or ""}, file=out)
 
     def _outbound_copy(self, session: Path) -> None:
         conn, lock = self.server.writer(session)
@@ -311,7 +301,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
         if self.command == "GET":
             with tempfile.TemporaryFile() as out:
                 count = trees.pack(roots[part], out)
-                self._answer_file(out, {"X-Files": str(count)})
+                self._answer(200, content_type="application/x-tar", headers={"X-Files": str(count)}, file=out)
             return
         reader = _Bounded(self.rfile, int(self.headers.get("Content-Length") or 0))
         try:
@@ -323,11 +313,6 @@ class ChannelHandler(BaseHTTPRequestHandler):
                         self.claims.session, part, len(done.skipped), done.skipped[0][:200])
         self._answer(200, json.dumps({"files": done.files, "bytes": done.bytes,
                                       "skipped": len(done.skipped)}).encode())
-
-    def _answer_file(self, out, headers: dict) -> None:
-        size = out.tell()
-        out.seek(0)
-        self._answer(200, out.read(size), "application/x-tar", headers)
 
     # -- up --------------------------------------------------------------------------------------
     def _push(self, session: Path) -> None:

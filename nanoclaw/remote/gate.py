@@ -19,10 +19,7 @@ from pathlib import Path
 from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
 
 from ..config import host_port
-from ..security import validate_folder
-from ..sessions import store
 from . import passes, starts
-from .channel import SESSION_ID_CHARS
 
 log = logging.getLogger("nanoclaw.remote.gate")
 
@@ -88,10 +85,7 @@ class Gate:
     def claims_of(self, token: str) -> passes.Claims:
         """The pass's claims when it may open a channel now, else BadPass."""
         claims = passes.verify(self.key, token, install=self.settings.install_id)
-        if validate_folder(claims.folder) != claims.folder or not set(claims.session) <= SESSION_ID_CHARS:
-            raise passes.BadPass("names no session of ours")
-        session = store.session_path(self.settings.sessions_dir, claims.folder, claims.session)
-        if starts.current(session) != claims.nonce:
+        if starts.session_if_current(self.settings.sessions_dir, claims) is None:
             raise passes.BadPass("its sandbox is no longer the session's")
         return claims
 

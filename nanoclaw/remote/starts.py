@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..security import write_atomic
-from .passes import new_nonce
+from ..security import folder_problem, write_atomic
+from ..sessions import store
+from .passes import Claims, new_nonce
 
 NONCE_FILE = "door-nonce"
+SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def session_if_current(sessions_dir: Path, claims: Claims) -> Path | None:
+    """The session folder a pass names, when the pass's start is that session's current one."""
+    if folder_problem(claims.folder) or not claims.session or not set(claims.session) <= SESSION_ID_CHARS:
+        return None
+    path = store.session_path(sessions_dir, claims.folder, claims.session)
+    return path if current(path) == claims.nonce else None
 
 
 def begin(session_path: Path) -> str:

@@ -4,7 +4,6 @@ the answers come from a real runner that reaches its session only through the do
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import kubernetes_validate
@@ -16,6 +15,7 @@ from nanoclaw.runtime.base import SandboxSpec
 from nanoclaw.runtime.select import select_runtime
 from tests.fakes.kube_api import FakeKube
 from tests.outbound.test_nudges import OWNER, _script
+from tests.remote.flow import HeldTurn, owner_dm
 from tests.tg_flow import message, sandbox_service, texts
 
 K8S_VERSION = "1.33.0"
@@ -74,9 +74,7 @@ def door(fake):
 def test_a_pod_answers_and_is_found_by_its_labels(make_settings, sqlite_url, cluster):
     with sandbox_service(make_settings, sqlite_url, _script, runtime="kubernetes", **door(cluster)) as svc:
         assert svc.runtime.name == "kubernetes"
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        owner_dm(svc)
         svc.post(message(111, OWNER, "hello pod"))
         svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer from the pod")
         assert texts(svc.tg, 111) == ["answer to hello pod"]
@@ -95,23 +93,14 @@ def test_a_pod_answers_and_is_found_by_its_labels(make_settings, sqlite_url, clu
 def test_a_pod_killed_mid_turn_is_replaced_and_the_message_answered_once(make_settings, sqlite_url, cluster,
                                                                          monkeypatch):
     monkeypatch.setattr(background, "SWEEP_INTERVAL_S", 1.0)
-    held, killed = threading.Event(), threading.Event()
-
-    def slow(req):
-        if "slow one" in req.current_prompt() and not killed.is_set():
-            held.set()
-            killed.wait(60)
-        return _script(req)
-
+    slow = HeldTurn()
     with sandbox_service(make_settings, sqlite_url, slow, runtime="kubernetes", **door(cluster)) as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        owner_dm(svc)
         svc.post(message(111, OWNER, "slow one"))
-        assert held.wait(120), "the model call never came"
+        assert slow.held.wait(120), "the model call never came"
         [name] = svc.runtime.list_sandboxes(svc.settings.install_id)
         cluster.engine.containers.get(f"k8s-{k8s.pod_name(name)}").kill()  # the node lost it: the pod fails
-        killed.set()
+        slow.release()
         svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer from the next pod")
         svc.post(message(111, OWNER, "after"))
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=90, what="the next answer")

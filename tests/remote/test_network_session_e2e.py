@@ -4,6 +4,7 @@ model, Telegram faked at HTTP)."""
 from __future__ import annotations
 
 from tests.outbound.test_nudges import OWNER, _script
+from tests.remote.flow import owner_dm
 from tests.service_harness import free_port
 from tests.tg_flow import message, sandbox_service, texts
 
@@ -16,9 +17,7 @@ def network(port: int) -> dict:
 def test_a_sandbox_without_the_hosts_folders_answers_and_restarts(make_settings, sqlite_url):
     with sandbox_service(make_settings, sqlite_url, _script, runtime="docker", **network(free_port())) as svc:
         assert svc.runtime.door is not None
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        owner_dm(svc)
         for n, word in enumerate(("one", "two", "three"), start=1):
             svc.post(message(111, OWNER, word))
             svc.wait(lambda: len(texts(svc.tg, 111)) >= n, timeout=90, what=f"the answer to {word!r}")

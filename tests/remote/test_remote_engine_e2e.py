@@ -4,7 +4,6 @@ sandboxes see none of this machine's folders and reach their sessions only throu
 gate. The real service parts, runner, SDK and CLI; the model and Telegram are faked at HTTP."""
 from __future__ import annotations
 
-import threading
 
 import pytest
 
@@ -14,6 +13,7 @@ from tests.inbound import test_media_e2e as media
 from tests.inbound.test_attachments import ALICE, fixture
 from tests.outbound import test_progress_e2e as progress
 from tests.outbound.test_nudges import OWNER, _script
+from tests.remote.flow import HeldTurn, owner_dm
 from tests.service_harness import free_port
 from tests.tg_flow import message, sandbox_service, sent, texts
 
@@ -62,23 +62,14 @@ def test_a_photo_in_and_a_picture_back(make_settings, sqlite_url, remote):
 
 def test_a_sandbox_killed_mid_turn_answers_once(make_settings, sqlite_url, remote, monkeypatch):
     monkeypatch.setattr(background, "SWEEP_INTERVAL_S", 1.0)
-    held, killed = threading.Event(), threading.Event()
-
-    def slow(req):
-        if "slow one" in req.current_prompt() and not killed.is_set():
-            held.set()
-            killed.wait(60)
-        return _script(req)
-
+    slow = HeldTurn()
     with sandbox_service(make_settings, sqlite_url, slow, runtime="docker", **remote) as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        owner_dm(svc)
         svc.post(message(111, OWNER, "slow one"))
-        assert held.wait(90), "the model call never came"
+        assert slow.held.wait(90), "the model call never came"
         [name] = only_on_the_second_engine(svc)
         svc.runtime.client.containers.get(name).kill()  # SIGKILL, mid-turn
-        killed.set()
+        slow.release()
         svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer after the restart")
         svc.post(message(111, OWNER, "after"))
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=90, what="the next answer")
@@ -87,9 +78,7 @@ def test_a_sandbox_killed_mid_turn_answers_once(make_settings, sqlite_url, remot
 
 def test_a_stopped_sandbox_wakes_with_its_conversation(make_settings, sqlite_url, remote):
     with sandbox_service(make_settings, sqlite_url, _script, runtime="docker", **remote) as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy", "--kind", "dm")
+        owner_dm(svc)
         svc.post(message(111, OWNER, "my name is Olivia"))
         svc.wait(lambda: texts(svc.tg, 111), what="the first answer")
         [name] = only_on_the_second_engine(svc)
