@@ -161,10 +161,10 @@ def test_sync_hands_over_messages_with_the_rooms_members_and_names():
     sync = sync_with("!r:x", [member("@andy:x"), member("@alice:x", name="Alice"),
                               {"type": "m.room.name", "state_key": "", "content": {"name": "Kitchen"}}],
                      [message("@alice:x", "hi"), member("@bob:x", name="Bob"), message("@bob:x", "hello")])
-    out = handovers(sync, rooms, history=True)
+    out = handovers(sync, rooms, history=True, user_id="@andy:x")
     assert [(h["event"]["content"]["body"], h["members"], h["sender_name"], h["room_name"]) for h in out] == \
         [("hi", 2, "Alice", "Kitchen"), ("hello", 3, "Bob", "Kitchen")]
-    assert handovers(sync_with("!r:x", [], [member("@bob:x", "leave")]), rooms, True) == []
+    assert handovers(sync_with("!r:x", [], [member("@bob:x", "leave")]), rooms, True, "@andy:x") == []
     assert len(rooms["!r:x"].members) == 2
 
 
@@ -172,15 +172,66 @@ def test_the_first_sync_hands_over_no_history_but_answers_invites():
     invite = {"!new:x": {"invite_state": {"events": [
         {"type": "m.room.member", "state_key": "@andy:x", "sender": "@alice:x",
          "content": {"membership": "invite", "is_direct": True}}]}}}
-    out = handovers(sync_with("!r:x", [member("@alice:x")], [message("@alice:x", "old")], invite), {}, history=False)
+    out = handovers(sync_with("!r:x", [member("@alice:x")], [message("@alice:x", "old")], invite), {}, history=False,
+                    user_id="@andy:x")
     assert [(h["kind"], h["room_id"], h["inviter"], h["is_direct"]) for h in out] == [("invite", "!new:x", "@alice:x",
                                                                                       True)]
+
+
+def test_the_inviter_is_the_sender_of_the_bots_own_invite_not_what_the_inviting_server_lists():
+    """invite_state is stripped state the inviting server chooses: a stranger's server can list a member
+    event "from the owner" first. Only the bot's own invite event (signed, checked by its homeserver)
+    names who invited it."""
+    forged = {"type": "m.room.member", "state_key": "@olivia:home", "sender": "@olivia:home",
+              "content": {"membership": "invite", "is_direct": True}}
+    real = {"type": "m.room.member", "state_key": "@andy:home", "sender": "@mallory:evil", "event_id": "$inv",
+            "content": {"membership": "invite", "is_direct": True}}
+    join_rules = {"type": "m.room.join_rules", "state_key": "", "sender": "@mallory:evil",
+                  "content": {"join_rule": "invite"}}
+    invite = {"!trap:evil": {"invite_state": {"events": [forged, join_rules, real]}}}
+    out = handovers({"next_batch": "s3", "rooms": {"invite": invite}}, {}, history=True, user_id="@andy:home")
+    assert [(h["room_id"], h["inviter"], h["event"]["event_id"]) for h in out] == [("!trap:evil", "@mallory:evil", "$inv")]
+    # an invite list without the bot's own invite event names nobody: nothing is handed over
+    alone = {"!trap:evil": {"invite_state": {"events": [forged, join_rules]}}}
+    assert handovers({"next_batch": "s4", "rooms": {"invite": alone}}, {}, history=True, user_id="@andy:home") == []
+
+
+def test_the_bots_messages_mention_nobody_whatever_the_agent_writes(synapse, app):
+    """An answer holding a member's display name (or @room) does not notify anyone: each message and
+    edit says m.mentions {} (seen from Alice's notifications on a real Synapse)."""
+    bot = synapse.register(f"andy{uuid.uuid4().hex[:6]}")
+    alice = synapse.register(f"alice{uuid.uuid4().hex[:6]}")
+    bob = synapse.register(f"bob{uuid.uuid4().hex[:6]}")
+    alice.set_name("Alicia")
+    room = alice.create_room(invite=[bot.user_id, bob.user_id], name="Kitchen")
+    bot.join(room)
+    bob.join(room)
+    settings = app.config["NANOCLAW"]
+    settings = type(settings)(**{**settings.__dict__, "platform": {
+        "MATRIX_HOMESERVER": synapse.url, "MATRIX_USER_ID": bot.user_id, "MATRIX_ACCESS_TOKEN": bot.token}})
+    adapter = MatrixAdapter(settings)
+    target = Target("matrix", room)
+    said = adapter.send_text(target, "Alicia, @room: dinner is at eight")
+    adapter.edit_text(target, said, "Alicia, @room: dinner is at nine")
+    card = adapter.send_card(target, Card("Alicia, pick one", "Alicia: @room", (("one", "a"), ("two", "b"))))
+    sentinel = bob.say(room, "Alicia, the sentinel")  # a person's mention: this one does notify her
+    events = {e["event_id"]: e for e in alice.timeline(room)}
+    for event_id in (said, card):
+        assert events[event_id]["content"]["m.mentions"] == {}
+    edit = next(e for e in events.values() if e["content"].get("m.relates_to", {}).get("rel_type") == "m.replace")
+    assert edit["content"]["m.mentions"] == {} and edit["content"]["m.new_content"]["m.mentions"] == {}
+    highlighted = set()
+    for note in alice.call("GET", "/_matrix/client/v3/notifications?limit=50")["notifications"]:
+        if any(isinstance(a, dict) and a.get("set_tweak") == "highlight" and a.get("value", True) for a in note["actions"]):
+            highlighted.add(note["event"]["event_id"])
+    assert sentinel in highlighted  # the check can see a mention
+    assert not highlighted & {said, card, edit["event_id"]}
 
 
 def test_an_encrypted_room_is_known_from_its_state():
     rooms: dict[str, RoomState] = {}
     handovers(sync_with("!e:x", [{"type": "m.room.encryption", "state_key": "",
-                                  "content": {"algorithm": "m.megolm.v1.aes-sha2"}}], []), rooms, True)
+                                  "content": {"algorithm": "m.megolm.v1.aes-sha2"}}], []), rooms, True, "@andy:x")
     assert rooms["!e:x"].encrypted
 
 

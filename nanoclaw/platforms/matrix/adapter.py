@@ -95,6 +95,18 @@ def caption_of(content: mx.Content) -> str:
     return ""
 
 
+def unmentioning(content: dict) -> dict:
+    """A message of the bot's says whom it mentions: nobody unless the host names someone. Without
+    `m.mentions`, clients fall back to reading the body, so "@room" or a member's name in the agent's
+    text would notify people (the agent's text is not the host's to vouch for)."""
+    if "m.mentions" in content:
+        return content
+    out = {**content, "m.mentions": {}}
+    if isinstance(content.get("m.new_content"), dict):  # an edit: its replacement says so too
+        out["m.new_content"] = unmentioning(content["m.new_content"])
+    return out
+
+
 def may_join(inviter_roles: set[str], pairing_open: bool, is_direct: bool) -> bool:
     """Join a room when the owner or an admin invited the bot, or (so the first person can pair)
     a DM while a pairing code is open."""
@@ -304,6 +316,8 @@ class MatrixAdapter:
 
     def _send(self, target: Target, content: dict, event_type: str = "m.room.message",
               in_thread: bool = True) -> str | None:
+        if event_type == "m.room.message":
+            content = unmentioning(content)
         if in_thread and target.thread_id:
             content = {**content, "m.relates_to": {"rel_type": "m.thread", "event_id": target.thread_id,
                                                    "is_falling_back": True,

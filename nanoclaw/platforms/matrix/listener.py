@@ -77,9 +77,21 @@ class RoomState:
             self.encrypted = True
 
 
-def handovers(sync: dict, rooms: dict[str, RoomState], history: bool) -> list[dict]:
+def own_invite(events: list, user_id: str) -> dict | None:
+    """The invite event for the bot itself in a room's `invite_state` (pure). The rest of that list is
+    stripped state the inviting server chose, unsigned: a stranger's server can put a member event
+    "from the owner" there. The bot's own m.room.member event is the invite itself, whose sender the
+    bot's homeserver checked against the inviting server's signature, so only its sender is the
+    inviter."""
+    return next((e for e in events if isinstance(e, dict) and e.get("type") == "m.room.member"
+                 and e.get("state_key") == user_id and isinstance(e.get("sender"), str)
+                 and (e.get("content") or {}).get("membership") == "invite"), None)
+
+
+def handovers(sync: dict, rooms: dict[str, RoomState], history: bool, user_id: str) -> list[dict]:
     """The hand-overs one /sync brings, in order, with the room facts each event needs; `rooms` is
-    updated as the state goes by. history=False (the account's very first sync): invites only."""
+    updated as the state goes by. history=False (the account's very first sync): invites only.
+    user_id: the bot's own, whose invite event alone names the inviter."""
     out: list[dict] = []
     joined = (sync.get("rooms") or {}).get("join") or {}
     for room_id, room in joined.items():
@@ -100,8 +112,7 @@ def handovers(sync: dict, rooms: dict[str, RoomState], history: bool) -> list[di
                             "room_name": state.name, "sender_name": state.members.get(event.get("sender"))})
     for room_id, room in ((sync.get("rooms") or {}).get("invite") or {}).items():
         events = ((room or {}).get("invite_state") or {}).get("events") or []
-        invite = next((e for e in events if isinstance(e, dict) and e.get("type") == "m.room.member"
-                       and (e.get("content") or {}).get("membership") == "invite"), None)
+        invite = own_invite(events, user_id)
         if invite is not None:
             out.append({"kind": "invite", "room_id": room_id, "inviter": invite.get("sender"),
                         "is_direct": bool((invite.get("content") or {}).get("is_direct")),
@@ -210,7 +221,7 @@ class SyncListener:
             wait = backoff(self.failures)
             log.warning("sync failed (%s: %s); trying again in %.0f s", type(exc).__name__, str(exc)[:200], wait)
             return wait
-        items = handovers(sync, self.rooms, history=since is not None)
+        items = handovers(sync, self.rooms, history=since is not None, user_id=self.user_id)
         for item in items:
             if not await asyncio.to_thread(self.hand_over, item):
                 self.failures += 1
