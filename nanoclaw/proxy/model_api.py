@@ -16,11 +16,13 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from .. import metrics
+from ..usage import estimate
 from ..usage.budgets import BUDGET_STATUS
 from ..usage.meter import Meter
+from . import model_paths
 from .door import Reply, Request
 from .headers import credential_headers, downstream_response_headers, upstream_request_headers
-from .spending import Spending, metered
+from .spending import Spending
 
 log = logging.getLogger("nanoclaw.proxy")
 
@@ -73,34 +75,47 @@ class ModelApi:
         self.session.close()
 
     def __call__(self, request: Request, reply: Reply) -> int:
-        url = self.upstream + request.path + (f"?{request.query}" if request.query else "")
+        found = model_paths.endpoint(request.method, request.path)
+        if isinstance(found, model_paths.Refused):  # never forwarded: not a model endpoint, or not plainly one
+            kind = "not_found_error" if found.status == 404 else "invalid_request_error"
+            return reply.error(found.status, found.message, kind)
+        url = self.upstream + found.path + (f"?{request.query}" if request.query else "")
         headers = upstream_request_headers(request.headers, self.credential)
-        counted = self.spending is not None and metered(request)
-        if counted:
-            refused = self.spending.refusal(request)
-            if refused:  # before the call leaves the machine; the CLI does not retry a 402
+        # the meter reads the answer as it passes: ask for it uncompressed (a compressing upstream that
+        # ignores this is decoded on the side, and an encoding nobody can read is charged the estimate)
+        headers["accept-encoding"] = "identity"
+        ticket = None
+        if found.billed and self.spending is not None:
+            ticket = self.spending.admit(request, estimate.head_of(request.body))
+            if isinstance(ticket, str):  # before the call leaves the machine; the CLI does not retry a 402
                 log.warning("refused a model call of %s: its budget is spent", request.folder)
-                return reply.error(BUDGET_STATUS, refused, kind="invalid_request_error")
-        if self.data_dir is not None and request.method == "POST" and request.path.startswith("/v1/messages"):
-            metrics.observe_first_request(self.data_dir, request.folder)
-        started = time.monotonic()
+                return reply.error(BUDGET_STATUS, ticket, kind="invalid_request_error")
+        status, meter = 0, None
         try:
-            resp = self.session.request(
-                request.method, url, data=request.body if request.body or request.method not in ("GET", "HEAD") else None,
-                headers=headers, stream=True, allow_redirects=False,
-                timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
-        except requests.RequestException as exc:
-            metrics.MODEL_REQUESTS.labels("unreachable").inc()
-            return reply.error(502, f"nanoclaw proxy: model API upstream unreachable: {_short(exc)}")
-        metrics.MODEL_REQUEST_SECONDS.observe(time.monotonic() - started)
-        metrics.MODEL_REQUESTS.labels(metrics.status_class(resp.status_code)).inc()
-        meter = Meter(resp.headers.get("content-type", "")) if counted and resp.status_code == 200 else None
-        try:
-            return relay(request, resp, reply, meter)
+            if self.data_dir is not None and found.billed:
+                metrics.observe_first_request(self.data_dir, request.folder)
+            started = time.monotonic()
+            try:
+                resp = self.session.request(
+                    request.method, url,
+                    data=request.body if request.body or request.method not in ("GET", "HEAD") else None,
+                    headers=headers, stream=True, allow_redirects=False,
+                    timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S))
+            except requests.RequestException as exc:
+                metrics.MODEL_REQUESTS.labels("unreachable").inc()
+                return reply.error(502, f"nanoclaw proxy: model API upstream unreachable: {_short(exc)}")
+            status = resp.status_code
+            metrics.MODEL_REQUEST_SECONDS.observe(time.monotonic() - started)
+            metrics.MODEL_REQUESTS.labels(metrics.status_class(status)).inc()
+            if ticket is not None and status == 200:
+                meter = Meter(resp.headers.get("content-type", ""), resp.headers.get("content-encoding", ""))
+            try:
+                return relay(request, resp, reply, meter)
+            finally:
+                resp.close()
         finally:
-            resp.close()
-            if meter is not None:
-                self.spending.after(request, meter)  # the caller has had every byte by now
+            if ticket is not None:
+                self.spending.done(request, ticket, status, meter)  # the caller has had every byte by now
 
 
 def relay(request: Request, resp: requests.Response, reply: Reply, meter: Meter | None = None) -> int:

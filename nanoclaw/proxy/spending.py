@@ -1,10 +1,15 @@
 """Counting and capping what model calls cost, where every call passes: the proxy's model route.
 
-Before a call leaves the machine: the agent's budget (usage/budgets.py) against what the ledger has
-for it today and this month; spent up, the call is refused with 402 and the refusal recorded (a
-`block` budget event: the web program tells the chat once and gives the owner a card). After the
-response has been relayed in full (never holding it back): the usage it reported is priced and
-added to the ledger, and crossing 80 % of a limit is recorded (a `warn` event).
+Before a call leaves the machine (`admit`): the agent's budget (usage/budgets.py) against what the
+ledger has for it today and this month plus what its calls in flight may still cost. Each admitted
+call holds a reservation, the estimate of usage/estimate.py, until its answer is counted, so calls
+started together cannot each take the same room: a call waits (up to RESERVE_WAIT_S) while calls in
+flight might use up the rest, and is refused with 402 once the spent money alone reaches the limit
+(the refusal is recorded: a `block` budget event, so the web program tells the chat once and gives
+the owner a card). After the response has been relayed in full (`done`, never holding it back):
+the usage it reported is priced and added to the ledger, or, for a successful answer that reported
+none (an encoding the meter cannot read, a body cut short), the estimate is; crossing 80 % of a
+limit is recorded (a `warn` event).
 
 The session a call belongs to is the one the runner names in `x-nanoclaw-session` (the header goes
 no further). It is the agent's word, so it is believed only for a session of this same agent, and
@@ -16,23 +21,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import peewee
 
 from .. import metrics
 from ..db import database
 from ..models import AgentGroup, Session, new_token, utcnow
-from ..usage import budgets, ledger, prices
+from ..usage import budgets, estimate, ledger, prices
 from ..usage.meter import Meter
 from ..usage.tables import BudgetEvent
 
 log = logging.getLogger("nanoclaw.proxy.spending")
 
 SESSION_HEADER = "x-nanoclaw-session"
+RESERVE_WAIT_S = 60.0   # how long a call waits for the agent's calls in flight to say what they cost
 
 
-def metered(request) -> bool:
-    return request.method == "POST" and request.path.rstrip("/") == "/v1/messages"
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted call: its estimate, and whether that is held in the agent's reservations."""
+    estimate_micro: int
+    body_bytes: int
+    max_tokens: int | None
+    model: str | None
+    held: bool
 
 
 class Spending:
@@ -43,6 +56,17 @@ class Spending:
         self._sessions: dict[tuple[str, str], bool] = {}
         self._lock = threading.Lock()
         self._logged_at = -1e9
+        self._reserved: dict[str, int] = {}                 # agent folder -> micro-USD held by calls in flight
+        self._agent_locks: dict[str, threading.Condition] = {}
+        self._estimated: set[str] = set()                   # models already logged as charged by estimate
+
+    def _agent(self, folder: str) -> threading.Condition:
+        with self._lock:
+            return self._agent_locks.setdefault(folder, threading.Condition())
+
+    def reserved(self, folder: str) -> int:
+        with self._lock:
+            return self._reserved.get(folder, 0)
 
     def session_of(self, request) -> str:
         claimed = next((v for n, v in request.headers if n.lower() == SESSION_HEADER), "")[:64]
@@ -59,38 +83,83 @@ class Spending:
                 self._sessions[key] = known
         return claimed if known else ""
 
-    def refusal(self, request) -> str | None:
-        """Why this call may not go (the agent's budget is spent), or None. Without its database the
-        proxy cannot tell and lets the call go (logged): a model call is not refused for an outage."""
+    def admit(self, request, head: estimate.Head) -> Ticket | str:
+        """A ticket for a call that may go (its reservation held until `done`), or why it may not.
+        Without its database the proxy cannot tell and lets the call go (logged): a model call is not
+        refused for an outage."""
+        cost = estimate.cost(len(request.body), head.max_tokens, self.table)
+        free = Ticket(cost, len(request.body), head.max_tokens, head.model, held=False)
         try:
             _connect()
             limits = self.limits.of(request.folder)
             if limits.daily_micro is None and limits.monthly_micro is None:
-                return None
-            day = ledger.today(self.tz)
-            verdict = budgets.verdict(limits, ledger.spent(request.folder, day), day)
+                return free
+            agent = self._agent(request.folder)
+            deadline = time.monotonic() + RESERVE_WAIT_S
+            with agent:
+                while True:
+                    # read under the agent's lock: `done` records a call before it lets its reservation go,
+                    # so each call's cost is in `spent` or in `reserved` whenever this looks
+                    day = ledger.today(self.tz)
+                    spent = ledger.spent(request.folder, day)
+                    held = self.reserved(request.folder)
+                    verdict = budgets.verdict(limits, spent, day, held)
+                    if not verdict.blocked:
+                        with self._lock:
+                            self._reserved[request.folder] = held + cost
+                        return Ticket(cost, len(request.body), head.max_tokens, head.model, held=True)
+                    left = deadline - time.monotonic()
+                    if held == 0 or budgets.verdict(limits, spent, day).blocked or left <= 0:
+                        break
+                    agent.wait(min(left, 5.0))  # a call in flight may leave room when it is counted
         except Exception as exc:  # noqa: BLE001 - the database is away or not set up (a bare proxy)
             self._unreadable(exc)
-            return None
-        if not verdict.blocked:
-            return None
+            return free
         self._event("block", request.folder, verdict.period, self.session_of(request), verdict.spent_micro,
                     verdict.limit_micro)
         which = "daily" if verdict.period.startswith("day:") else "monthly"
-        return (f"nanoclaw: the {which} budget of agent '{request.folder}' is used up "
+        in_flight = " with the calls under way" if held else ""
+        return (f"nanoclaw: the {which} budget of agent '{request.folder}' is used up{in_flight} "
                 f"({budgets.usd(verdict.spent_micro)} of {budgets.usd(verdict.limit_micro)}); it resets "
                 f"{budgets.resets_at(verdict.period, self.tz):%Y-%m-%d %H:%M %Z}. The message waits until then "
                 "or until the owner raises the budget.")
 
-    def after(self, request, meter: Meter) -> None:
-        """Price and record what the response reported."""
-        model, tokens = meter.result()
-        if model is None and tokens == prices.Tokens():
-            return  # nothing reported (an error before the message started)
+    def done(self, request, ticket: Ticket, status: int, meter: Meter | None) -> None:
+        """The call is over: price and record what its answer reported (or the estimate, for a success
+        that reported nothing), then let its reservation go."""
+        try:
+            if status == 200:
+                self._record(request, ticket, meter)
+        finally:
+            if ticket.held:
+                agent = self._agent(request.folder)
+                with agent:
+                    with self._lock:
+                        left = self._reserved.get(request.folder, 0) - ticket.estimate_micro
+                        if left > 0:
+                            self._reserved[request.folder] = left
+                        else:
+                            self._reserved.pop(request.folder, None)
+                    agent.notify_all()
+
+    def _record(self, request, ticket: Ticket, meter: Meter | None) -> None:
+        model, tokens = meter.result() if meter is not None else (None, prices.Tokens())
+        if meter is not None and (meter.reported or meter.error):
+            price = None  # what it reported; an error event before any usage cost nothing
+        else:  # a success that said nothing of its usage is never free: the estimate is charged
+            model = model or ticket.model or "unknown"
+            tokens = estimate.tokens(ticket.body_bytes, ticket.max_tokens)
+            price = prices.dearest(self.table)
+            if model not in self._estimated:
+                self._estimated.add(model)
+                why = "its encoding cannot be read" if meter is not None and meter.unreadable else "it reported none"
+                log.warning("a model call of %s (%s) was answered without usage the proxy can read (%s): charged "
+                            "the estimate (%d input, %d output tokens at %s's rates); logged once per model",
+                            request.folder, model, why, tokens.input, tokens.output, price.name)
         try:
             _connect()
             day = ledger.today(self.tz)
-            price = prices.price_of(model or "", self.table)
+            price = price or prices.price_of(model or "", self.table)
             cost = ledger.record(request.folder, self.session_of(request), model or "unknown", tokens, price, day)
             for kind in prices.PARTS:
                 metrics.MODEL_TOKENS.labels(request.folder, model or "unknown", kind).inc(getattr(tokens, kind))

@@ -1,9 +1,10 @@
 """An agent's budget: the limits, and the decisions the proxy makes with them before a model call.
 
 The decisions are pure (`verdict`, `warnings`): the proxy reads the limits and the ledger's sums,
-and refuses a call once what the agent spent today (or this month) reached its limit. A call in
-flight is never cut: a turn overshoots by at most the one call that crossed the line (and, when
-several sessions of the agent run at once, by the calls they had in flight then).
+adds what the agent's calls in flight may still cost (each holds the estimate of usage/estimate.py
+until its answer is counted), and refuses a call once that reaches the limit. A call in flight is
+never cut, so the overshoot is at most one call's reservation: the last call admitted while spent +
+reserved was still below the limit, however many calls the agent starts at once.
 """
 from __future__ import annotations
 
@@ -47,12 +48,13 @@ class Verdict:
     limit_micro: int = 0
 
 
-def verdict(limits: Limits, spent: Spent, day: date) -> Verdict:
-    """May the agent make a model call now? (pure) The day's limit is asked first."""
+def verdict(limits: Limits, spent: Spent, day: date, reserved_micro: int = 0) -> Verdict:
+    """May the agent make a model call now, with `reserved_micro` held by its calls in flight? (pure)
+    The day's limit is asked first."""
     day_period, month_period = periods(day)
     for period, used, limit in ((day_period, spent.day_micro, limits.daily_micro),
                                 (month_period, spent.month_micro, limits.monthly_micro)):
-        if limit is not None and used >= limit:
+        if limit is not None and used + reserved_micro >= limit:
             return Verdict(True, period, used, limit)
     return Verdict(False)
 

@@ -3,23 +3,60 @@
 A streamed response (SSE) reports it in `message_start` (the model, input tokens, cache writes and
 reads, the first output tokens) and in `message_delta` (the output tokens so far, and in newer
 answers the input side again): the last value of each counts. A JSON response carries it in its
-`usage`. An error mid-stream leaves what was reported before it; what the model never reported
-is not guessed. The meter is fed each piece the proxy relays and is read once the response ends.
+`usage`. An error mid-stream leaves what was reported before it. The meter is fed each piece the
+proxy relays, as the caller gets it: a compressed answer (gzip, deflate) is decoded for the meter
+alone, on the side. An encoding it cannot read leaves the usage unreported, and the proxy then
+charges the estimate (estimate.py), never $0. The meter is read once the response ends.
 """
 from __future__ import annotations
 
 import json
+import zlib
 
 from .prices import Tokens
 
 MAX_JSON_BODY = 8 << 20   # a plain JSON answer is parsed at the end; larger ones are not counted
+MAX_EVENT = 1 << 20       # an SSE event longer than this is not one the Messages API sends: skipped
+DECODE_PIECE = 256 << 10  # decoded at most this much at a time (a small compressed piece can be large)
 _FIELDS = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
            "cache_read_input_tokens": "cache_read"}
 
 
+def decoder(content_encoding: str):
+    """A streaming decoder for the answer's Content-Encoding, None for identity, or False when the
+    meter cannot read it."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    codings = [c for c in codings if c != "identity"]
+    if not codings:
+        return None
+    if len(codings) == 1 and codings[0] in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if len(codings) == 1 and codings[0] == "deflate":
+        return _Deflate()
+    return False
+
+
+class _Deflate:
+    """HTTP's `deflate` is zlib-wrapped, but some servers send it raw: the first bytes tell."""
+
+    def __init__(self):
+        self._d = None
+        self.unconsumed_tail = b""
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        if self._d is None:
+            wrapped = len(data) >= 2 and (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+            self._d = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+        out = self._d.decompress(data, max_length)
+        self.unconsumed_tail = self._d.unconsumed_tail
+        return out
+
+
 class Meter:
-    def __init__(self, content_type: str = ""):
+    def __init__(self, content_type: str = "", content_encoding: str = ""):
         self.sse = "text/event-stream" in (content_type or "")
+        self._decoder = decoder(content_encoding)
+        self.unreadable = self._decoder is False  # an encoding the meter does not know: nothing counted
         self._buffer = b""
         self._body = bytearray()
         self.model: str | None = None
@@ -27,6 +64,24 @@ class Meter:
         self.error: str | None = None
 
     def feed(self, piece: bytes) -> None:
+        """One piece of the body as it went to the caller (still encoded)."""
+        if self.unreadable:
+            return
+        if self._decoder is None:
+            self._take_piece(piece)
+            return
+        try:
+            data = piece
+            while data:
+                out = self._decoder.decompress(data, DECODE_PIECE)
+                self._take_piece(out)
+                data = self._decoder.unconsumed_tail
+        except zlib.error:
+            self.unreadable = True  # the rest cannot be read either: what was reported so far stays
+
+    def _take_piece(self, piece: bytes) -> None:
+        if not piece:
+            return
         if not self.sse:
             if len(self._body) + len(piece) <= MAX_JSON_BODY:
                 self._body += piece
@@ -36,6 +91,8 @@ class Meter:
             cut = min((i for i in (self._buffer.find(b"\n\n"), self._buffer.find(b"\r\n\r\n")) if i >= 0),
                       default=-1)
             if cut < 0:
+                if len(self._buffer) > MAX_EVENT:
+                    self._buffer = b""  # no event is this long: drop it rather than hold the bytes
                 return
             event, self._buffer = self._buffer[:cut], self._buffer[cut:].lstrip(b"\r\n")
             self._event(event)
@@ -63,6 +120,11 @@ class Meter:
                 value = usage.get(field)
                 if isinstance(value, int) and value >= 0:
                     self._counts[part] = value  # the latest report of each counts
+
+    @property
+    def reported(self) -> bool:
+        """Whether the answer said what it used (read after result())."""
+        return bool(self._counts)
 
     def result(self) -> tuple[str | None, Tokens]:
         """(model, tokens) of the whole response; call once it has ended."""

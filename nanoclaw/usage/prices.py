@@ -51,12 +51,21 @@ def price_of(model: str, table: dict[str, dict[str, float]]) -> Price:
     name = max((n for n in table if (model or "").startswith(n)), key=len, default=None)
     if name is not None:
         return Price(name, table[name], True)
-    dearest = max(table, key=lambda n: (table[n]["output"], table[n]["input"]))
+    price = dearest(table)
     if model not in _flagged:
         _flagged.add(model)
         log.warning("model %r is not in the price table: priced as %s (the dearest) until the table knows it",
-                    model, dearest)
-    return Price(dearest, table[dearest], False)
+                    model, price.name)
+    return price
+
+
+def dearest(table: dict[str, dict[str, float]]) -> Price:
+    """The table's dearest entry (by output, then input rate), standing in for what is not known; an
+    empty table is free."""
+    if not table:
+        return Price("free", {}, False)
+    name = max(table, key=lambda n: (table[n].get("output", 0.0), table[n].get("input", 0.0)))
+    return Price(name, table[name], False)
 
 
 def micro_usd(tokens: Tokens, price: Price) -> int:

@@ -12,6 +12,12 @@ A test decides the answers with `script`:
 Every request is recorded (headers, parsed body, arrival time, time spent answering) so tests can
 assert what reached the model, and benchmarks can subtract the fake's own time.
 
+Like the real API's edge, it compresses an answer (gzip; an SSE stream flushed event by event) when
+the request's Accept-Encoding asks for gzip, as the bundled CLI's does. `compress` changes that:
+"asked" (the default), None (never), or an encoding to use whatever was asked ("gzip", or "br",
+which the fake cannot make: it sends undecodable bytes under that name, as a test of what a reader
+does with an encoding it does not know).
+
     with FakeModel() as model:
         model.script = lambda req: Reply.call("mcp__nanoclaw__send_message", text="hi")
         ... point ANTHROPIC_BASE_URL at model.url ...
@@ -19,9 +25,12 @@ assert what reached the model, and benchmarks can subtract the fake's own time.
 """
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import socket
 import re
+import zlib
 import threading
 import time
 import uuid
@@ -225,6 +234,7 @@ class FakeModel:
     def __init__(self, script: Script = None):
         self.script: Script = script
         self.valid_keys: set[str] | None = None  # when set, count_tokens refuses any other key (401)
+        self.compress: str | None = "asked"  # see the module's doc
         self.requests: list[Request] = []
         self._cond = threading.Condition()
         self._server: ThreadingHTTPServer | None = None
@@ -328,10 +338,22 @@ class _Handler(BaseHTTPRequestHandler):
         return Request(self.command, parts.path, parse_qs(parts.query),
                        {k.lower(): v for k, v in self.headers.items()}, body, time.time(), time.monotonic())
 
+    def _encoding(self) -> str | None:
+        """The Content-Encoding of this answer (see FakeModel.compress)."""
+        mode = self.fake.compress
+        if mode == "asked":
+            asked = [c.split(";")[0].strip().lower() for c in (self.headers.get("accept-encoding") or "").split(",")]
+            return "gzip" if "gzip" in asked else None
+        return mode
+
     def _json(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
+        encoding = self._encoding()
         self.send_response(status)
         self.send_header("content-type", "application/json")
+        if encoding:
+            data = gzip.compress(data) if encoding == "gzip" else os.urandom(len(data))
+            self.send_header("content-encoding", encoding)
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:12])
         self.end_headers()
@@ -354,6 +376,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._json(200, {"input_tokens": 100})
             return
+        if req.path == "/v1/messages/batches":  # the billed batch API: accepted, as the real one does
+            self.fake._record(req)
+            self._json(200, {"id": "msgbatch_fake_" + uuid.uuid4().hex[:12], "type": "message_batch",
+                             "processing_status": "in_progress"})
+            return
         if req.path != "/v1/messages":
             self.fake._record(req)
             self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "fake: no such route"}})
@@ -375,18 +402,29 @@ class _Handler(BaseHTTPRequestHandler):
             req.handled_s = time.monotonic() - start
 
     def _stream(self, reply: Reply) -> None:
+        encoding = self._encoding()
+        packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS) if encoding == "gzip" else None
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
+        if encoding:
+            self.send_header("content-encoding", encoding)
         self.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:12])
         self.end_headers()
         for name, data in _sse_events(reply):
             chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            if packer is not None:  # each event complete on the wire, as a streaming gzip edge sends it
+                chunk = packer.compress(chunk) + packer.flush(zlib.Z_SYNC_FLUSH)
+            elif encoding:
+                chunk = os.urandom(len(chunk))
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             if reply.chunk_delay_s:
                 self.wfile.flush()
                 time.sleep(reply.chunk_delay_s)
+        if packer is not None:
+            tail = packer.flush()
+            self.wfile.write(f"{len(tail):x}\r\n".encode() + tail + b"\r\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 

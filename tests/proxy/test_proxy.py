@@ -38,7 +38,8 @@ EVENT_GAP_S = 0.5
 # -- a fake upstream -----------------------------------------------------------------------
 
 class Upstream:
-    """Records every request; /v1/messages streams two SSE events EVENT_GAP_S apart."""
+    """Records every request; /v1/messages streams two SSE events EVENT_GAP_S apart, count_tokens echoes
+    the body, a GET answers its path, and a request with `x-test-overloaded` gets a 529."""
 
     def __init__(self):
         self.requests: list[dict] = []
@@ -73,12 +74,14 @@ class Upstream:
 
             def do_POST(self):
                 body = self._record()
-                if self.path.startswith("/v1/messages"):
-                    return self._sse()
-                if self.path.startswith("/v1/overloaded"):
+                if self.headers.get("x-test-overloaded"):
                     return self._json(529, {"type": "error", "error": {"type": "overloaded_error",
                                                                        "message": "Overloaded"}})
-                self._json(200, {"echo": body.decode()})
+                if self.path.startswith("/v1/messages/count_tokens"):
+                    return self._json(200, {"echo": body.decode()})
+                if self.path.startswith("/v1/messages"):
+                    return self._sse()
+                self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
             def _json(self, status, obj):
                 data = json.dumps(obj).encode()
@@ -275,7 +278,7 @@ def test_keep_alive_connection_serves_20_requests(start_proxy, upstream):
             conn.request("POST", "/v1/messages?beta=true", body=b"{}", headers=CALLER_AUTH)
             expect = b"message_stop"
         elif i % 3 == 1:
-            conn.request("POST", "/v1/echo", body=f"body-{i}".encode(), headers=CALLER_AUTH)
+            conn.request("POST", "/v1/messages/count_tokens", body=f"body-{i}".encode(), headers=CALLER_AUTH)
             expect = f"body-{i}".encode()
         else:
             conn.request("GET", f"/v1/models?i={i}", headers=CALLER_AUTH)
@@ -317,7 +320,7 @@ def test_upstream_down_is_a_502_in_anthropic_error_shape(start_proxy, upstream):
 
 def test_upstream_error_status_and_body_pass_through(start_proxy, upstream):
     proxy = start_proxy()
-    status, _, body = call(proxy.socket_path("alpha"), url="/v1/overloaded", headers=CALLER_AUTH)
+    status, _, body = call(proxy.socket_path("alpha"), headers={**CALLER_AUTH, "x-test-overloaded": "1"})
     assert status == 529 and json.loads(body)["error"]["type"] == "overloaded_error"
 
 
@@ -348,14 +351,16 @@ def test_each_request_is_attributed_to_its_socket_group(start_proxy, upstream, c
     caplog.set_level(logging.INFO, logger="nanoclaw.proxy")
     upstream.gap = 0
     proxy = start_proxy(folders=("alpha", "beta"))
-    call(proxy.socket_path("alpha"), url="/v1/from-alpha", headers=CALLER_AUTH)
-    call(proxy.socket_path("beta"), url="/v1/from-beta", headers=CALLER_AUTH)
+    call(proxy.socket_path("alpha"), method="GET", url="/v1/models/from-alpha", headers=CALLER_AUTH)
+    call(proxy.socket_path("beta"), method="GET", url="/v1/models/from-beta", headers=CALLER_AUTH)
     # A header cannot claim another group: identity is the socket.
-    call(proxy.socket_path("beta"), url="/v1/from-beta", headers={**CALLER_AUTH, "x-nanoclaw-group": "alpha"})
+    call(proxy.socket_path("beta"), method="GET", url="/v1/models/from-beta",
+         headers={**CALLER_AUTH, "x-nanoclaw-group": "alpha"})
     def seen():
         return [(r.proxy_folder, r.proxy_path) for r in caplog.records if hasattr(r, "proxy_folder")]
     wait_for(lambda: len(seen()) == 3)
-    assert seen() == [("alpha", "/v1/from-alpha"), ("beta", "/v1/from-beta"), ("beta", "/v1/from-beta")]
+    assert seen() == [("alpha", "/v1/models/from-alpha"), ("beta", "/v1/models/from-beta"),
+                      ("beta", "/v1/models/from-beta")]
 
 
 def test_sockets_follow_the_list_of_groups(start_proxy, upstream):
@@ -366,7 +371,7 @@ def test_sockets_follow_the_list_of_groups(start_proxy, upstream):
     proxy.folders.append("gamma")
     assert proxy.wait_ready("gamma", timeout=5)
     assert time.monotonic() - t0 < 5
-    assert call(proxy.socket_path("gamma"), url="/v1/x")[0] == 200
+    assert call(proxy.socket_path("gamma"), url="/v1/messages/count_tokens")[0] == 200
     proxy.folders.remove("beta")
     deadline = time.monotonic() + 5
     while beta.exists() and time.monotonic() < deadline:
@@ -399,14 +404,14 @@ def test_stale_socket_is_replaced_and_a_live_one_is_left_alone(start_proxy, make
     dead.bind(str(path))
     dead.close()  # the file stays, nothing listens: what a killed proxy leaves
     first = start_proxy()
-    assert first.served == {"alpha"} and call(path, url="/v1/x")[0] == 200
+    assert first.served == {"alpha"} and call(path, url="/v1/messages/count_tokens")[0] == 200
 
     second = ProxyServer(settings, lambda: ["alpha"], rescan_interval=0.2).start()
     try:
         assert second.served == set()  # the first still answers
         first.stop()
         assert second.wait_ready("alpha", timeout=3) and second.served == {"alpha"}
-        assert call(path, url="/v1/x")[0] == 200
+        assert call(path, url="/v1/messages/count_tokens")[0] == 200
     finally:
         second.stop()
 
@@ -491,7 +496,7 @@ def test_serve_forever_rescans_on_sighup_and_cleans_up_on_sigterm(make_settings,
     beta = settings.proxy_dir / "beta" / "proxy.sock"
     try:
         assert wait_for(alpha.exists, timeout=10), "no socket after start"
-        assert call(alpha, url="/v1/x", headers=CALLER_AUTH)[0] == 200
+        assert call(alpha, url="/v1/messages/count_tokens", headers=CALLER_AUTH)[0] == 200
         folders.write_text("alpha\nbeta\n")
         time.sleep(0.3)
         assert not beta.exists()  # the next tick is a minute away...
@@ -504,4 +509,4 @@ def test_serve_forever_rescans_on_sighup_and_cleans_up_on_sigterm(make_settings,
             proc.kill()
     assert proc.returncode == 0, out
     assert not alpha.exists() and not beta.exists()
-    assert "alpha POST /v1/x -> 200" in out and HOST_KEY not in out
+    assert "alpha POST /v1/messages/count_tokens -> 200" in out and HOST_KEY not in out

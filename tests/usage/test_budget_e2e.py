@@ -43,3 +43,46 @@ def test_a_spent_budget_holds_the_message_until_the_owner_raises_it(make_setting
         svc.wait(lambda: "Second answer." in texts(svc.tg, 111), what="the waiting message answered")
         assert len([t for t in texts(svc.tg, 111) if "used up its daily budget" in t]) == 1  # told once
         assert not [t for t in texts(svc.tg, 111) if t.startswith("Sorry")]  # waited, never failed
+
+
+SHELL_TRIES = r"""python3 - <<'PY'
+import os, urllib.request, urllib.error
+base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
+body = b'{"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}'
+for path in ("/v1/messages/batches", "/v1//messages", "/v1/%6dessages", "/v1/files"):
+    req = urllib.request.Request(base + path, data=body, headers={"content-type": "application/json"})
+    try:
+        code = urllib.request.urlopen(req, timeout=30).status
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+    print("TRIED", path, code)
+PY"""
+
+
+def test_the_agents_shell_reaches_no_billed_endpoint_but_the_messages_one_and_that_is_counted(make_settings, sqlite_url):
+    """From inside a real sandbox: the batch API and a doubled slash never reach the provider; an
+    escaped spelling of /v1/messages arrives as /v1/messages and is in the ledger like any call."""
+    def shell(req):
+        done = req.turn_tool_results()
+        if req.path != "/v1/messages" or "hello" not in req.current_prompt():
+            return Reply.say("side call", model="claude-sonnet-4-5-20250929")
+        if not done:
+            return Reply.call("Bash", command=SHELL_TRIES)
+        return Reply.say("shell said: " + " | ".join(line for line in done[-1].text.splitlines()
+                                                      if line.startswith("TRIED")))
+
+    with sandbox_service(make_settings, sqlite_url, shell) as svc:
+        for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner"),
+                     ("wire", "telegram", "111", "andy")):
+            svc.cli(*args)
+        svc.post(message(111, OWNER, "hello"))
+        said = svc.wait(lambda: next((t for t in texts(svc.tg, 111) if t.startswith("shell said")), None),
+                        what="the shell's report")
+        assert "TRIED /v1/messages/batches 404" in said and "TRIED /v1//messages 400" in said
+        assert "TRIED /v1/%6dessages 200" in said and "TRIED /v1/files 404" in said
+        paths = [r.path for r in svc.model.requests]
+        assert set(paths) <= {"/v1/messages", "/v1/messages/count_tokens"}, paths
+        escaped = [r for r in svc.model.model_calls() if "max_tokens" in (r.body or {}) and r.body["max_tokens"] == 5]
+        assert len(escaped) == 1  # the shell's one call that may go
+        svc.wait(lambda: sum(r.calls for r in ModelUsage.select()) >= len(svc.model.model_calls()),
+                 what="every model call in the ledger")

@@ -3,12 +3,16 @@ once the agent's budget is spent, before it leaves the machine (real door on its
 central database, a fake Messages API)."""
 from __future__ import annotations
 
+import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from nanoclaw.models import AgentGroup, Session
 from nanoclaw.proxy import ProxyServer
+from nanoclaw.proxy.model_paths import Refused, canonical, endpoint
 from nanoclaw.usage.tables import BudgetEvent, ModelUsage
 from tests.fakes.model_api import FakeModel, Reply
 from tests.proxy.test_proxy import call
@@ -45,13 +49,17 @@ def waited(done, what: str, timeout: float = 10.0):
     return found
 
 
-def ask(proxy, folder: str, session: str = "", stream: bool = True):
+def ask(proxy, folder: str, session: str = "", stream: bool = True, *, encodings: str = "",
+        url: str = "/v1/messages?beta=true", method: str = "POST"):
     headers = {"content-type": "application/json", "x-api-key": "placeholder"}
     if session:
         headers["x-nanoclaw-session"] = session
+    if encodings:
+        headers["accept-encoding"] = encodings
     body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": stream,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
-    return call(proxy.proxy_dir / folder / "proxy.sock", body=body, headers=headers)
+    return call(proxy.proxy_dir / folder / "proxy.sock", method=method, url=url,
+                body=body if method == "POST" else None, headers=headers)
 
 
 @pytest.fixture
@@ -101,3 +109,128 @@ def test_a_model_the_table_does_not_know_is_priced_at_the_dearest_rate(door):
     recorded(1)
     row = ModelUsage.get()
     assert row.unpriced and row.priced_as == "claude-opus-4-1" and row.cost_micro_usd == 1_000 * 15 + 5 * 75
+
+
+# --- answers the meter reads whatever their encoding (issue 39, item 1) ---------------------------
+
+def test_the_upstream_is_asked_for_plain_answers_and_a_compressed_one_is_still_counted(door):
+    """The CLI asks for gzip; the door asks the provider for identity, and when a provider compresses
+    anyway (streamed or not) the meter decodes its own copy: the caller gets the bytes as sent."""
+    for stream in (True, False):
+        status, headers, body = ask(door, "andy", "s-andy", stream=stream, encodings="gzip, deflate, br, zstd")
+        assert status == 200 and "content-encoding" not in {k.lower() for k in headers}
+    assert all(r.headers.get("accept-encoding") == "identity" for r in door.model.model_calls())
+    door.model.compress = "gzip"  # one that ignores what it is asked
+    for stream in (True, False):
+        status, headers, body = ask(door, "andy", "s-andy", stream=stream, encodings="gzip")
+        assert status == 200 and headers.get("content-encoding") == "gzip"
+        assert b"ok" in gzip.decompress(body)  # relayed as the provider sent it
+    recorded(4)
+    row = ModelUsage.get(ModelUsage.session_id == "s-andy")
+    assert (row.calls, row.input_tokens, row.output_tokens) == (4, 400_000, 20)
+    assert row.cost_micro_usd == 4 * (100_000 * 3 + 5 * 15)
+
+
+def test_an_answer_whose_usage_cannot_be_read_is_charged_the_estimate_never_nothing(door, caplog):
+    """An encoding nobody here can decode, or a success without usage: input = body bytes / 3 tokens,
+    output = max_tokens, at the table's dearest rates; logged once per model."""
+    door.model.compress = "br"
+    caplog.set_level("WARNING", logger="nanoclaw.proxy.spending")
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 2_000, "stream": True,
+                       "messages": [{"role": "user", "content": "x" * 2_990}]}).encode()
+    for _ in range(2):
+        assert call(door.proxy_dir / "andy" / "proxy.sock", body=body,
+                    headers={"content-type": "application/json", "accept-encoding": "br"})[0] == 200
+    recorded(2)
+    row = ModelUsage.get()
+    expected_in = -(-len(body) // 3)
+    assert (row.input_tokens, row.output_tokens) == (2 * expected_in, 2 * 2_000)
+    assert row.priced_as == "claude-opus-4-1" and row.cost_micro_usd == 2 * (expected_in * 15 + 2_000 * 75)
+    lines = [r for r in caplog.records if "without usage the proxy can read" in r.getMessage()]
+    assert len(lines) == 1 and "claude-sonnet-4-5" in lines[0].getMessage()
+
+
+# --- only model endpoints, spelled plainly, reach the provider (item 2) ------------------------------
+
+def test_batches_and_other_spellings_never_reach_the_provider(door, cli):
+    sock = door.proxy_dir / "andy" / "proxy.sock"
+    body = json.dumps({"requests": [{"custom_id": "a", "params": {"model": "claude-sonnet-4-5", "max_tokens": 10,
+                                                                     "messages": []}}]}).encode()
+    for path, status in (("/v1/messages/batches", 404), ("/v1/messages/batches/", 404), ("/v1//messages", 400),
+                         ("/v1/messages/%2e%2e/batches", 400), ("/v1/%252e%252e/complete", 400),
+                         ("/v1/complete", 404), ("/V1/messages", 404), ("/v1/files", 404)):
+        got, _, answer = call(sock, url=path, body=body, headers={"content-type": "application/json"})
+        assert got == status, path
+        assert json.loads(answer)["error"]["message"].startswith("nanoclaw proxy:")
+    assert call(sock, method="GET", url="/v1/messages", body=None)[0] == 405
+    assert door.model.requests == []
+    # an escaped spelling of the one billed endpoint is that endpoint: sent plainly, counted, capped
+    assert ask(door, "andy", "s-andy", url="/v1/%6dessages?beta=true")[0] == 200
+    assert [r.path for r in door.model.requests] == ["/v1/messages"]
+    recorded(1)
+    assert cli("budget", "set", "andy", "--daily", "0.10").exit_code == 0
+    door.model_api.spending.limits.forget()
+    assert ask(door, "andy", "s-andy", url="/v1/%6dessages")[0] == 402
+    assert ask(door, "andy", "s-andy", url="/v1/messages/")[0] == 402
+    assert len(door.model.requests) == 1
+
+
+_SEGMENT = st.one_of(st.sampled_from(["v1", "messages", "count_tokens", "models", "batches", "complete", ".", "..",
+                                      "", "%2e", "%2E%2e", "%6dessages", "MESSAGES", "%2f", "%252e", "%00", "a;b",
+                                      "claude-sonnet-4-5", "%76%31"]),
+                     st.text(alphabet="abcdefgmorstuv%2._-/", max_size=8))
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segments=st.lists(_SEGMENT, min_size=1, max_size=5), method=st.sampled_from(["GET", "POST"]))
+def test_any_path_reaches_the_provider_only_as_a_model_endpoint_and_every_billed_call_is_counted(
+        door, segments, method):
+    path = "/" + "/".join(segments)
+    before_requests = len(door.model.requests)
+    before_calls = sum(r.calls for r in ModelUsage.select())
+    status, _, _ = ask(door, "andy", "s-andy", method=method, url=path)
+    plain = canonical(path)
+    found = endpoint(method, path)
+    reached = door.model.requests[before_requests:]
+    if isinstance(found, Refused):
+        assert status in (400, 404, 405) and reached == []  # the door or the model route said why
+        assert sum(r.calls for r in ModelUsage.select()) == before_calls
+        return
+    assert [r.path for r in reached] == [found.path] and found.path == plain.rstrip("/")
+    assert found.path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/models") or \
+        found.path.startswith("/v1/models/")
+    if found.billed:
+        recorded(before_calls + 1)
+
+
+def test_canonical_paths_are_plain():
+    assert canonical("/v1/%6dessages") == "/v1/messages"
+    for bad in ("/v1//messages", "/v1/%2e%2e/x", "/v1/%252e", "/v1/messages\\x", "/v1/%0amessages", "v1/messages",
+                "/v1/%ff"):
+        assert canonical(bad) is None, bad
+
+
+# --- calls in flight hold their estimate (item 8) -------------------------------------------------
+
+def test_thirty_calls_at_once_overshoot_a_budget_by_at_most_one_reservation(door, cli):
+    """Each call reserves its estimate (body bytes / 3 input, max_tokens output, at the dearest rate)
+    until its answer is counted: a call is admitted only while spent + reserved is below the limit."""
+    assert cli("budget", "set", "andy", "--daily", "2").exit_code == 0
+    door.model.script = lambda req: Reply.say("ok", model="claude-sonnet-4-5-20250929", input_tokens=100_000,
+                                              delay_s=0.2)
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 1_000, "stream": True,
+                       "messages": [{"role": "user", "content": "y" * 299_900}]}).encode()
+    reservation = -(-len(body) // 3) * 15 + 1_000 * 75  # micro-USD at claude-opus-4-1's rates
+
+    def one(_):
+        return call(door.proxy_dir / "andy" / "proxy.sock", body=body,
+                    headers={"content-type": "application/json", "x-nanoclaw-session": "s-andy"})[0]
+
+    with ThreadPoolExecutor(30) as pool:
+        statuses = list(pool.map(one, range(30)))
+    answered = statuses.count(200)
+    assert statuses.count(402) == 30 - answered and answered == len(door.model.model_calls())
+    recorded(answered)
+    spent = sum(r.cost_micro_usd for r in ModelUsage.select())
+    assert spent >= 2_000_000 and spent <= 2_000_000 + reservation, (answered, spent)
+    assert door.model_api.spending.reserved("andy") == 0  # every reservation was given back

@@ -3,7 +3,9 @@ the middle of a stream), priced by the table, summed exactly; budgets decided on
 is the owner's, not UTC's."""
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from datetime import date, datetime, timezone
 
 import pytest
@@ -37,6 +39,34 @@ def test_a_stream_is_read_in_whatever_pieces_it_arrives(cut):
     for i in range(0, len(body), cut):
         meter.feed(body[i:i + cut])
     assert meter.result() == ("claude-sonnet-4-5-20250929", Tokens(2095, 503, 1200, 30000))
+
+
+@given(cuts=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=30),
+       coding=st.sampled_from(["gzip", "x-gzip", "deflate", "raw-deflate"]))
+def test_a_compressed_stream_is_read_as_the_plain_one_in_any_pieces(cuts, coding):
+    """The answer as the caller gets it, compressed as a provider may send it, split anywhere."""
+    plain = sse(START, {"type": "ping"}, DELTA, {"type": "message_stop"})
+    if coding in ("gzip", "x-gzip"):
+        packed = gzip.compress(plain)
+    else:
+        packer = zlib.compressobj(wbits=zlib.MAX_WBITS if coding == "deflate" else -zlib.MAX_WBITS)
+        packed = packer.compress(plain) + packer.flush()
+    meter = Meter("text/event-stream", "deflate" if coding == "raw-deflate" else coding)
+    at = 0
+    for cut in cuts * (len(packed) // sum(cuts) + 1):
+        meter.feed(packed[at:at + cut])
+        at += cut
+        if at >= len(packed):
+            break
+    assert meter.result() == ("claude-sonnet-4-5-20250929", Tokens(2095, 503, 1200, 30000)) and meter.reported
+
+
+def test_an_encoding_the_meter_cannot_read_reports_nothing_and_says_so():
+    for coding, data in (("br", b"\x1b\x00\x00"), ("gzip, gzip", gzip.compress(gzip.compress(sse(START)))),
+                         ("gzip", b"not gzip at all")):
+        meter = Meter("text/event-stream", coding)
+        meter.feed(data)
+        assert meter.result() == (None, Tokens()) and not meter.reported and meter.unreadable
 
 
 def test_an_error_mid_stream_keeps_what_was_reported():
