@@ -105,11 +105,20 @@ def api_request(http, method: str, url: str, what: str, **kwargs):
         return resp, None
 
 
+DEFAULT_FILE_LIMIT = 50 * 1024 * 1024
+
+
+def file_limit(adapter) -> int:
+    """The largest file the platform takes from a bot (what delivery copies at most)."""
+    return int(getattr(adapter, "max_file_bytes", DEFAULT_FILE_LIMIT))
+
+
 class Adapter(Protocol):
     """Outbound operations every platform implements. Platforms that receive webhooks also have
     `handle_webhook(kind, method, headers, query, body: bytes) -> Parsed` (verify the raw body
     first: raise WebhookRefused / MalformedPayload) and `acknowledge_action(action, text)`."""
     name: str
+    max_file_bytes: int  # the largest file it sends (DEFAULT_FILE_LIMIT when it does not say)
 
     def send_text(self, target: Target, text: str) -> str | None: ...
     def edit_text(self, target: Target, platform_message_id: str, text: str) -> None: ...

@@ -79,6 +79,7 @@ def transcript(chat_id: str, *, after: int = 0, since: datetime | None = None, l
 
 @register(CHANNEL)
 class WebAdapter:
+    max_file_bytes = MAX_FILE_BYTES
     def __init__(self, settings):
         self.settings = settings
 

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 from . import typing_indicator
 from .progress import progress_for
 from .. import metrics
-from ..channels.base import DeliveryError, get_adapter
+from ..channels.base import DeliveryError, file_limit, get_adapter
 from ..security import UnsafePath, contained
 from ..sessions import session_schema as schema
 from ..sessions.store import (Target, attach_outbound, file_identity, targets_of, inbound_db, outbound_db,
@@ -108,22 +109,27 @@ def _identity(path: Path) -> tuple | None:
 
 
 class KeptSessions:
-    """The delivery thread's connections (inbound.db with the agent's outbound.db attached), kept
+    """The delivery workers' connections (inbound.db with the agent's outbound.db attached), kept
     from one pass to the next: opening and attaching took ~0.4 ms of every reply. One is used again
     only while both files are the very ones it opened, so a session folder made anew or an
-    outbound.db the agent replaced gets a fresh connection. One thread only."""
+    outbound.db the agent replaced gets a fresh connection. A session is delivered by one worker at
+    a time (watcher.SessionPool); while it is, its connection is leased and nothing else closes it."""
 
     def __init__(self, limit: int = 64):
         self.limit = limit
         self._open: dict[Path, tuple[sqlite3.Connection, tuple]] = {}
+        self._leased: set[Path] = set()
+        self._lock = threading.Lock()
 
     def get(self, path: Path) -> sqlite3.Connection | None:
         identity = _identity(path)
-        kept = self._open.pop(path, None)
+        with self._lock:
+            kept = self._open.pop(path, None)
         if kept is not None:
             conn, opened = kept
             if identity is not None and identity == opened and not conn.in_transaction:
-                self._open[path] = kept  # most recently used last
+                with self._lock:
+                    self._open[path] = kept  # most recently used last
                 return conn
             conn.close()
         if identity is None:
@@ -133,22 +139,50 @@ class KeptSessions:
             return None
         if _identity(path) != identity:  # replaced while we opened it: use it once, keep nothing
             return conn
-        self._open[path] = (conn, identity)
-        while len(self._open) > self.limit:
-            self.drop(next(iter(self._open)))
+        with self._lock:
+            self._open[path] = (conn, identity)
+            evicted = [self._open.pop(p)[0] for p in list(self._open)[:max(0, len(self._open) - self.limit)]
+                       if p not in self._leased and p != path]
+        for old in evicted:
+            old.close()
         return conn
 
+    @contextmanager
+    def lease(self, path: Path) -> Iterator[sqlite3.Connection | None]:
+        """The session's connection for one pass; dropped when the pass fails (whatever state it was
+        left in, the next pass starts afresh)."""
+        with self._lock:
+            self._leased.add(path)
+        try:
+            conn = self.get(path)
+            try:
+                yield conn
+            except BaseException:
+                if conn is not None:
+                    self.drop(path)
+                raise
+            finally:
+                if conn is not None and not self.keeps(conn):
+                    conn.close()  # a connection used once
+        finally:
+            with self._lock:
+                self._leased.discard(path)
+
     def keeps(self, conn: sqlite3.Connection) -> bool:
-        return any(kept is conn for kept, _ in self._open.values())
+        with self._lock:
+            return any(kept is conn for kept, _ in self._open.values())
 
     def drop(self, path: Path) -> None:
-        kept = self._open.pop(path, None)
+        with self._lock:
+            kept = self._open.pop(path, None)
         if kept is not None:
             kept[0].close()
 
     def retain(self, paths) -> None:
-        """Close the connections of sessions no longer live."""
-        for path in set(self._open) - set(paths):
+        """Close the connections of sessions no longer live (not one a worker is using)."""
+        with self._lock:
+            gone = set(self._open) - set(paths) - self._leased
+        for path in gone:
             self.drop(path)
 
     def close(self) -> None:
@@ -278,7 +312,7 @@ def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
             adapter.react(row.target, pid, op["emoji"])
         return pid
     if kind == "file":
-        with outbox_copy(session_path, op.get("path")) as path:
+        with outbox_copy(session_path, op.get("path"), file_limit(adapter)) as path:
             return adapter.send_file(row.target, path, op.get("text"))
     raise DeliveryError(f"unknown outbound op {kind!r}", permanent=True)
 
@@ -290,80 +324,102 @@ def sent_name(outbox_name: str) -> str:
 
 
 @contextmanager
-def outbox_copy(session_path: Path, name) -> Iterator[Path]:
-    """A host-owned copy of a file in the agent's outbox/, for the adapter to send. The file is
-    opened without following a link and its real path is checked again on the open descriptor, so a
-    link the agent swaps in after the check cannot make the host send another file."""
+def outbox_copy(session_path: Path, name, limit: int) -> Iterator[Path]:
+    """A host-owned copy of a file in the agent's outbox/, for the adapter to send. The agent controls
+    that folder, so the host never blocks on it and never copies more than the platform takes: the
+    file is opened without following a link and without waiting (a FIFO would hold the open until a
+    writer came), then `fstat` says what it is before a byte is read (a plain file, within `limit`:
+    a sparse file's size counts, not its blocks), its real path is checked again on the descriptor
+    (a link swapped in after the check cannot make the host send another file), and at most `limit`
+    bytes are copied (one that grows meanwhile is refused)."""
     outbox = outbox_dir(session_path)
     try:
         real = contained(outbox, str(name).removeprefix("outbox/"))
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (UnsafePath, OSError, TypeError) as exc:
         raise DeliveryError(f"file refused: {exc}", permanent=True) from None
     try:
+        st = os.fstat(fd)
         opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if outbox.resolve() not in opened.parents or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if outbox.resolve() not in opened.parents or not stat.S_ISREG(st.st_mode):
             raise DeliveryError(f"file refused: {name!r} is not a file in the outbox", permanent=True)
+        if st.st_size > limit:
+            raise DeliveryError(f"file refused: {real.name} is {st.st_size} bytes, more than this platform takes "
+                                f"({limit})", permanent=True)
         with tempfile.TemporaryDirectory(prefix="nanoclaw-send-") as staging:
             copy = Path(staging) / sent_name(real.name)
-            with os.fdopen(os.dup(fd), "rb") as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with open(copy, "wb") as dst:
+                if _copy_at_most(fd, dst, limit) > limit:
+                    raise DeliveryError(f"file refused: {real.name} grew past {limit} bytes while it was read",
+                                        permanent=True)
             yield copy
     finally:
         os.close(fd)
+
+
+def _copy_at_most(fd: int, dst, limit: int) -> int:
+    """Copy from the descriptor's start; stops one byte past `limit` (the caller refuses that)."""
+    copied = 0
+    while copied <= limit:
+        chunk = os.pread(fd, min(1 << 20, limit + 1 - copied), copied)
+        if not chunk:
+            break
+        dst.write(chunk)
+        copied += len(chunk)
+    return copied
 
 
 def deliver_session(session_path: Path, settings, now: datetime | None = None,
                     kept: KeptSessions | None = None) -> int:
     """Deliver every due row of one session. Returns how many were delivered. With `kept`, the
     session's connection comes from there and stays open afterwards."""
-    conn = kept.get(session_path) if kept is not None else open_session(session_path)
-    if conn is None:
-        return 0
-    keep = kept is not None and kept.keeps(conn)
+    if kept is None:
+        conn = open_session(session_path)
+        try:
+            return _deliver(conn, session_path, settings, now) if conn is not None else 0
+        finally:
+            if conn is not None:
+                conn.close()
+    with kept.lease(session_path) as conn:
+        return _deliver(conn, session_path, settings, now) if conn is not None else 0
+
+
+def _deliver(conn: sqlite3.Connection, session_path: Path, settings, now: datetime | None) -> int:
     now = now or datetime.now(timezone.utc)
     delivered = 0
-    try:
-        rows = due_rows(conn, _iso(now))
-        allowed = targets_of(conn) if rows else set()
-        for row in rows:
-            # the claim is the one commit (one fsync) before a send; the acks' bookkeeping waits
-            # until after the sends, off the answer's path
-            if not claim(conn, row):
-                continue
-            try:
-                handler = _OPS.get(row.op.get("op"))
-                if handler is not None:
-                    platform_id = handler(session_path, row, settings)
-                else:
-                    if row.target not in allowed:
-                        raise DeliveryError(f"target {row.target} is not this session's chat or destination",
-                                            permanent=True)
-                    adapter = get_adapter(row.target.channel_type, settings)
-                    platform_id = perform(adapter, conn, session_path, row)
-            except Exception as exc:  # any adapter failure keeps the row for a retry
-                _failed(conn, settings, row, exc, now)
-                continue
-            conn.execute("UPDATE delivered SET status = 'delivered', platform_message_id = ?, "
-                         "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
-                         (platform_id, _iso(datetime.now(timezone.utc)), row.id))
-            delivered += 1
-            metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
-        sync_acks(conn)
-        typing_indicator.tick(conn, session_path, settings)
-        if settings is not None:
-            progress_for(settings).tick(conn, session_path)
-        if typing_indicator.working(session_path) or has_retries(conn):
-            clock_driven.add(session_path)
-        else:
-            clock_driven.discard(session_path)
-    except BaseException:
-        if keep:
-            kept.drop(session_path)  # closed: whatever state it was left in, the next pass starts afresh
-        raise
-    finally:
-        if not keep:
-            conn.close()
+    rows = due_rows(conn, _iso(now))
+    allowed = targets_of(conn) if rows else set()
+    for row in rows:
+        # the claim is the one commit (one fsync) before a send; the acks' bookkeeping waits
+        # until after the sends, off the answer's path
+        if not claim(conn, row):
+            continue
+        try:
+            handler = _OPS.get(row.op.get("op"))
+            if handler is not None:
+                platform_id = handler(session_path, row, settings)
+            else:
+                if row.target not in allowed:
+                    raise DeliveryError(f"target {row.target} is not this session's chat or destination",
+                                        permanent=True)
+                adapter = get_adapter(row.target.channel_type, settings)
+                platform_id = perform(adapter, conn, session_path, row)
+        except Exception as exc:  # any adapter failure keeps the row for a retry
+            _failed(conn, settings, row, exc, now)
+            continue
+        conn.execute("UPDATE delivered SET status = 'delivered', platform_message_id = ?, "
+                     "tries = tries + 1, delivered_at = ?, last_error = NULL WHERE message_out_id = ?",
+                     (platform_id, _iso(datetime.now(timezone.utc)), row.id))
+        delivered += 1
+        metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
+    sync_acks(conn)
+    typing_indicator.tick(conn, session_path, settings)
+    if settings is not None:
+        progress_for(settings).tick(conn, session_path)
+    if typing_indicator.working(session_path) or has_retries(conn):
+        clock_driven.add(session_path)
+    else:
+        clock_driven.discard(session_path)
     return delivered
 
 

@@ -1,10 +1,14 @@
 """The delivery thread: hands what the active sessions' runners committed to outbound.db to delivery.
 
 It sleeps until a runner nudges (agent/nudge touched after each commit; see agent_runner/nudge.py)
-and then delivers that session at once. Every FULL_PASS_S it looks at every live session's
-outbound files (a few stat calls each) and delivers those that changed without a nudge (the
+and then has that session delivered at once. Every FULL_PASS_S it looks at every live session's
+outbound files (a few stat calls each) and has those delivered that changed without a nudge (the
 safety net: a lost nudge costs that second, never the message) and those that need the clock (a
 retry coming due, a typing indicator to show again). Without inotify it does that every POLL_S.
+
+The deliveries themselves run on a bounded pool (SessionPool), one worker per session at a time:
+whatever one session's work costs (a slow platform call, a file to copy, a search or a voice to
+make), the others' go on beside it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 import select
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -71,6 +76,66 @@ def to_deliver(live: dict[Path, tuple], nudged: set[Path], full: bool, clock_dri
     return out
 
 
+DELIVERY_WORKERS = 8  # sessions delivered at once; threads are made only as work needs them
+CLOSE_WAIT_S = 15.0   # at shutdown, how long the deliveries in flight may take to finish
+
+
+class SessionPool:
+    """Runs `work(path)` for sessions on a bounded pool, one worker per session at a time: a session
+    asked for again while its work runs is run once more right after (nothing asked is lost, and
+    asks that pile up meanwhile cost one run). `done(path, value)` is told each run's `value`, the
+    latest asked with the session (its outbound signature)."""
+
+    def __init__(self, work: Callable[[Path], object], done: Callable[[Path, object], None] | None = None,
+                 workers: int = DELIVERY_WORKERS):
+        self.work = work
+        self.done = done or (lambda path, value: None)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nanoclaw-deliver")
+        self._running: dict[Path, list] = {}  # path -> [asked again?, the value to tell]
+        self._lock = threading.Condition()
+
+    def submit(self, path: Path, value: object = None) -> None:
+        with self._lock:
+            if path in self._running:
+                self._running[path] = [True, value]
+                return
+            self._running[path] = [False, value]
+        try:
+            self._pool.submit(self._run, path)
+        except RuntimeError:  # shut down: the work waits for the next start
+            with self._lock:
+                self._running.pop(path, None)
+                self._lock.notify_all()
+
+    def _run(self, path: Path) -> None:
+        while True:
+            with self._lock:
+                value = self._running[path][1]
+                self._running[path][0] = False
+            try:
+                self.work(path)
+                self.done(path, value)
+            except Exception as exc:  # the row stays for the next pass
+                log.exception("delivery for %s failed: %s", path, exc)
+            with self._lock:
+                if not self._running[path][0]:
+                    del self._running[path]
+                    self._lock.notify_all()
+                    return
+
+    def busy(self) -> set[Path]:
+        with self._lock:
+            return set(self._running)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Until no session's work runs or waits (tests, shutdown)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._running, timeout)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
 class DeliveryLoop:
     """Runs in one thread of the process that holds the scheduler lock. `live` (session path ->
     last signature) is the Background's; `refresh` updates it from the active sessions."""
@@ -81,8 +146,9 @@ class DeliveryLoop:
         self.live = live
         self.refresh = refresh
         self.stop = stop
-        self.kept = delivery.KeptSessions()  # this thread's connections, one per live session
+        self.kept = delivery.KeptSessions()  # the workers' connections, one per live session
         self.deliver = deliver or (lambda path: delivery.deliver_session(path, settings, kept=self.kept))
+        self.pool = SessionPool(lambda path: self.deliver(path), self._delivered)
         self._r, self._w = os.pipe()
         self._fd_lock = threading.Lock()  # interrupt() from request threads never writes to a closed fd
         os.set_blocking(self._r, False)
@@ -104,8 +170,18 @@ class DeliveryLoop:
             except (BlockingIOError, OSError):
                 pass  # one is already pending
 
+    def _delivered(self, path: Path, sig) -> None:
+        if path in self.live:
+            self.live[path] = sig
+
     def close(self) -> None:
-        """After the thread ended."""
+        """After the thread ended: the deliveries in flight may finish (for CLOSE_WAIT_S; a platform
+        call that hangs past that is left to its own timeout)."""
+        finished = self.pool.wait_idle(CLOSE_WAIT_S)
+        self.pool.shutdown(wait=finished)
+        if not finished:
+            log.warning("shutting down with a delivery still under way after %.0f s (its row is settled at "
+                        "the next start)", CLOSE_WAIT_S)
         self.kept.close()
         if self.watcher:
             self.watcher.close()
@@ -167,13 +243,8 @@ class DeliveryLoop:
         for path, sig in to_deliver(self.live, nudged, full or self.watcher is None, delivery.clock_driven,
                                     outbound_signature):
             if self.stop.is_set():
-                return  # shutting down: the delivery in flight finished, the rest waits for the next start
-            try:
-                self.deliver(path)
-                if path in self.live:
-                    self.live[path] = sig
-            except Exception as exc:  # keep the loop alive; the row stays for the next pass
-                log.exception("delivery for %s failed: %s", path, exc)
+                return  # shutting down: the deliveries in flight finish, the rest waits for the next start
+            self.pool.submit(path, sig)
         if self.stop.is_set():
             return
         if self.watcher is None:

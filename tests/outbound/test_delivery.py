@@ -1,5 +1,7 @@
 """Delivery: outbound rows reach the adapter once, retries with backoff, failure notice, targets checked."""
 import json
+import os
+import threading
 import shutil
 from datetime import datetime, timedelta, timezone
 
@@ -139,6 +141,45 @@ def test_file_outside_outbox_is_refused(session):
     deliver_session(session, settings=None)
     assert status(session)[0][0] == "failed"
     assert all(kind != "file" for kind, *_ in Recorder.sent)
+
+
+def test_a_fifo_or_a_file_past_the_platforms_limit_is_refused_without_blocking_or_copying(session, monkeypatch):
+    """The agent controls its outbox: a FIFO there would hold a blocking open() until some writer
+    came, and a sparse file copies its full size. Refused from fstat, before a byte is read; a file
+    that grows past the limit while it is read is refused too."""
+    outbox = session / "agent" / "outbox"
+    os.mkfifo(outbox / "pipe.txt")
+    with open(outbox / "sparse.bin", "wb") as f:
+        f.truncate(8 << 30)
+    (outbox / "fits.txt").write_text("x" * 100)
+    monkeypatch.setattr(Recorder, "max_file_bytes", 100, raising=False)
+    agent_writes(session, {"op": "file", "path": "outbox/pipe.txt"}, {"op": "file", "path": "outbox/sparse.bin"},
+                 {"op": "file", "path": "outbox/fits.txt"})
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (deliver_session(session, settings=None), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(30), "delivery hung on the agent's FIFO"
+    assert [s[0] for s in status(session)] == ["failed", "failed", "delivered"]
+    assert Recorder.sent[-1] == ("file", "fits.txt", "x" * 100)
+    told = [text for kind, _, text in Recorder.sent if kind == "text"]
+    assert "not a file in the outbox" in told[0] and "more than this platform takes (100)" in told[1]
+
+
+def test_a_file_that_grows_while_it_is_copied_is_refused(session, monkeypatch):
+    outbox = session / "agent" / "outbox"
+    (outbox / "grows.txt").write_text("x" * 50)
+    original = delivery_module.os.pread
+
+    def growing(fd, n, offset):
+        with open(outbox / "grows.txt", "a") as f:
+            f.write("y" * 60)  # the agent appends while the host reads
+        return original(fd, n, offset)
+
+    monkeypatch.setattr(Recorder, "max_file_bytes", 100, raising=False)
+    monkeypatch.setattr(delivery_module.os, "pread", growing)
+    agent_writes(session, {"op": "file", "path": "outbox/grows.txt"})
+    deliver_session(session, settings=None)
+    assert status(session)[0][0] == "failed" and not any(kind == "file" for kind, *_ in Recorder.sent)
 
 
 def test_completed_acks_are_copied_to_messages_in(session):

@@ -229,3 +229,65 @@ def test_every_nudge_dropped_and_each_message_is_still_answered(make_settings, s
     monkeypatch.setitem(sandboxes.SDK_ENV, "NANOCLAW_NUDGES", "0")                     # the runner drops
     with sandbox_service(make_settings, sqlite_url, _script, runtime=runtime) as svc:
         _two_answers(svc)
+
+
+# --- one session's slow work never holds another's (issue 39, item 3) ------------------------------
+
+def test_a_slow_session_holds_a_worker_of_its_own_and_the_others_are_delivered_meanwhile(make_settings, tmp_path):
+    """The real loop and pool: session A's delivery blocks (a platform call that hangs) until the test
+    lets it go; B and C, committed after it, are delivered while A still hangs, and A asked again
+    meanwhile runs once more after, never twice at once."""
+    paths = {name: tmp_path / name for name in "abc"}
+    for path in paths.values():
+        store.prepare(path, Target("cli", "c"))
+    release, running_a = threading.Event(), threading.Event()
+    delivered: list[str] = []
+    at_once, most = [0], [0]
+    guard = threading.Lock()
+
+    def deliver(path: Path) -> None:
+        with guard:
+            at_once[0] += 1
+            most[0] = max(most[0], at_once[0])
+        try:
+            if path == paths["a"] and not release.is_set():
+                running_a.set()
+                release.wait(30)
+            delivered.append(path.name)
+        finally:
+            with guard:
+                at_once[0] -= 1
+
+    stop = threading.Event()
+    live = {p: () for p in paths.values()}
+    loop = delivery_watcher.DeliveryLoop(make_settings(), live, lambda: None, stop, deliver=deliver)
+    loop.pool.submit(paths["a"])
+    assert running_a.wait(10)
+    loop.pool.submit(paths["a"])  # a nudge while it hangs: queued behind itself, not beside
+    loop.pool.submit(paths["b"])
+    loop.pool.submit(paths["c"])
+    deadline = time.monotonic() + 10
+    while not {"b", "c"} <= set(delivered):
+        assert time.monotonic() < deadline, f"b and c waited for a: {delivered}"
+        time.sleep(0.01)
+    assert "a" not in delivered
+    release.set()
+    assert loop.pool.wait_idle(10)
+    assert delivered.count("a") == 2 and most[0] <= 3
+    stop.set()
+    loop.close()
+
+
+def test_close_does_not_wait_for_ever_on_a_hung_delivery(make_settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(delivery_watcher, "CLOSE_WAIT_S", 0.5)
+    path = tmp_path / "s"
+    store.prepare(path, Target("cli", "c"))
+    hung, release = threading.Event(), threading.Event()
+    loop = delivery_watcher.DeliveryLoop(make_settings(), {path: ()}, lambda: None, threading.Event(),
+                                         deliver=lambda p: (hung.set(), release.wait(30)))
+    loop.pool.submit(path)
+    assert hung.wait(10)
+    started = time.monotonic()
+    loop.close()
+    assert time.monotonic() - started < 5
+    release.set()

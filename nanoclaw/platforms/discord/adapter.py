@@ -204,6 +204,7 @@ def thread_name(text: str | None, fallback: str) -> str:
 
 @register(CHANNEL)
 class DiscordAdapter:
+    max_file_bytes = 25 * 1024 * 1024  # a bot's upload limit in a server without boosts
     timeout = (5, 30)
 
     def __init__(self, settings, clock=time.time):

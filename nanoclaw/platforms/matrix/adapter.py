@@ -125,6 +125,7 @@ def retry_after(body: dict, headers) -> float | None:
 
 @register("matrix")
 class MatrixAdapter:
+    max_file_bytes = 50 * 1024 * 1024  # Synapse's default max_upload_size
     live_status = True  # a long turn's status message can be edited and redacted (outbound/progress.py)
 
     def __init__(self, settings):

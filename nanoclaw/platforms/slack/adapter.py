@@ -86,6 +86,7 @@ def file_of(f: sl.File) -> dict:
 
 @register("slack")
 class SlackAdapter:
+    max_file_bytes = 1024 * 1024 * 1024  # files.upload takes up to 1 GB
     def __init__(self, settings):
         self.settings = settings
         platform = settings.platform

@@ -170,6 +170,7 @@ def keyboard(buttons) -> list[list[dict]]:
 
 @register("telegram")
 class TelegramAdapter:
+    max_file_bytes = 50 * 1000 * 1000  # the Bot API sends files of up to 50 MB
     def __init__(self, settings):
         self.settings = settings
         platform = settings.platform

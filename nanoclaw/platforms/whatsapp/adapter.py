@@ -268,6 +268,7 @@ def error_for(status: int, payload, headers) -> DeliveryError:
 
 @register(CHANNEL)
 class WhatsAppAdapter:
+    max_file_bytes = DOCUMENT_SIZE_LIMIT
     timeout = (5, 30)
 
     def __init__(self, settings):
