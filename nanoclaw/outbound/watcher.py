@@ -87,10 +87,10 @@ class SessionPool:
     latest asked with the session (its outbound signature)."""
 
     def __init__(self, work: Callable[[Path], object], done: Callable[[Path, object], None] | None = None,
-                 workers: int = DELIVERY_WORKERS):
+                 workers: int | None = None):
         self.work = work
         self.done = done or (lambda path, value: None)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nanoclaw-deliver")
+        self._pool = ThreadPoolExecutor(max_workers=workers or DELIVERY_WORKERS, thread_name_prefix="nanoclaw-deliver")
         self._running: dict[Path, list] = {}  # path -> [asked again?, the value to tell]
         self._lock = threading.Condition()
 
