@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -135,14 +136,42 @@ class Watcher:
 
 
 def touch(directory: Path) -> None:
-    """The runner's nudge to the host; never fails the write it follows."""
-    path = Path(directory) / NUDGE
+    """The runner's nudge to the host (the door's, for a remote runner); never fails the write it
+    follows."""
     try:
-        os.utime(path)
-    except FileNotFoundError:
-        try:
-            path.touch()
-        except OSError:
-            pass
+        touch_plain(Path(directory) / NUDGE)
     except OSError:
+        pass
+
+
+def touch_plain(path: Path) -> None:
+    """Make `path` a plain file with a fresh mtime without following a link: the host touches files
+    in the agent's folder (the nudge, the heartbeat of a remote runner), where a link the agent left
+    could point anywhere. A link, or anything else that is not a plain file, is removed first."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EEXIST):
+                raise
+            _remove(path)  # a link (ELOOP), a FIFO without a reader (ENXIO), a folder
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.utime(fd)
+                return
+        finally:
+            os.close(fd)
+        _remove(path)  # a FIFO with a reader, a device: not what the host touches
+    raise OSError(errno.EEXIST, f"{path} could not be made a plain file")
+
+
+def _remove(path: Path) -> None:
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.rmdir(path)  # an empty folder in its place; a full one stays and the touch fails
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
         pass

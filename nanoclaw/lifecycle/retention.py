@@ -13,7 +13,6 @@ keep_reason() is the pure decision; read_run() gathers what it needs from the se
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sqlite3
 from dataclasses import dataclass
@@ -71,10 +70,7 @@ def parse_thread(thread_id: str) -> tuple[str, str] | None:
 # --- reading ------------------------------------------------------------------------------------
 
 def _mtime(path: Path) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
+    return store.agent_mtime(path)  # the agent's files: a link there is not followed
 
 
 def read_run(path: Path, *, running: bool, still_due: bool, last_active: float | None) -> RunView:

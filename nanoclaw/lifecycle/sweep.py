@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,7 +25,7 @@ from pathlib import Path
 from ..sessions import session_schema as schema
 from ..channels.base import get_adapter
 from ..outbound import delivery
-from ..sessions.store import attach_outbound, heartbeat_file, inbound_db, outbound_db, routing_of
+from ..sessions.store import agent_mtime, attach_outbound, heartbeat_file, inbound_db, outbound_db, routing_of
 
 log = logging.getLogger("nanoclaw.sweep")
 
@@ -141,10 +140,7 @@ def iso_at(ts: float) -> str:
 
 
 def _mtime(path: Path) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
+    return agent_mtime(path)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sqlite3
 import stat
 import tempfile

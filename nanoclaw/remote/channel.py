@@ -178,15 +178,12 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
             return self._writers[session], self._writer_locks[session]
 
     def beat(self, session: Path, stamp: float | None) -> None:
-        """The host's heartbeat file moves only when the runner's own heartbeat did."""
+        """The host's heartbeat file moves only when the runner's own heartbeat did (never through a
+        link a local sandbox of this session left there)."""
         if stamp is None or self._beats.get(session) == stamp:
             return
         self._beats[session] = stamp
-        path = store.heartbeat_file(session)
-        try:
-            os.utime(path)
-        except FileNotFoundError:
-            path.touch()
+        nudge.touch_plain(store.heartbeat_file(session))
 
 
 class ChannelHandler(BaseHTTPRequestHandler):

@@ -10,9 +10,11 @@ its file; a remote one cannot even do that).
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from ..sessions import session_schema as schema
+from ..sessions import store
 
 MAX_ROWS = 500          # messages_out rows in one push (the runner sends more in the next)
 MAX_ACKS = 20_000
@@ -146,5 +148,15 @@ def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
 
 
 def open_copy(path) -> sqlite3.Connection:
-    """The host's copy of a remote session's outbound.db, opened by its one writer (the door)."""
-    return schema.connect(path)
+    """The host's copy of a remote session's outbound.db, opened by its one writer (the door). The
+    session may have run in a local sandbox before, whose agent could leave links there: nothing is
+    opened through one (store.plain_agent_db, then the open checked to be the file itself)."""
+    path = Path(path)
+    if not store.plain_agent_db(path):
+        raise BadPush(f"{path.name} is a folder in the agent's part")
+    conn = schema.connect(path)
+    conn.execute("PRAGMA schema_version").fetchone()
+    if not store.opened_in_place(conn, "main", path):
+        conn.close()
+        raise BadPush(f"{path.name} was swapped for a link while it was opened")
+    return conn

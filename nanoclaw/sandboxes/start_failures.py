@@ -12,13 +12,12 @@ The decisions are pure functions; StartFailures keeps the per-session state of o
 """
 from __future__ import annotations
 
-import os
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sessions.store import heartbeat_file
+from ..sessions.store import agent_mtime, heartbeat_file
 
 NOTICE_AFTER = 3
 BASE_BACKOFF_S = 10.0
@@ -76,10 +75,7 @@ def notice(reason: str) -> str:
 # --- per-session state of one manager ------------------------------------------------------------
 
 def heartbeat_of(session_dir: Path) -> float | None:
-    try:
-        return os.stat(heartbeat_file(session_dir)).st_mtime
-    except OSError:
-        return None
+    return agent_mtime(heartbeat_file(session_dir))
 
 
 class StartFailures:

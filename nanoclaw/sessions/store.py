@@ -90,6 +90,36 @@ def agent_file(path: Path) -> Path | None:
         return None
 
 
+def agent_mtime(path: Path) -> float | None:
+    """When a file in the agent's part last changed, read without following a link (a link the agent
+    planted would report another file's time)."""
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
+
+
+def plain_agent_db(path: Path) -> bool:
+    """Before the host itself writes a database in the agent's part (the door, the one writer of a
+    remote session's outbound.db): whatever is not a plain file of one link at its name or at its
+    -wal, -shm or -journal (links a local sandbox of this session left, a FIFO, a hard link) is
+    removed, since SQLite would open through it. True when the name is then a plain file or absent."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        entry = path.with_name(path.name + suffix)
+        try:
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            continue
+        log.warning("removed %s from %s: not a plain file of its own (%s)", entry.name, entry.parent,
+                    "a link" if stat.S_ISLNK(st.st_mode) else "shared" if stat.S_ISREG(st.st_mode) else "not a file")
+        if stat.S_ISDIR(st.st_mode):
+            return False
+        entry.unlink()
+    return True
+
+
 def opened_in_place(conn: sqlite3.Connection, name: str, path: Path) -> bool:
     """Whether database `name` of conn is the file at `path` itself, not one a link there led to.
     SQLite resolves links when it opens a file and reports the resolved name, and keeps the file it

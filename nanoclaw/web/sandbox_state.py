@@ -75,10 +75,7 @@ def _query(path: Path | None, sql: str, args=(), *, agents: bool = False) -> lis
 
 def observe(session_path: Path, running: bool | None) -> Observed:
     inbound, outbound = store.inbound_db(session_path), store.agent_file(store.outbound_db(session_path))
-    try:
-        heartbeat = store.heartbeat_file(session_path).stat().st_mtime
-    except OSError:
-        heartbeat = None
+    heartbeat = store.agent_mtime(store.heartbeat_file(session_path))
     acks = _query(outbound, "SELECT message_id, status_changed FROM processing_ack WHERE status = 'processing'",
                   agents=True)
     tries = {r["id"]: r["tries"] for r in _query(inbound, "SELECT id, tries FROM messages_in WHERE status = 'pending'")}

@@ -6,7 +6,6 @@ another agent, is answered meanwhile. Before, the one delivery thread waited in 
 for ever and no chat got an answer again."""
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 

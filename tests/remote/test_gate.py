@@ -166,3 +166,40 @@ def test_doctor_says_what_to_apply_when_the_cluster_refuses(make_settings, monke
         fake.verbs.discard("list")
         finding = check_cluster(settings)
         assert not finding.ok and "rbac.yaml" in finding.detail and "403" in finding.detail
+
+
+def test_links_a_local_sandbox_left_in_agent_are_never_opened_by_the_door(door):
+    """A session that ran in a local sandbox first: its agent made outbound.db a link to the central
+    database, its -wal a link to a host file, heartbeat a link to another and nudge a dangling link
+    into the host's data folder. When the session then runs over the network, the door serves no host
+    file and writes into none: the links are removed and plain files of its own take their place."""
+    path, andy = session_of(door, "andy")
+    data = door.settings.data_dir
+    central = data / "central.db"
+    conn = __import__("sqlite3").connect(central)
+    conn.execute("CREATE TABLE secrets (value TEXT)")
+    conn.execute("INSERT INTO secrets VALUES ('the owner keeps this')")
+    conn.commit()
+    conn.close()
+    (data / "precious.txt").write_text("host data")
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (central, data / "precious.txt")}
+    agent = store.agent_part(path)
+    for name in ("outbound.db", "outbound.db-wal", "heartbeat", "nudge"):
+        (agent / name).unlink(missing_ok=True)
+    (agent / "outbound.db").symlink_to(central)
+    (agent / "outbound.db-wal").symlink_to(data / "precious.txt")
+    (agent / "heartbeat").symlink_to(data / "precious.txt")
+    (agent / "nudge").symlink_to(data / "planted-by-the-agent")
+    client = andy.session()
+    status, _h, served = client.request("GET", "/outbound")
+    assert status == 200 and b"the owner keeps this" not in served and b"secrets" not in served
+    push = {"out": [{"id": "o1", "seq": 1, "timestamp": "2026-01-01T00:00:00.000Z", "kind": "chat",
+                     "channel_type": "telegram", "platform_id": "111", "content": json.dumps({"op": "text", "text": "hi"})}],
+            "heartbeat": 12345.0}
+    status, _h, _b = client.request("POST", "/outbound", json.dumps(push).encode())
+    assert status == 200
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (central, data / "precious.txt")}
+    assert after == before and not (data / "planted-by-the-agent").exists()
+    for name in ("outbound.db", "heartbeat", "nudge"):
+        assert not (agent / name).is_symlink() and (agent / name).is_file(), name
+    assert not (agent / "outbound.db-wal").is_symlink()
