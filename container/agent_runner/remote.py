@@ -38,6 +38,7 @@ LONG_POLL_S = 25.0
 PUSH_EVERY_S = 1.0
 FILES_EVERY_S = 2.0
 BACKOFF_MAX_S = 5.0
+PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 
 
 def extract(data: bytes, root: Path) -> list[str]:
@@ -189,8 +190,13 @@ class RemoteSession:
                 self._expect(status, "outbox files", data)
                 self._sent_outbox |= set(new)
             conn = self._out
-            out = [dict(r) for r in conn.execute(
-                "SELECT * FROM messages_out WHERE seq > ? ORDER BY seq LIMIT 500", (self._host_seq,))]
+            out, size = [], 0
+            for row in conn.execute("SELECT * FROM messages_out WHERE seq > ? ORDER BY seq LIMIT 500",
+                                    (self._host_seq,)):
+                size += len(row["content"] or "")
+                if out and size > PUSH_BYTES:
+                    break  # the rest goes with the next push (the door takes bodies of 16 MiB at most)
+                out.append(dict(row))
             payload = {
                 "out": out,
                 "acks": [dict(r) for r in conn.execute("SELECT * FROM processing_ack")],

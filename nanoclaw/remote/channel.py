@@ -39,7 +39,11 @@ from . import mirror, passes, starts, trees
 log = logging.getLogger("nanoclaw.remote.channel")
 
 MAX_WAIT_S = 30.0
-MAX_JSON = 64 << 20
+IDLE_S = MAX_WAIT_S + 30      # a kept-alive connection with no request for this long is closed
+MAX_JSON = 16 << 20           # a push (the runner sends rows in pieces below this) or an ask
+MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
+BODIES_IN_FLIGHT = 64 << 20   # request bodies held in memory at once, all connections together
+BODY_WAIT_S = 30.0            # how long a request waits for that room before a 503
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global")
 UP_PARTS = ("home", "group", "outbox")
@@ -127,6 +131,32 @@ class InboundWatch:
         self._stop.set()
 
 
+class BodyRoom:
+    """How many request body bytes the channel holds in memory at once: a request takes its length
+    before reading and gives it back when done, so concurrent large bodies wait (or get a 503) rather
+    than add up past what the door's process may use."""
+
+    def __init__(self, total: int = BODIES_IN_FLIGHT):
+        self.total, self.used = total, 0
+        self._cond = threading.Condition()
+
+    def take(self, size: int, timeout: float = BODY_WAIT_S) -> bool:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.used + size <= self.total, timeout):
+                return False
+            self.used += size
+            return True
+
+    def give(self, size: int) -> None:
+        with self._cond:
+            self.used -= size
+            self._cond.notify_all()
+
+
+class Busy(Exception):
+    """No room for a request body now: 503, the runner tries again."""
+
+
 class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False
@@ -135,6 +165,7 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         self.settings, self.key = settings, key
         self.sandbox_uid = sandbox_uid
         self.watch = InboundWatch()
+        self.room = BodyRoom()
         self._writers: dict[Path, sqlite3.Connection] = {}
         self._writer_locks: dict[Path, threading.Lock] = {}
         self._beats: dict[Path, float] = {}
@@ -189,6 +220,7 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
 class ChannelHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: SessionChannel
+    timeout = IDLE_S  # the socket's: an idle connection (no request, no bytes) ends, and its thread
 
     def log_message(self, format, *args):  # noqa: A002 - the stdlib's name; our own line is below
         pass
@@ -202,7 +234,9 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self.claims = passes.Claims(self.server.settings.install_id, folder, session_id, nonce, int(expires))
 
     def _session(self) -> Path | None:
-        return starts.session_if_current(self.server.settings.sessions_dir, self.claims) if self.claims else None
+        if self.claims is None or self.claims.expires < time.time():
+            return None
+        return starts.session_if_current(self.server.settings.sessions_dir, self.claims)
 
     def _answer(self, status: int, body: bytes = b"", content_type: str = "application/json",
                 headers: dict | None = None, file=None) -> None:
@@ -237,11 +271,17 @@ class ChannelHandler(BaseHTTPRequestHandler):
         if 0 < size <= MAX_JSON:
             _Bounded(self.rfile, size).drain()
 
-    def _body(self) -> bytes:
+    def _json(self, limit: int = MAX_JSON):
+        """The request's JSON body, read within the channel's room for bodies (Busy when there is none)."""
         size = int(self.headers.get("Content-Length") or 0)
-        if size < 0 or size > MAX_JSON:
-            raise ValueError("body too large")
-        return self.rfile.read(size)
+        if size < 0 or size > limit:
+            raise ValueError(f"body over {limit} bytes")
+        if not self.server.room.take(size):
+            raise Busy()
+        try:
+            return json.loads(self.rfile.read(size) or b"{}")
+        finally:
+            self.server.room.give(size)
 
     def _dispatch(self) -> None:
         session = self._session()
@@ -263,12 +303,15 @@ class ChannelHandler(BaseHTTPRequestHandler):
         except (ValueError, trees.BadTree, mirror.BadPush) as exc:
             self.close_connection = True  # the rest of a refused body is not read
             self._refuse(400, str(exc))
+        except Busy:
+            self.close_connection = True
+            self._refuse(503, "the door holds as many request bodies as it may; try again")
 
     do_GET = do_POST = do_PUT = _dispatch
 
     # -- down ------------------------------------------------------------------------------------
     def _inbound(self, session: Path) -> None:
-        ask = json.loads(self._body() or b"{}")
+        ask = self._json(MAX_ASK)
         if not isinstance(ask, dict):
             raise ValueError("the request is not a JSON object")
         wait = min(max(float(ask.get("wait") or 0), 0.0), MAX_WAIT_S)
@@ -313,7 +356,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
 
     # -- up --------------------------------------------------------------------------------------
     def _push(self, session: Path) -> None:
-        push = mirror.check(json.loads(self._body()))
+        push = mirror.check(self._json())
         conn, lock = self.server.writer(session)
         with lock:
             added, top = mirror.apply(conn, push)

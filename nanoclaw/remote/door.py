@@ -7,7 +7,7 @@ import os
 from ..config import install_secret
 from . import passes
 from .channel import SessionChannel
-from .gate import Gate
+from .gate import Gate, raise_descriptor_limit
 from .tls import door_tls
 
 
@@ -31,6 +31,7 @@ class RemoteDoor:
         return self.gate.address
 
     def start(self) -> "RemoteDoor":
+        raise_descriptor_limit()
         self.channel.start()
         try:
             self.gate.start()

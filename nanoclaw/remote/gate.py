@@ -8,12 +8,24 @@ session's current sandbox). Then the connection is relayed byte for byte:
             they do on one machine: the pass picks the socket, nothing the caller sends can;
 - `session` to the session channel (channel.py), after a first line naming the pass's session.
 Anything else gets the connection closed and one log line; a failed pass is counted.
+
+The gate runs in the proxy program, beside every local agent's door, so it must not use up what
+they need. Connections that have not shown a pass yet are at most MAX_UNAUTHENTICATED at once, at
+most MAX_UNAUTHENTICATED_PER_ADDRESS of them from one address (so one host cannot take every slot from
+the sandboxes), and have HANDSHAKE_S for TLS and the first line together; past a limit a new one is
+closed at once (logged once a minute). One pass holds at most MAX_PER_PASS connections (a runner keeps warm ones,
+a long poll, pushes, and the CLI's calls in parallel). A connection with a pass lives only while
+that pass does: every RECHECK_S the open ones are looked at, and those whose pass expired or whose
+sandbox start is no longer the session's current one (stopped, replaced) are closed.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import threading
+import time
+from collections import defaultdict
 from pathlib import Path
 
 from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
@@ -25,7 +37,11 @@ log = logging.getLogger("nanoclaw.remote.gate")
 
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048
-HANDSHAKE_S = 10.0
+HANDSHAKE_S = 10.0          # TLS and the first line, together
+MAX_UNAUTHENTICATED = 128   # connections without a pass yet, at once
+MAX_UNAUTHENTICATED_PER_ADDRESS = 32
+MAX_PER_PASS = 64           # connections one pass may hold open
+RECHECK_S = 5.0             # how often open connections are checked against their pass
 
 
 def read_preamble(line: bytes) -> tuple[str, str]:
@@ -49,6 +65,10 @@ class Gate:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="door-gate", daemon=True)
         self.error: BaseException | None = None
+        self.unauthenticated = 0
+        self._unauthenticated_from: dict[str, int] = defaultdict(int)
+        self._open: dict[passes.Claims, set[asyncio.Task]] = defaultdict(set)  # by pass: its connections
+        self._busy_logged = -1e9
 
     @property
     def address(self) -> tuple[str, int]:
@@ -65,14 +85,16 @@ class Gate:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
+            # TLS is started per connection, once it is counted (start_server's ssl= would handshake
+            # every accepted connection before anything could count or refuse it)
             self._server = self._loop.run_until_complete(asyncio.start_server(
-                self._client, self.host, self.port, ssl=self.context, ssl_handshake_timeout=HANDSHAKE_S,
-                limit=PREAMBLE_MAX, reuse_address=True))
+                self._client, self.host, self.port, limit=PREAMBLE_MAX, reuse_address=True, backlog=1024))
         except BaseException as exc:  # noqa: BLE001 - said by start()
             self.error = exc
             self._ready.set()
             return
         self._ready.set()
+        self._loop.create_task(self._recheck())
         self._loop.run_forever()
         self._server.close()
         _cancel_all(self._loop)
@@ -89,20 +111,80 @@ class Gate:
             raise passes.BadPass("its sandbox is no longer the session's")
         return claims
 
+    def open_connections(self, claims: passes.Claims | None = None) -> int:
+        """Connections with a pass now (of that pass, when given)."""
+        if claims is not None:
+            return len(self._open.get(claims, ()))
+        return sum(len(tasks) for tasks in self._open.values())
+
+    async def _recheck(self) -> None:
+        """Close the connections whose pass expired or whose sandbox start is no longer current."""
+        while True:
+            await asyncio.sleep(RECHECK_S)
+            self.close_stale()
+
+    def close_stale(self, now: float | None = None) -> int:
+        now = time.time() if now is None else now
+        closed = 0
+        for claims, tasks in list(self._open.items()):
+            if not tasks:
+                continue
+            why = "its pass expired" if claims.expires < now else \
+                "its sandbox is no longer the session's" \
+                if starts.session_if_current(self.settings.sessions_dir, claims) is None else None
+            if why is None:
+                continue
+            log.info("door: closing %d connection(s) of %s/%s: %s", len(tasks), claims.folder, claims.session, why)
+            for task in list(tasks):
+                task.cancel()
+                closed += 1
+        return closed
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        upstream = None
+        address = str(peer[0]) if peer else ""
+        if self.unauthenticated >= MAX_UNAUTHENTICATED or \
+                self._unauthenticated_from[address] >= MAX_UNAUTHENTICATED_PER_ADDRESS:
+            writer.transport.abort()  # at once: no handshake, no descriptor held
+            now = time.monotonic()
+            if now - self._busy_logged >= 60:
+                self._busy_logged = now
+                log.warning("door: %d connections (%d from %s) are still to show a pass; refusing new ones until "
+                            "they do or time out (%.0f s)", self.unauthenticated, self._unauthenticated_from[address],
+                            address, HANDSHAKE_S)
+            self.refused("busy")
+            return
+        self.unauthenticated += 1
+        self._unauthenticated_from[address] += 1
         try:
             try:
-                line = await asyncio.wait_for(reader.readuntil(b"\n"), HANDSHAKE_S)
+                async with asyncio.timeout(HANDSHAKE_S):
+                    await writer.start_tls(self.context)
+                    line = await reader.readuntil(b"\n")
                 channel, token = read_preamble(line)
                 claims = self.claims_of(token)
-            except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                    ConnectionError) as exc:
+            except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError,
+                    ConnectionError, OSError) as exc:
                 why = str(exc) or type(exc).__name__
                 log.warning("door: refused a connection from %s: %s", peer and peer[0], why)
                 self.refused(why)
+                writer.transport.abort()
                 return
+        finally:
+            self.unauthenticated -= 1
+            self._unauthenticated_from[address] -= 1
+            if not self._unauthenticated_from[address]:
+                del self._unauthenticated_from[address]
+        if self.open_connections(claims) >= MAX_PER_PASS:
+            log.warning("door: refused a connection of %s/%s: its pass already holds %d", claims.folder,
+                        claims.session, MAX_PER_PASS)
+            self.refused("too many connections")
+            writer.close()
+            return
+        task = asyncio.current_task()
+        self._open[claims].add(task)
+        upstream = None
+        try:
             if channel == "proxy":
                 target = self.proxy_socket(claims.folder)
             else:
@@ -114,11 +196,29 @@ class Gate:
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.info("door: connection from %s ended: %s", peer and peer[0], exc)
         except asyncio.CancelledError:
-            pass  # the door is closing
+            pass  # the door is closing, or the pass no longer holds
         finally:
+            tasks = self._open.get(claims)
+            if tasks is not None:
+                tasks.discard(task)
+                if not tasks:
+                    del self._open[claims]
             for w in (upstream, writer):
                 if w is not None:
                     w.close()
+
+
+def raise_descriptor_limit() -> int:
+    """The proxy program's soft limit on open files raised to its hard limit (many hosts start programs
+    at 1,024, which a door with remote sandboxes and every local agent's calls share). The new limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:

@@ -34,8 +34,24 @@ SKIP_SUFFIXES = ("-wal", "-shm", "-journal")
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+MAX_EXTENDED_HEADER = 64 << 10  # a pax or GNU long-name header (tarfile reads it whole into memory)
+
+
 class BadTree(ValueError):
     """The upload is refused as a whole from this member on (what was written before stays)."""
+
+
+class _CheckedInfo(tarfile.TarInfo):
+    """Members whose header tarfile would read into memory (pax headers, GNU long names and links) are
+    size-checked before a byte of it is read; sparse members are refused."""
+
+    def _proc_member(self, tarfile_obj):
+        if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                         tarfile.GNUTYPE_LONGLINK) and self.size > MAX_EXTENDED_HEADER:
+            raise BadTree(f"an extended header of {self.size} bytes (at most {MAX_EXTENDED_HEADER})")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise BadTree("a sparse member")
+        return super()._proc_member(tarfile_obj)
 
 
 @dataclass
@@ -94,7 +110,7 @@ def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | Non
     done = Unpacked()
     top = os.open(root, _DIR)
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_CheckedInfo) as tar:
             for member in tar:
                 parts = member_path(member.name)
                 if member.isdir():

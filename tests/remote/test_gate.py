@@ -16,6 +16,7 @@ from agent_runner.door_link import DoorLink
 from nanoclaw.config import install_secret
 from nanoclaw.remote import passes, starts
 from nanoclaw.remote.door import RemoteDoor
+from nanoclaw.remote import gate as gate_module
 from nanoclaw.remote.gate import read_preamble
 from nanoclaw.remote.tls import door_tls
 from nanoclaw.sessions import store
@@ -29,12 +30,20 @@ class Named(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path, name):
         self.name = name
+        self.keep_open = False
         super().__init__(str(path), Answer)
 
 
 class Answer(socketserver.BaseRequestHandler):
+    """Says its agent's name; then, as an agent's proxy keeps a connection for the next request,
+    echoes what comes until the other side closes."""
+
     def handle(self):
         self.request.sendall(self.server.name.encode())
+        if not self.server.keep_open:
+            return
+        while data := self.request.recv(4096):
+            self.request.sendall(data)
 
 
 @pytest.fixture
@@ -49,6 +58,7 @@ def door(make_settings):
         servers.append(server)
     remote = RemoteDoor(settings, lambda folder: settings.proxy_dir / folder / "proxy.sock").start()
     remote.settings, remote.url = settings, f"https://127.0.0.1:{port}"
+    remote.stand_ins = {server.name: server for server in servers}
     remote.ca = door_tls(settings).ca_pem
     yield remote
     remote.stop()
@@ -57,13 +67,26 @@ def door(make_settings):
         server.server_close()
 
 
-def session_of(door, folder, session_id="s1"):
+def session_of(door, folder, session_id="s1", ttl: float = 600):
     path = store.session_path(door.settings.sessions_dir, folder, session_id)
     store.prepare(path, Target("telegram", "111"))
     nonce = starts.begin(path)
     key = passes.door_key(install_secret(door.settings))
-    token = passes.mint(key, passes.Claims("home", folder, session_id, nonce, int(time.time()) + 600))
+    token = passes.mint(key, passes.Claims("home", folder, session_id, nonce, int(time.time() + ttl)))
     return path, DoorLink(door.url, token, door.ca)
+
+
+def closed_by_door(sock, timeout: float = 15) -> bool:
+    """True once the door closed the connection (an empty read), within `timeout`."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+    except socket.timeout:
+        return False
 
 
 def read_all(sock) -> bytes:
@@ -203,3 +226,98 @@ def test_links_a_local_sandbox_left_in_agent_are_never_opened_by_the_door(door):
     for name in ("outbound.db", "heartbeat", "nudge"):
         assert not (agent / name).is_symlink() and (agent / name).is_file(), name
     assert not (agent / "outbound.db-wal").is_symlink()
+
+
+# --- the door under load and over time (issue 39, items 5 and 10) ----------------------------------
+
+def test_idle_connections_without_a_pass_cannot_take_the_door(door, monkeypatch):
+    """300 idle TCP connections from one host: the door holds at most its per-address share of them
+    (the rest are closed at once), drops those after HANDSHAKE_S, and a sandbox elsewhere with a pass
+    gets through all along."""
+    monkeypatch.setattr(gate_module, "HANDSHAKE_S", 4.0)
+    _path, andy = session_of(door, "andy")
+    idle = []
+    for _ in range(300):
+        s = socket.socket()
+        s.bind(("127.0.0.2", 0))
+        s.connect(door.address)
+        idle.append(s)
+    deadline = time.monotonic() + 10
+    while door.gate.unauthenticated < gate_module.MAX_UNAUTHENTICATED_PER_ADDRESS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert door.gate.unauthenticated == gate_module.MAX_UNAUTHENTICATED_PER_ADDRESS
+    assert read_all(andy.connect("proxy")) == b"andy"  # from another address, with a pass: in
+    closed = sum(closed_by_door(s, 10) for s in idle)
+    assert closed == 300  # refused at once, or dropped after the handshake's time
+    deadline = time.monotonic() + 5
+    while door.gate.unauthenticated and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert door.gate.unauthenticated == 0
+    for s in idle:
+        s.close()
+
+
+def test_one_pass_holds_at_most_64_connections(door, caplog):
+    _path, andy = session_of(door, "andy")
+    door.stand_ins["andy"].keep_open = True
+    held = [andy.connect("proxy") for _ in range(gate_module.MAX_PER_PASS)]
+    for sock in held:
+        sock.settimeout(10)
+        assert sock.recv(4) == b"andy"
+    extra = andy.connect("proxy")
+    assert closed_by_door(extra) and "already holds 64" in caplog.text
+    for sock in held:
+        sock.close()
+
+
+def test_an_idle_session_connection_ends_after_the_long_polls_wait_and_30_s(door, monkeypatch):
+    from nanoclaw.remote import channel as channel_module
+    assert channel_module.IDLE_S == channel_module.MAX_WAIT_S + 30
+    monkeypatch.setattr(channel_module.ChannelHandler, "timeout", 1.0)
+    _path, andy = session_of(door, "andy")
+    sock = andy.connect("session")
+    sock.sendall(b"GET /outbound HTTP/1.1\r\nHost: door\r\n\r\n")
+    sock.settimeout(10)
+    assert sock.recv(12).startswith(b"HTTP/1.1 200")
+    assert closed_by_door(sock, 15)
+
+
+def test_bodies_past_the_limit_are_refused_unread_and_held_bodies_are_bounded(door):
+    from nanoclaw.remote import channel as channel_module
+    _path, andy = session_of(door, "andy")
+    sock = andy.connect("session")  # a 64 MiB push announced: answered before a byte of it is read
+    sock.sendall(b"POST /outbound HTTP/1.1\r\nHost: door\r\nContent-Length: %d\r\n\r\n" % (64 << 20))
+    sock.settimeout(10)
+    answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400") and b"body over" in answer
+    sock.close()
+    room = channel_module.BodyRoom(total=100)
+    assert room.take(60) and not room.take(60, timeout=0.05)
+    room.give(60)
+    assert room.take(60)
+
+
+def test_an_open_proxy_relay_ends_when_its_sandbox_is_replaced_or_stopped_or_its_pass_expires(door, monkeypatch):
+    monkeypatch.setattr(gate_module, "RECHECK_S", 0.2)
+    door.stand_ins["andy"].keep_open = True
+    door.gate._loop.call_soon_threadsafe(lambda: door.gate._loop.create_task(door.gate._recheck()))
+    path, andy = session_of(door, "andy")
+    live = andy.connect("proxy")
+    live.settimeout(10)
+    assert live.recv(4) == b"andy"
+    live.sendall(b"ping")
+    assert live.recv(4) == b"ping"  # the relay works while the start is current
+    starts.begin(path)  # the host replaced the sandbox
+    assert closed_by_door(live, 10)
+    path, andy = session_of(door, "andy", "s2")
+    stopped = andy.connect("proxy")
+    stopped.settimeout(10)
+    assert stopped.recv(4) == b"andy"
+    starts.end(path)  # ...or stopped it
+    assert closed_by_door(stopped, 10)
+    _path, short = session_of(door, "andy", "s3", ttl=1.5)
+    expiring = short.connect("proxy")
+    expiring.settimeout(10)
+    assert expiring.recv(4) == b"andy"
+    assert closed_by_door(expiring, 10)
+    assert door.gate.open_connections() == 0

@@ -76,6 +76,37 @@ def test_limits(tmp_path, monkeypatch):
     assert (tmp_path / "h" / "a").read_bytes() == b"1234" and not (tmp_path / "h" / "b").exists()
 
 
+class Counting(io.RawIOBase):
+    """A tar stream that says how many bytes were read of it: a header 'of 1 GiB' then endless zeros."""
+
+    def __init__(self, head: bytes):
+        self.head, self.read_bytes = head, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        n = len(buffer)
+        chunk = self.head[self.read_bytes:self.read_bytes + n]
+        chunk += b"\0" * (n - len(chunk))
+        buffer[:n] = chunk
+        self.read_bytes += n
+        return n
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                                  tarfile.XGLTYPE])
+def test_an_extended_header_is_size_checked_before_it_is_read(tmp_path, kind):
+    """tarfile reads a long-name or pax header whole into memory: one that says it is 1 GiB is refused
+    from its header block, before its bytes are read."""
+    info = tarfile.TarInfo("././@LongLink")
+    info.type, info.size = kind, 1 << 30
+    stream = Counting(info.tobuf(format=tarfile.GNU_FORMAT))
+    with pytest.raises(trees.BadTree, match="extended header"):
+        trees.unpack(tmp_path / "g", stream)
+    assert stream.read_bytes < 1 << 20
+
+
 def test_not_a_tar_is_refused(tmp_path):
     with pytest.raises(trees.BadTree):
         trees.unpack(tmp_path / "g", io.BytesIO(b"hello, this is not a tar archive" * 40))
