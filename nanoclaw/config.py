@@ -170,7 +170,8 @@ class Settings:
     door_tls_key: str | None = None
     k8s_namespace: str = "nanoclaw"   # where NANOCLAW_RUNTIME=kubernetes makes its pods
     k8s_runtime_class: str | None = None  # a RuntimeClass for the pods (gVisor, Kata), when the cluster has one
-    sandbox_network: str | None = None  # a remote engine's network its sandboxes reach the door on (default bridge)
+    sandbox_network: str | None = None  # a remote engine's network its sandboxes join instead of none + the relay
+    door_relay_network: str = "bridge"  # the remote engine's network the door relay beside each sandbox uses
 
     @property
     def sessions_dir(self) -> Path:
@@ -291,6 +292,7 @@ class Settings:
             door_tls_cert=get("NANOCLAW_DOOR_TLS_CERT"),
             door_tls_key=get("NANOCLAW_DOOR_TLS_KEY"),
             sandbox_network=get("NANOCLAW_SANDBOX_NETWORK"),
+            door_relay_network=get("NANOCLAW_DOOR_RELAY_NETWORK", "bridge"),
             k8s_namespace=_dns_label("NANOCLAW_K8S_NAMESPACE", get("NANOCLAW_K8S_NAMESPACE", "nanoclaw")),
             k8s_runtime_class=_dns_label("NANOCLAW_K8S_RUNTIME_CLASS", raw)
             if (raw := get("NANOCLAW_K8S_RUNTIME_CLASS")) else None,

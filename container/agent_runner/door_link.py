@@ -25,21 +25,48 @@ PASS_HEADER = "X-Door-Pass"
 CHUNK = 65536
 SPARES = 2              # connections to the door kept ready for the CLI
 SPARE_MAX_AGE_S = 60.0  # well within the proxy's idle limit for a connection without a request
+RELAY_WAIT_S = 15.0     # how long the runner waits for the door relay's socket at start
 
 
 class DoorLink:
-    def __init__(self, url: str, token: str, ca_pem: str):
+    def __init__(self, url: str, token: str, ca_pem: str, via: str | None = None):
+        """via: a unix socket to reach the door through (the door relay beside a sandbox that has no
+        network); TLS still goes to the door, by its name in `url`."""
         parts = urlsplit(url)
         if parts.scheme != "https" or not parts.hostname:
             raise ValueError(f"NANOCLAW_DOOR_URL={url!r} is not an https:// address")
         self.host, self.port = parts.hostname, parts.port or 443
+        self.via = via or None
         self._token = token
         self._lock = threading.Lock()
         self.context = ssl.create_default_context(cadata=ca_pem)
 
     @classmethod
     def from_env(cls, env) -> "DoorLink":
-        return cls(env["NANOCLAW_DOOR_URL"], env.pop("NANOCLAW_DOOR_PASS", ""), env.pop("NANOCLAW_DOOR_CA", ""))
+        return cls(env["NANOCLAW_DOOR_URL"], env.pop("NANOCLAW_DOOR_PASS", ""), env.pop("NANOCLAW_DOOR_CA", ""),
+                   env.get("NANOCLAW_DOOR_SOCKET"))
+
+    def raw(self, timeout: float) -> socket.socket:
+        """A plain connection toward the door: through the relay's socket, or straight to it."""
+        if self.via:
+            deadline = time.monotonic() + RELAY_WAIT_S  # the relay starts beside the sandbox: it may be a moment
+            while True:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                try:
+                    sock.connect(self.via)
+                    return sock
+                except (FileNotFoundError, ConnectionRefusedError):
+                    sock.close()
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+                except BaseException:
+                    sock.close()
+                    raise
+        raw = socket.create_connection((self.host, self.port), timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return raw
 
     @property
     def token(self) -> str:
@@ -55,8 +82,7 @@ class DoorLink:
         return f"{PREAMBLE} {channel} {self.token}\n".encode()
 
     def connect(self, channel: str, timeout: float = 30.0) -> ssl.SSLSocket:
-        raw = socket.create_connection((self.host, self.port), timeout=timeout)
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw = self.raw(timeout)
         try:
             sock = self.context.wrap_socket(raw, server_hostname=self.host)
             sock.sendall(self.preamble(channel))
@@ -148,9 +174,13 @@ class DoorBridge:
         server.close()
 
     async def _open(self):
-        up_reader, upstream = await asyncio.open_connection(
-            self.link.host, self.link.port, ssl=self.link.context, server_hostname=self.link.host)
-        upstream.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.link.via:
+            up_reader, upstream = await asyncio.open_unix_connection(
+                self.link.via, ssl=self.link.context, server_hostname=self.link.host)
+        else:
+            up_reader, upstream = await asyncio.open_connection(
+                self.link.host, self.link.port, ssl=self.link.context, server_hostname=self.link.host)
+            upstream.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         upstream.write(self.link.preamble("proxy"))
         return up_reader, upstream
 

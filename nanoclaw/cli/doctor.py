@@ -99,6 +99,10 @@ def check_cluster(settings) -> Finding:
         return Finding(False, "sandbox", f"no usable kubeconfig ({type(exc).__name__}); set KUBECONFIG or run in "
                                          "the cluster with a service account")
     ok, detail = k8s.check_access(client, settings.k8s_namespace)
+    if ok:
+        detail += ("; the pods' only way out is the NetworkPolicy of deploy/kubernetes/networkpolicy.yaml, which "
+                   "needs a CNI that enforces it (Calico, Cilium, Antrea; flannel alone and kindnet accept it and do "
+                   "nothing): check yours")
     return Finding(ok, "sandbox", f"kubernetes: {detail}")
 
 

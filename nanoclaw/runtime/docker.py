@@ -18,8 +18,8 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount as DockerMount
 
 from .access import grant_to_sandbox_user
-from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
-                   SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET,
+                   PYTHONPATH, RUNNER_TARGET, SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
                    prepare_session, sandbox_env)
 
 log = logging.getLogger("nanoclaw.runtime.docker")
@@ -72,6 +72,14 @@ def connect(timeout: float = 3.0) -> tuple[docker.DockerClient | None, str]:
 
 
 TMPFS = {"/tmp": "rw,nosuid,nodev,size=512m", "/var/tmp": "rw,nosuid,nodev,size=64m"}
+RELAY_TARGET = "/run/nanoclaw-door"   # where a remote sandbox and its door relay share the relay's socket
+RELAY_SOCKET = "door.sock"
+RELAY_LABEL = "nanoclaw.door-relay-of"
+
+
+def relay_names(sandbox: str) -> tuple[str, str]:
+    """The door relay's container and volume names for a sandbox."""
+    return f"{sandbox}-door-relay", f"{sandbox}-door"
 
 
 def remote_workspace(spec: SandboxSpec) -> dict[str, str]:
@@ -137,15 +145,18 @@ class DockerRuntime:
     name = "docker"
 
     def __init__(self, client: docker.DockerClient, *, image: str, secrets=(), door=None,
-                 network: str | None = None):
+                 network: str | None = None, relay_network: str = "bridge"):
         """door: for an engine that cannot see this machine's folders (remote.access.DoorAccess): the
-        sandbox then gets no bind mount at all, only the door's address and its pass, and reaches
-        the host over `network` (the engine's network name; default bridge)."""
+        sandbox then gets no bind mount at all, only the door's address and its pass. It has no
+        network: a door relay beside it (relay_network: the engine's network that reaches the door)
+        is its one way out, to the door only. `network` names a network the sandbox joins instead,
+        the operator's explicit choice (it then reaches whatever that network reaches)."""
         self.client = client
         self.image = image
         self.secrets = list(secrets)
         self.door = door
-        self.network = network or "bridge"
+        self.network = network
+        self.relay_network = relay_network or "bridge"
         self._locks = NameLocks()
         # name -> the running container's init process, when this host can see it. Every wake asks
         # whether the session's sandbox runs; asking the engine costs ~1 ms of this process's CPU
@@ -189,8 +200,16 @@ class DockerRuntime:
                 if spec.packages_dir is not None:
                     log.warning("sandbox %s runs on another engine: its approved packages folder stays on this "
                                 "machine (what the agent's own image holds is there)", spec.name)
-                env, mounts, network = {**sandbox_env(spec), **self.door.env_for(spec)}, [], self.network
+                env, mounts = {**sandbox_env(spec), **self.door.env_for(spec)}, []
                 tmpfs = {**TMPFS, **remote_workspace(spec)}
+                if self.network:
+                    network = self.network
+                    log.warning("sandbox %s joins the engine's network %r (NANOCLAW_SANDBOX_NETWORK): it reaches "
+                                "whatever that network reaches, not only the door", spec.name, network)
+                else:
+                    network = "none"
+                    mounts.append(self._start_relay(spec, image, env["NANOCLAW_DOOR_URL"]))
+                    env["NANOCLAW_DOOR_SOCKET"] = f"{RELAY_TARGET}/{RELAY_SOCKET}"
             try:
                 self.client.containers.run(
                     image,
@@ -221,6 +240,38 @@ class DockerRuntime:
                     return
                 raise
 
+    def _start_relay(self, spec: SandboxSpec, image: str, door_url: str) -> DockerMount:
+        """The door relay beside a remote sandbox: a container on `relay_network` that takes the
+        sandbox's connections on a unix socket in a volume they share and copies them to the door's
+        address (never elsewhere). Made anew with each start; the mount the sandbox gets."""
+        from urllib.parse import urlsplit
+        door = urlsplit(door_url)
+        name, volume = relay_names(spec.name)
+        self._remove_relay(spec.name)
+        self.client.volumes.create(name=volume, driver="local", labels={RELAY_LABEL: spec.name}, driver_opts={
+            "type": "tmpfs", "device": "tmpfs", "o": f"size=1m,uid={spec.uid},gid={spec.gid},mode=0700"})
+        self.client.containers.run(
+            image, command=["python3", "-m", "agent_runner.door_relay", f"{RELAY_TARGET}/{RELAY_SOCKET}",
+                            door.hostname, str(door.port or 443)],
+            name=name, detach=True, auto_remove=False, init=True, user=f"{spec.uid}:{spec.gid}",
+            environment={"PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1"}, network_mode=self.relay_network,
+            mem_limit="64m", memswap_limit="64m", nano_cpus=int(0.25e9), pids_limit=32, labels={RELAY_LABEL: spec.name},
+            mounts=[DockerMount(target=RELAY_TARGET, source=volume, type="volume")], read_only=True,
+            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"}))
+        return DockerMount(target=RELAY_TARGET, source=volume, type="volume")
+
+    def _remove_relay(self, sandbox: str) -> None:
+        name, volume = relay_names(sandbox)
+        for remove in (lambda: self.client.containers.get(name).remove(force=True),
+                       lambda: self.client.volumes.get(volume).remove(force=True)):
+            try:
+                remove()
+            except NotFound:
+                pass
+            except APIError as exc:
+                log.warning("could not remove the door relay of %s: %s", sandbox, exc)
+
     def is_running(self, name: str) -> bool:
         seen = self._seen.get(name)
         if seen is not None and seen.still_runs():
@@ -243,6 +294,8 @@ class DockerRuntime:
         self._seen.pop(name, None)
         container = self._get(name)
         if container is None:
+            if self.door is not None:
+                self._remove_relay(name)
             return
         try:
             if container.status in ("running", "restarting", "paused"):
@@ -253,6 +306,7 @@ class DockerRuntime:
         finally:
             if self.door is not None:
                 self.door.ended(container.labels)  # its pass is dead from now on
+                self._remove_relay(name)
 
     def list_sandboxes(self, install_id: str) -> list[str]:
         # One engine call: the list's own fields name each container (containers.list() would

@@ -11,13 +11,20 @@ RuntimeDefault; no service-account token; CPU and memory limits (the pid limit i
 `podPidsLimit`: the Pod API has no per-pod field); an optional runtimeClassName (gVisor, Kata).
 Its folders are memory-backed emptyDirs that the runner fills from the door (remote.py in the
 runner); the door's address, CA and the pass come in its environment. The namespace's
-NetworkPolicy (deploy/kubernetes/) lets these pods reach the door and nothing else.
+NetworkPolicy (deploy/kubernetes/) lets these pods reach the door and nothing else, the cluster's
+DNS included (a name lookup is a way out too: a sandbox could spell data into the names it asks
+for). So a pod asks no DNS server at all (dnsPolicy None, a nameserver on its own loopback, where
+nothing answers): this service resolves the door's host name itself and gives the pod the answer in
+`hostAliases`, so the certificate's name still matches.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
+import socket
 import time
+from urllib.parse import urlsplit
 
 from .base import (GLOBAL_TARGET, GROUP_TARGET, INBOUND_TARGET, INSTALL_LABEL, SESSION_TARGET, NameLocks,
                    SandboxSpec, check_spec, prepare_session, sandbox_env)
@@ -45,8 +52,24 @@ def label_value(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.")
 
 
+NO_DNS = {"nameservers": ["127.0.0.1"], "searches": [], "options": [{"name": "ndots", "value": "0"}]}
+
+
+def resolve_door(door_url: str) -> dict[str, list[str]]:
+    """{address: [the door URL's host name]} for a pod's hostAliases, resolved here, on the control
+    plane; {} when the URL names an address already."""
+    host = urlsplit(door_url).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+        return {}
+    except ValueError:
+        pass
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return {str(infos[0][4][0]): [host]}
+
+
 def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str, str],
-                 runtime_class: str | None = None) -> dict:
+                 runtime_class: str | None = None, host_aliases: dict[str, list[str]] | None = None) -> dict:
     """The pod for a sandbox (pure; the tests check it against the Kubernetes schema)."""
     labels = {**COMPONENT, **{k: label_value(v) for k, v in spec.labels.items()}}
     annotations = {**{k: v for k, v in spec.labels.items()}, SANDBOX_ANNOTATION: spec.name}
@@ -55,6 +78,8 @@ def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "dnsPolicy": "None",
+        "dnsConfig": NO_DNS,
         "securityContext": {"runAsUser": spec.uid, "runAsGroup": spec.gid, "runAsNonRoot": True,
                             "fsGroup": spec.gid, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
@@ -74,6 +99,8 @@ def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str
     }
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class
+    if host_aliases:
+        pod_spec["hostAliases"] = [{"ip": ip, "hostnames": names} for ip, names in sorted(host_aliases.items())]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name(spec.name), "namespace": namespace, "labels": labels,
                          "annotations": annotations},
@@ -134,9 +161,14 @@ class KubernetesRuntime:
                 log.warning("sandbox %s had ended (%s); making room", spec.name, existing.status.phase)
                 self._delete_and_wait(spec.name, 0)
             prepare_session(spec)
-            manifest = pod_manifest(spec, image=spec.image or self.image, namespace=self.namespace,
-                                    env={**sandbox_env(spec), **self.door.env_for(spec)},
-                                    runtime_class=self.runtime_class)
+            env = {**sandbox_env(spec), **self.door.env_for(spec)}
+            try:
+                aliases = resolve_door(env["NANOCLAW_DOOR_URL"])
+            except OSError as exc:
+                raise RuntimeError(f"the door's host in NANOCLAW_DOOR_URL does not resolve here ({exc}); pods get "
+                                   "no DNS, so this service resolves it for them") from None
+            manifest = pod_manifest(spec, image=spec.image or self.image, namespace=self.namespace, env=env,
+                                    runtime_class=self.runtime_class, host_aliases=aliases)
             try:
                 self.client.create(self._Pod.from_dict(manifest), namespace=self.namespace)
             except self._ApiError as exc:

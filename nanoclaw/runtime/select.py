@@ -33,7 +33,7 @@ def _docker(settings, client, where: str, secrets) -> Runtime:
     except (ValueError, OSError) as exc:
         raise RuntimeUnavailable(f"the Docker engine at {where} gets sandboxes over the network, but {exc}") from None
     return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets, door=door,
-                                   network=settings.sandbox_network)
+                                   network=settings.sandbox_network, relay_network=settings.door_relay_network)
 
 
 def _kubernetes(settings, secrets) -> Runtime:

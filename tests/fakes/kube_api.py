@@ -144,8 +144,12 @@ class FakeKube:
                     "state": {"waiting": {"reason": "ErrImagePull", "message": "image not found"}}}]}
                 self._bump(pod, "MODIFIED")
             return
+        # the kubelet writes hostAliases into the pod's /etc/hosts and dnsConfig into its resolv.conf
+        extra_hosts = {n: a["ip"] for a in spec.get("hostAliases") or [] for n in a["hostnames"]}
+        dns = (spec.get("dnsConfig") or {}).get("nameservers") if spec.get("dnsPolicy") == "None" else None
         self.engine.containers.run(
             container["image"], command=container["command"], name=f"k8s-{name}", detach=True, init=True,
+            extra_hosts=extra_hosts or None, dns=dns if self.network_mode != "host" else None,
             user=f"{ctx['runAsUser']}:{ctx['runAsGroup']}", environment={e["name"]: e["value"] for e in container["env"]},
             working_dir=container["workingDir"], network_mode=self.network_mode,
             mem_limit=limits["memory"].replace("Mi", "m"), nano_cpus=int(float(limits["cpu"]) * 1e9),

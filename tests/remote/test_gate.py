@@ -185,7 +185,8 @@ def test_doctor_says_what_to_apply_when_the_cluster_refuses(make_settings, monke
         path.write_text(json.dumps(fake.kubeconfig()))
         monkeypatch.setenv("KUBECONFIG", str(path))
         settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_DOOR_LISTEN=f"127.0.0.1:{free_port()}")
-        assert check_cluster(settings).ok
+        found = check_cluster(settings)
+        assert found.ok and "needs a CNI that enforces it" in found.detail
         fake.verbs.discard("list")
         finding = check_cluster(settings)
         assert not finding.ok and "rbac.yaml" in finding.detail and "403" in finding.detail

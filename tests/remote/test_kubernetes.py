@@ -44,6 +44,29 @@ def test_the_pod_is_valid_and_locked_down(tmp_path):
     assert pod["metadata"]["labels"]["nanoclaw.install"] == "home"
 
 
+def test_a_pod_asks_no_dns_and_gets_the_doors_name_from_the_host(tmp_path, monkeypatch):
+    """Cluster DNS would be a way around the egress allowlist: the pod's resolver points at its own
+    loopback, and the door's name comes resolved by the service, in hostAliases."""
+    pod = k8s.pod_manifest(spec(tmp_path), image="nanoclaw-agent:latest", namespace="nanoclaw", env={},
+                           host_aliases={"10.1.2.3": ["door.example"]})
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    assert pod["spec"]["dnsPolicy"] == "None" and pod["spec"]["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+    assert pod["spec"]["hostAliases"] == [{"ip": "10.1.2.3", "hostnames": ["door.example"]}]
+    assert k8s.resolve_door("https://10.0.0.5:8443") == {}
+    monkeypatch.setattr(k8s.socket, "getaddrinfo", lambda host, *_a, **_k: [(2, 1, 6, "", ("192.0.2.7", 0))])
+    assert k8s.resolve_door("https://door.internal:8443") == {"192.0.2.7": ["door.internal"]}
+
+
+def test_the_network_policy_lets_sandboxes_reach_the_door_port_only():
+    import yaml
+    policy = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "networkpolicy.yaml")
+                            .read_text())
+    assert policy["spec"]["ingress"] == [] and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    [rule] = policy["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]  # no port 53: no DNS
+    assert all("podSelector" in peer and "namespaceSelector" in peer for peer in rule["to"])
+
+
 def test_names_become_kubernetes_names():
     assert k8s.pod_name("nanoclaw-home-my_agent-abc") == "nanoclaw-home-my-agent-abc"
     assert k8s.label_value("x" * 80 + "_") == "x" * 63
@@ -88,6 +111,25 @@ def test_a_pod_answers_and_is_found_by_its_labels(make_settings, sqlite_url, clu
 
         svc.post(message(111, OWNER, "again"))  # a new pod, woken for the next message
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=120, what="the answer from the next pod")
+
+
+def test_a_pod_reaches_the_door_by_its_name_without_dns(make_settings, sqlite_url, cluster, monkeypatch):
+    """NANOCLAW_DOOR_URL names the door by a host name (its certificate's name): the service resolves it
+    and the pod, which asks no DNS, reaches the door through hostAliases."""
+    from tests.service_harness import free_port
+    port = free_port()
+    real = k8s.socket.getaddrinfo
+    monkeypatch.setattr(k8s.socket, "getaddrinfo", lambda host, *a, **k: [(2, 1, 6, "", (cluster.door_address, 0))]
+                        if host == "door.nanoclaw.test" else real(host, *a, **k))
+    with sandbox_service(make_settings, sqlite_url, _script, runtime="kubernetes",
+                         NANOCLAW_DOOR_LISTEN=f"{cluster.door_address}:{port}",
+                         NANOCLAW_DOOR_URL=f"https://door.nanoclaw.test:{port}") as svc:
+        owner_dm(svc)
+        svc.post(message(111, OWNER, "hello by name"))
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer from the pod")
+        [created] = [b for m, p, b in cluster.requests if m == "POST"]
+        assert created["spec"]["hostAliases"] == [{"ip": cluster.door_address, "hostnames": ["door.nanoclaw.test"]}]
+        assert created["spec"]["dnsPolicy"] == "None"
 
 
 def test_a_pod_killed_mid_turn_is_replaced_and_the_message_answered_once(make_settings, sqlite_url, cluster,

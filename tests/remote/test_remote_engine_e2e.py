@@ -15,6 +15,7 @@ from tests.outbound import test_progress_e2e as progress
 from tests.outbound.test_nudges import OWNER, _script
 from tests.remote.flow import HeldTurn, owner_dm
 from tests.service_harness import free_port
+from tests.fakes.model_api import Reply
 from tests.tg_flow import message, sandbox_service, sent, texts
 
 @pytest.fixture
@@ -22,8 +23,9 @@ def remote(engine_env, monkeypatch):
     for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
         monkeypatch.setenv(name, engine_env[name])
     port = free_port()
+    # the sandboxes get no network; their door relays use the engine's own (its namespace has no bridge)
     return dict(NANOCLAW_DOOR_LISTEN=f"{engine_env['NANOCLAW_TEST_DOOR_ADDRESS']}:{port}",
-                NANOCLAW_SANDBOX_NETWORK="host")
+                NANOCLAW_DOOR_RELAY_NETWORK="host")
 
 
 def only_on_the_second_engine(svc):
@@ -31,8 +33,74 @@ def only_on_the_second_engine(svc):
     assert names and svc.runtime.door is not None
     assert svc.runtime.client.api.base_url.startswith("https://198.18.0.2")
     for name in names:
-        assert svc.runtime.client.containers.get(name).attrs["Mounts"] == []
+        attrs = svc.runtime.client.containers.get(name).attrs
+        assert [m["Type"] for m in attrs["Mounts"]] == ["volume"]  # the relay's socket; nothing of this machine
+        assert attrs["HostConfig"]["NetworkMode"] == "none"
     return names
+
+
+PROBE = r"""python3 - <<'PY'
+import socket
+for host, port in (("169.254.169.254", 80), ("198.18.0.1", %(listener)d), ("198.18.0.1", %(door)d)):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        print("REACHED", host, port)
+    except OSError as exc:
+        print("BLOCKED", host, port, type(exc).__name__)
+PY"""
+
+
+class Listener:
+    """A port of the engine's host (this machine, on the engine's link) beside the door."""
+
+    def __init__(self, address: str):
+        import socket
+        self.sock = socket.socket()
+        self.sock.bind((address, 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self):
+        self.sock.close()
+
+
+def probing(listener: int, door: int):
+    def brain(req):
+        results = req.turn_tool_results()
+        if "probe" not in req.current_prompt():
+            return _script(req)
+        if not results:
+            return Reply.call("Bash", command=PROBE % {"listener": listener, "door": door})
+        return Reply.say("probe: " + " | ".join(l for l in results[-1].text.splitlines() if l.startswith(("REACHED",
+                                                                                                          "BLOCKED"))))
+    return brain
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_remote_sandbox_reaches_the_door_and_nothing_else(make_settings, sqlite_url, remote, engine_env, caplog,
+                                                            explicit):
+    """By default: no network, a relay to the door only; the cloud metadata address, the engine's host
+    and even the door's port are out of reach from inside. Naming a network is the operator's own
+    choice: the sandbox then reaches what it reaches, and each start says so in the log."""
+    host_side = engine_env["NANOCLAW_TEST_DOOR_ADDRESS"]
+    listener = Listener(host_side)
+    door_port = int(remote["NANOCLAW_DOOR_LISTEN"].rsplit(":", 1)[1])
+    env = {**remote, **({"NANOCLAW_SANDBOX_NETWORK": "host"} if explicit else {})}
+    try:
+        with sandbox_service(make_settings, sqlite_url, probing(listener.port, door_port), runtime="docker",
+                             **env) as svc:
+            owner_dm(svc)
+            svc.post(message(111, OWNER, "probe the network"))
+            said = svc.wait(lambda: next((t for t in texts(svc.tg, 111) if t.startswith("probe:")), None),
+                            timeout=120, what="the probe's report")
+    finally:
+        listener.close()
+    if explicit:
+        assert f"REACHED {host_side} {listener.port}" in said
+        assert "joins the engine's network 'host'" in caplog.text
+        return
+    for target in ("169.254.169.254 80", f"{host_side} {listener.port}", f"{host_side} {door_port}"):
+        assert f"BLOCKED {target}" in said, said
 
 
 def test_a_photo_in_and_a_picture_back(make_settings, sqlite_url, remote):
