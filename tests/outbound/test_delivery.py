@@ -9,6 +9,7 @@ import pytest
 
 from nanoclaw.channels.base import DeliveryError
 from nanoclaw.outbound import delivery as delivery_module
+from nanoclaw.outbound import outbox as outbox_module
 from nanoclaw.outbound.delivery import TRANSIENT_HORIZON_S, KeptSessions, backoff, deliver_session, gives_up
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions.store import Target, prepare, set_destination, write_message
@@ -168,7 +169,7 @@ def test_a_fifo_or_a_file_past_the_platforms_limit_is_refused_without_blocking_o
 def test_a_file_that_grows_while_it_is_copied_is_refused(session, monkeypatch):
     outbox = session / "agent" / "outbox"
     (outbox / "grows.txt").write_text("x" * 50)
-    original = delivery_module.os.pread
+    original = outbox_module.os.pread
 
     def growing(fd, n, offset):
         with open(outbox / "grows.txt", "a") as f:
@@ -176,7 +177,7 @@ def test_a_file_that_grows_while_it_is_copied_is_refused(session, monkeypatch):
         return original(fd, n, offset)
 
     monkeypatch.setattr(Recorder, "max_file_bytes", 100, raising=False)
-    monkeypatch.setattr(delivery_module.os, "pread", growing)
+    monkeypatch.setattr(outbox_module.os, "pread", growing)
     agent_writes(session, {"op": "file", "path": "outbox/grows.txt"})
     deliver_session(session, settings=None)
     assert status(session)[0][0] == "failed" and not any(kind == "file" for kind, *_ in Recorder.sent)

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from nanoclaw.outbound import delivery
+from nanoclaw.outbound import delivery, outbox
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions import store
 from nanoclaw.sessions.store import Target
@@ -79,14 +79,14 @@ def test_a_file_to_send_is_read_without_following_a_link(tmp_path):
     secret.write_text("not for the chat")
     (store.outbox_dir(path) / "report.txt").write_text("numbers")
     os.symlink(secret, store.outbox_dir(path) / "leak.txt")
-    with delivery.outbox_copy(path, "outbox/report.txt") as copy:
+    with outbox.outbox_copy(path, "outbox/report.txt", 1 << 20) as copy:
         assert copy.read_text() == "numbers" and copy.name == "report.txt"
     with pytest.raises(delivery.DeliveryError, match="file refused"):
-        with delivery.outbox_copy(path, "outbox/leak.txt"):
+        with outbox.outbox_copy(path, "outbox/leak.txt", 1 << 20):
             pass
     os.symlink(tmp_path, store.outbox_dir(path) / "up")
     with pytest.raises(delivery.DeliveryError, match="file refused"):
-        with delivery.outbox_copy(path, "outbox/up/host-secret.txt"):
+        with outbox.outbox_copy(path, "outbox/up/host-secret.txt", 1 << 20):
             pass
 
 
