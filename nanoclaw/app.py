@@ -5,10 +5,11 @@ import logging
 
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
-from . import logs, service
+from . import logs, proposal_rules, service
 from .cli import nanoclaw_group
 from .config import Settings
 from .db import bind, database
+from .upstreams import registry
 from .web import health, webhooks
 from .web import chat, page
 
@@ -26,6 +27,7 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    proposal_rules.reserve(lambda: registry.secret_names(settings.data_dir / "policy"))  # model upstreams' keys
     service.build(app)  # the Wake, and the capability modules registered
     page.configure(app, settings)
     bind(settings.database_url)

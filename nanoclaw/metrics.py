@@ -61,6 +61,12 @@ MODEL_TOKENS = Counter(
 MODEL_COST = Counter(
     "nanoclaw_model_cost_usd_total", "What the model calls cost by the price table (USD), by agent and model; "
     "a model the table does not know is priced at the dearest known rate.", ["agent", "model"])
+MODEL_FAILOVERS = Counter(
+    "nanoclaw_model_failovers", "Model calls the door moved to the next model of an agent's chain, by agent and "
+    "upstreams (from, to); to='none' when the whole chain failed", ["agent", "from_upstream", "to_upstream"])
+MODEL_FREE_INSTEAD = Counter(
+    "nanoclaw_model_budget_free_calls", "Model calls sent to a free model of an agent's chain because its budget "
+    "was spent, by agent", ["agent"])
 TRANSCRIPTIONS = Counter(
     "nanoclaw_transcriptions_total", "Voice notes and audio sent to the speech-to-text service, by outcome (ok, "
     "unset, too_long, refused, failed).", ["outcome"])

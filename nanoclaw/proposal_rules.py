@@ -11,15 +11,35 @@ from agent_runner.proposal_rules import (  # the runner is a package of this pro
 
 from .platforms import secret_prefixes
 
+# More names only the host may use, known where settings are (each model upstream's secret name):
+# the app factory adds a source here (create_app), read at every check, so an upstream added while a
+# program runs is reserved at once.
+_more_reserved: list = []
+
+
+def reserve(source) -> None:
+    """source() -> names (or prefixes) no agent may ask a credential route or an MCP server for."""
+    _more_reserved[:] = [source]
+
+
+def reserved() -> tuple[str, ...]:
+    extra: tuple[str, ...] = ()
+    for source in _more_reserved:
+        try:
+            extra += tuple(source())
+        except Exception:  # noqa: BLE001 - a source that cannot answer reserves nothing more
+            pass
+    return secret_prefixes() + extra
+
 
 def check_secret_name(raw: str) -> str:
-    return _rules.check_secret_name(raw, reserved=secret_prefixes())
+    return _rules.check_secret_name(raw, reserved=reserved())
 
 
 def check_mcp_server(name, command, args=None, env=None) -> dict:
-    return _rules.check_mcp_server(name, command, args, env, reserved=secret_prefixes())
+    return _rules.check_mcp_server(name, command, args, env, reserved=reserved())
 
 
-__all__ = ["MAX_PACKAGES", "HostEntry", "RuleError", "check_agent", "check_host_entry", "check_hostname",
+__all__ = ["reserve", "reserved", "MAX_PACKAGES", "HostEntry", "RuleError", "check_agent", "check_host_entry", "check_hostname",
            "check_mcp_server", "check_packages", "check_path_prefix", "check_port", "check_route_match",
            "check_secret_name", "check_text", "check_upstream", "split_host_port"]

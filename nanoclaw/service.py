@@ -18,7 +18,7 @@ from .approvals import agent_cards, chats, pairing, questions, senders  # noqa: 
 from .channels.base import get_adapter
 from .inbound import intake
 from .lifecycle.background import RUNTIME_RETRY_S, LOCK_RETRY_S, Background, take_lock
-from .operator import budgets, expiry, help_requests, proposals, waiting  # noqa: F401  (proposals; budget cards)
+from .operator import budgets, expiry, help_requests, outages, proposals, waiting  # noqa: F401  (proposals; budget and outage cards)
 from .runtime.base import RuntimeUnavailable
 from .runtime.select import image_to_build, select_runtime
 from .runtime.switching import SwitchingRuntime

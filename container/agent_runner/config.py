@@ -8,6 +8,11 @@ from pathlib import Path
 
 # Placeholder the SDK sends as its key; the proxy drops it and injects the real one.
 PLACEHOLDER_API_KEY = "sandbox-placeholder"
+# What the host sets to the agent's chosen model (nanoclaw/upstreams/chains.py has the same list), and
+# the SDK's effort levels.
+MODEL_VARIABLES = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL",
+                   "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -53,6 +58,7 @@ class RunnerConfig:
     cli_max_retries: str
     reserved_secret_prefixes: tuple[str, ...] = ()  # the host's platforms' (proposal_rules)
     session_id: str = ""  # the host's id of this session (the proxy counts a call's cost there)
+    effort: str | None = None  # the SDK's effort level the owner chose for this agent
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RunnerConfig":
@@ -80,6 +86,7 @@ class RunnerConfig:
             reserved_secret_prefixes=tuple(p for p in (env.get("NANOCLAW_RESERVED_SECRET_PREFIXES") or "").split(",")
                                            if p),
             session_id=(env.get("NANOCLAW_SESSION_ID") or "")[:64],
+            effort=env.get("NANOCLAW_EFFORT") if env.get("NANOCLAW_EFFORT") in EFFORTS else None,
         )
 
     @property

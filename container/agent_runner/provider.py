@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, CLIConnectionError, ResultError,
                               ResultMessage, StreamEvent, SystemMessage, TextBlock)
 
-from .config import PLACEHOLDER_API_KEY, RunnerConfig
+from .config import MODEL_VARIABLES, PLACEHOLDER_API_KEY, RunnerConfig
 from .extra_servers import extra_mcp_servers
 from .freezer import Freezer
 from .hooks import BLOCKED_TOOLS, make_hooks
@@ -89,6 +90,7 @@ class ClaudeProvider:
             system_prompt={"type": "preset", "preset": "claude_code",
                            "append": system_prompt_append(self.config, self.store.destination_labels())},
             resume=resume,
+            effort=self.config.effort,  # the owner's choice for this agent (none: the CLI's own)
             env=self.cli_env(),
             stderr=lambda line: log.info("cli: %s", line.rstrip()[:500]),
         )
@@ -112,6 +114,9 @@ class ClaudeProvider:
             # the owner approves each extra MCP server (add_mcp_server) and the agent is told so:
             # its tools are listed to the model directly, not deferred behind a ToolSearch step
             "ENABLE_TOOL_SEARCH": "false",
+            # the agent's model, when the owner chose one: every call the CLI makes names it (the door
+            # refuses any other); no fallback_model here, the door fails over
+            **{name: value for name in MODEL_VARIABLES if (value := os.environ.get(name))},
         }
 
     async def connect(self) -> None:

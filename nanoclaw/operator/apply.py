@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..db import database
 from ..models import AgentGroup
-from ..proxy.credentials import HostSecrets
+from ..proxy.host_secrets import HostSecrets
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
 from . import checks, packages

@@ -10,43 +10,16 @@ variable, never its value.
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import requests
-from dotenv import dotenv_values
 
-from ..config import PROJECT_ROOT
 from .door import Reply, Request
+from .host_secrets import HostSecrets
 from .headers import CALLER_AUTH, HOP_BY_HOP, RECOMPUTED, _connection_tokens
 from .model_api import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, _short, make_session, relay
 from .policy import CredentialRoute
-
-class HostSecrets:
-    """Token lookup: the process environment first, then the project's .env (re-read when it changes)."""
-
-    def __init__(self, dotenv_path: Path | None = None):
-        self.dotenv_path = Path(dotenv_path or os.environ.get("NANOCLAW_ENV_FILE") or PROJECT_ROOT / ".env")
-        self._cache: tuple[tuple, dict] = ((), {})
-        self._lock = threading.Lock()
-
-    def __call__(self, name: str) -> str | None:
-        value = os.environ.get(name)
-        return value if value else self._dotenv().get(name) or None
-
-    def _dotenv(self) -> dict:
-        try:
-            st = self.dotenv_path.stat()
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            return {}
-        with self._lock:
-            if self._cache[0] != stamp:
-                self._cache = (stamp, {k: v for k, v in dotenv_values(self.dotenv_path).items() if v})
-            return self._cache[1]
-
 
 def forward_headers(incoming: Iterable[tuple[str, str]], route: CredentialRoute, token: str) -> dict[str, str]:
     """The caller's headers minus hop-by-hop and any credential it sent, plus the route's token."""

@@ -73,12 +73,14 @@ class Reply:
         self.started = False
 
     def simple(self, status: int, body: bytes, content_type: str, *, close: bool = False,
-               reason: str | None = None) -> None:
+               reason: str | None = None, headers: dict[str, str] | None = None) -> None:
         """reason: a custom reason phrase (the one part of a CONNECT refusal most clients print)."""
         h = self._h
         h.send_response(status, reason.replace("\r", " ").replace("\n", " ") if reason else None)
         h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            h.send_header(name, value)
         if close:
             h.send_header("Connection", "close")
             h.close_connection = True

@@ -46,8 +46,11 @@ def _merge_beta(values: list[str], extra: str) -> str:
     return ",".join(betas)
 
 
-def upstream_request_headers(incoming: Iterable[tuple[str, str]], credential: dict[str, str]) -> dict[str, str]:
-    """The caller's headers minus its auth and hop-by-hop headers, plus the host's credential."""
+def upstream_request_headers(incoming: Iterable[tuple[str, str]], credential: dict[str, str], *,
+                             oauth: bool = True) -> dict[str, str]:
+    """The caller's headers minus its auth and hop-by-hop headers, plus the host's credential (a bearer
+    credential on the default upstream is Claude's OAuth token: its beta is added; oauth=False for
+    another upstream's bearer key)."""
     items = list(incoming)
     drop = HOP_BY_HOP | CALLER_AUTH | RECOMPUTED | _connection_tokens(items)
     out: dict[str, str] = {}
@@ -60,7 +63,7 @@ def upstream_request_headers(incoming: Iterable[tuple[str, str]], credential: di
             betas.append(value)
             continue
         out[low] = f"{out[low]}, {value}" if low in out else value
-    if "authorization" in credential:
+    if "authorization" in credential and oauth:
         betas_value = _merge_beta(betas, OAUTH_BETA)
     else:
         betas_value = ",".join(betas)

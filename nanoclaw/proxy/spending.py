@@ -83,11 +83,19 @@ class Spending:
                 self._sessions[key] = known
         return claimed if known else ""
 
-    def admit(self, request, head: estimate.Head) -> Ticket | str:
-        """A ticket for a call that may go (its reservation held until `done`), or why it may not.
-        Without its database the proxy cannot tell and lets the call go (logged): a model call is not
-        refused for an outage."""
-        cost = estimate.cost(len(request.body), head.max_tokens, self.table)
+    def free_ticket(self, request, head: estimate.Head) -> Ticket:
+        """A call to a free upstream: nothing reserved, never refused."""
+        return Ticket(0, len(request.body), head.max_tokens, head.model, held=False)
+
+    def admit(self, request, head: estimate.Head, price: prices.Price | None = None, *,
+              wait: bool = True, tell: bool = True) -> Ticket | str:
+        """A ticket for a call that may go (its reservation, the estimate at `price`, the dearest rate of
+        what the call may end on, held until `done`), or why it may not. wait=False: no wait for the
+        calls in flight; tell=False: a refusal is not recorded as a block (the door has a free model to
+        use instead). Without its database the proxy cannot tell and lets the call go (logged): a model
+        call is not refused for an outage."""
+        price = price or prices.dearest(self.table)
+        cost = prices.micro_usd(estimate.tokens(len(request.body), head.max_tokens), price)
         free = Ticket(cost, len(request.body), head.max_tokens, head.model, held=False)
         try:
             _connect()
@@ -109,14 +117,15 @@ class Spending:
                             self._reserved[request.folder] = held + cost
                         return Ticket(cost, len(request.body), head.max_tokens, head.model, held=True)
                     left = deadline - time.monotonic()
-                    if held == 0 or budgets.verdict(limits, spent, day).blocked or left <= 0:
+                    if not wait or held == 0 or budgets.verdict(limits, spent, day).blocked or left <= 0:
                         break
                     agent.wait(min(left, 5.0))  # a call in flight may leave room when it is counted
         except Exception as exc:  # noqa: BLE001 - the database is away or not set up (a bare proxy)
             self._unreadable(exc)
             return free
-        self._event("block", request.folder, verdict.period, self.session_of(request), verdict.spent_micro,
-                    verdict.limit_micro)
+        if tell:
+            self._event("block", request.folder, verdict.period, self.session_of(request), verdict.spent_micro,
+                        verdict.limit_micro)
         which = "daily" if verdict.period.startswith("day:") else "monthly"
         in_flight = " with the calls under way" if held else ""
         return (f"nanoclaw: the {which} budget of agent '{request.folder}' is used up{in_flight} "
@@ -124,12 +133,14 @@ class Spending:
                 f"{budgets.resets_at(verdict.period, self.tz):%Y-%m-%d %H:%M %Z}. The message waits until then "
                 "or until the owner raises the budget.")
 
-    def done(self, request, ticket: Ticket, status: int, meter: Meter | None) -> None:
+    def done(self, request, ticket: Ticket, status: int, meter: Meter | None, *, upstream: str = "anthropic",
+             asked: str = "", switched: bool = False, table: dict | None = None) -> None:
         """The call is over: price and record what its answer reported (or the estimate, for a success
-        that reported nothing), then let its reservation go."""
+        that reported nothing) on the answering upstream's `table`, then let its reservation go."""
         try:
             if status == 200:
-                self._record(request, ticket, meter)
+                self._record(request, ticket, meter, upstream, asked or ticket.model or "", switched,
+                             self.table if table is None else table)
         finally:
             if ticket.held:
                 agent = self._agent(request.folder)
@@ -142,15 +153,16 @@ class Spending:
                             self._reserved.pop(request.folder, None)
                     agent.notify_all()
 
-    def _record(self, request, ticket: Ticket, meter: Meter | None) -> None:
+    def _record(self, request, ticket: Ticket, meter: Meter | None, upstream: str, asked: str, switched: bool,
+                table: dict) -> None:
         model, tokens = meter.result() if meter is not None else (None, prices.Tokens())
         if meter is not None and (meter.reported or meter.error):
             price = None  # what it reported; an error event before any usage cost nothing
-        else:  # a success that said nothing of its usage is never free: the estimate is charged
-            model = model or ticket.model or "unknown"
+        else:  # a success that said nothing of its usage is never free (on an upstream with prices)
+            model = model or asked or "unknown"
             tokens = estimate.tokens(ticket.body_bytes, ticket.max_tokens)
-            price = prices.dearest(self.table)
-            if model not in self._estimated:
+            price = prices.dearest(table)
+            if table and model not in self._estimated:
                 self._estimated.add(model)
                 why = "its encoding cannot be read" if meter is not None and meter.unreadable else "it reported none"
                 log.warning("a model call of %s (%s) was answered without usage the proxy can read (%s): charged "
@@ -159,8 +171,9 @@ class Spending:
         try:
             _connect()
             day = ledger.today(self.tz)
-            price = price or prices.price_of(model or "", self.table)
-            cost = ledger.record(request.folder, self.session_of(request), model or "unknown", tokens, price, day)
+            price = price or prices.price_for(asked, model or "", table)
+            cost = ledger.record(request.folder, self.session_of(request), model or "unknown", tokens, price, day,
+                                 upstream=upstream, asked_model=asked, switched=switched)
             for kind in prices.PARTS:
                 metrics.MODEL_TOKENS.labels(request.folder, model or "unknown", kind).inc(getattr(tokens, kind))
             metrics.MODEL_COST.labels(request.folder, model or "unknown").inc(cost / 1_000_000)
@@ -170,6 +183,19 @@ class Spending:
                     self._event("warn", request.folder, period, "", used, limit)
         except Exception as exc:  # noqa: BLE001 - never what fails a call that was answered
             self._unreadable(exc)
+
+    def spent_up(self, folder: str) -> bool:
+        """Whether the agent's budget is spent now (calls in flight aside)."""
+        try:
+            _connect()
+            limits = self.limits.of(folder)
+            if limits.daily_micro is None and limits.monthly_micro is None:
+                return False
+            day = ledger.today(self.tz)
+            return budgets.verdict(limits, ledger.spent(folder, day), day).blocked
+        except Exception as exc:  # noqa: BLE001 - as admit: an outage refuses nothing
+            self._unreadable(exc)
+            return False
 
     def _unreadable(self, exc: Exception) -> None:
         now = time.monotonic()

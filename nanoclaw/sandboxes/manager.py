@@ -22,10 +22,12 @@ from pathlib import Path
 
 import peewee
 
-from .. import platforms
+from .. import proposal_rules
+from ..proposal_rules import RuleError
 from ..config import PROJECT_ROOT
 from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import destinations, store
+from ..upstreams import chains, registry
 from ..usage.gate import SpendGate
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
@@ -79,9 +81,10 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_FREEZE_IDLE_S": str(settings.freeze_idle_s),
         "NANOCLAW_SESSION_ID": session_id,
         # names, never values: the runner refuses to propose these as secrets (the host checks again)
-        "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(platforms.secret_prefixes()),
+        "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(proposal_rules.reserved()),
         "TZ": settings.timezone,
     }
+    env.update(model_env(settings, folder))  # the agent's model, when the owner chose one (names only)
     if withheld_tools:
         env["NANOCLAW_TOOLS_WITHHELD"] = ",".join(sorted(withheld_tools))
     if settings.max_turn_minutes:  # no cap unless the operator wants one (stuck turns are the sweep's)
@@ -107,6 +110,30 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
     if mcp_servers:
         env["NANOCLAW_MCP_SERVERS"] = json.dumps(mcp_servers, sort_keys=True)
     return SandboxSpec(**kwargs)
+
+
+def model_env(settings, folder: str) -> dict[str, str]:
+    """The CLI's model variables for the agent's chosen model ({} without one, or with a file the
+    proxy would not take either: the door then refuses what does not fit, and says why)."""
+    policy = settings.data_dir / "policy"
+    try:
+        return chains.sandbox_env(chains.read(policy, folder, registry.read(policy)))
+    except RuleError as exc:
+        log.error("the model choice of %s is invalid (%s); its sandbox starts without one", folder, exc)
+        return {}
+
+
+def has_free_model(settings, folder: str) -> bool:
+    """Whether the agent's chain has a model on a free upstream (the door uses it when the budget is
+    spent, so a sandbox may start)."""
+    policy = settings.data_dir / "policy"
+    try:
+        upstreams = registry.read(policy)
+        choice = chains.read(policy, folder, upstreams)
+    except RuleError:
+        return False
+    return choice is not None and any(upstreams[link.upstream].free for link in choice.chain
+                                      if link.upstream in upstreams)
 
 
 def package_prefix(settings, folder: str) -> Path:
@@ -246,7 +273,7 @@ class SandboxManager:
         our last start first, if that sandbox is gone (crashed before its runner came up?)."""
         if name in self._starting or self.runtime.is_running(name):
             return True
-        if self.budget.spent_up(folder):
+        if self.budget.spent_up(folder) and not has_free_model(self.settings, folder):
             log.debug("not starting %s: its agent's budget is spent (the messages wait)", name)
             return False
         now = time.time()

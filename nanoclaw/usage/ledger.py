@@ -17,23 +17,27 @@ def today(tz: str, now: datetime | None = None) -> date:
     return (now or datetime.now(timezone.utc)).astimezone(ZoneInfo(tz)).date()
 
 
-def record(agent_folder: str, session_id: str, model: str, tokens: Tokens, price: Price, day: date) -> int:
-    """Add one call; its cost in millionths of a dollar."""
+def record(agent_folder: str, session_id: str, model: str, tokens: Tokens, price: Price, day: date, *,
+           upstream: str = "anthropic", asked_model: str = "", switched: bool = False) -> int:
+    """Add one call; its cost in millionths of a dollar. `model` answered, on `upstream`, a call that
+    asked for `asked_model` (`switched`: a fallback of the agent's chain answered it)."""
     cost = micro_usd(tokens, price)
     p = database.param
     with hot_write():
         database.execute_sql(
-            "INSERT INTO model_usage (day, agent_folder, session_id, model, calls, input_tokens, output_tokens, "
-            "cache_write_tokens, cache_read_tokens, cost_micro_usd, priced_as, unpriced) "
-            f"VALUES ({', '.join([p] * 12)}) ON CONFLICT (day, agent_folder, session_id, model) DO UPDATE SET "
-            "calls = model_usage.calls + 1, input_tokens = model_usage.input_tokens + excluded.input_tokens, "
+            "INSERT INTO model_usage (day, agent_folder, session_id, upstream, asked_model, model, calls, switched, "
+            "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_micro_usd, priced_as, unpriced) "
+            f"VALUES ({', '.join([p] * 15)}) ON CONFLICT (day, agent_folder, session_id, upstream, asked_model, model) "
+            "DO UPDATE SET calls = model_usage.calls + 1, switched = model_usage.switched + excluded.switched, "
+            "input_tokens = model_usage.input_tokens + excluded.input_tokens, "
             "output_tokens = model_usage.output_tokens + excluded.output_tokens, "
             "cache_write_tokens = model_usage.cache_write_tokens + excluded.cache_write_tokens, "
             "cache_read_tokens = model_usage.cache_read_tokens + excluded.cache_read_tokens, "
             "cost_micro_usd = model_usage.cost_micro_usd + excluded.cost_micro_usd, "
             "priced_as = excluded.priced_as, unpriced = excluded.unpriced",
-            (day.isoformat(), agent_folder, session_id or "", model or "unknown", 1, tokens.input, tokens.output,
-             tokens.cache_write, tokens.cache_read, cost, price.name, not price.known))
+            (day.isoformat(), agent_folder, session_id or "", upstream or "anthropic", asked_model or "",
+             model or "unknown", 1, int(switched), tokens.input, tokens.output, tokens.cache_write,
+             tokens.cache_read, cost, price.name, not price.known))
     return cost
 
 

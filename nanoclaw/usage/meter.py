@@ -62,6 +62,7 @@ class Meter:
         self.model: str | None = None
         self._counts: dict[str, int] = {}
         self.error: str | None = None
+        self.first: str | None = None  # the type of the stream's first event, once it is known
 
     def feed(self, piece: bytes) -> None:
         """One piece of the body as it went to the caller (still encoded)."""
@@ -106,6 +107,8 @@ class Meter:
         if not isinstance(event, dict):
             return
         kind = event.get("type")
+        if self.first is None:
+            self.first = str(kind)
         if kind == "message_start" and isinstance(event.get("message"), dict):
             self.model = str(event["message"].get("model") or "") or self.model
             self._take(event["message"].get("usage"))

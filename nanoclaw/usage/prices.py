@@ -59,6 +59,17 @@ def price_of(model: str, table: dict[str, dict[str, float]]) -> Price:
     return price
 
 
+def price_for(asked: str, answered: str, table: dict[str, dict[str, float]]) -> Price:
+    """A call's price on an upstream's table: by the model asked for, else by the model that answered,
+    else the dearest rate (flagged); an empty table (a free upstream) costs nothing."""
+    if not table:
+        return Price("free", {}, True)
+    for model in (asked, answered):
+        if model and any(model.startswith(n) for n in table):
+            return price_of(model, table)
+    return price_of(answered or asked or "", table)
+
+
 def dearest(table: dict[str, dict[str, float]]) -> Price:
     """The table's dearest entry (by output, then input rate), standing in for what is not known; an
     empty table is free."""

@@ -10,8 +10,11 @@ class ModelUsage(Base):
     day = pw.CharField(max_length=10)                # in the owner's time zone
     agent_folder = pw.CharField()
     session_id = pw.CharField(default="")            # '' when the call did not say which (or lied)
-    model = pw.CharField()
+    upstream = pw.CharField(default="anthropic")     # the model upstream that answered
+    asked_model = pw.CharField(default="")           # the model the agent's call asked for
+    model = pw.CharField()                           # the model that answered
     calls = pw.IntegerField(default=0)
+    switched = pw.IntegerField(default=0)            # calls a fallback answered (failover at the door)
     input_tokens = pw.BigIntegerField(default=0)
     output_tokens = pw.BigIntegerField(default=0)
     cache_write_tokens = pw.BigIntegerField(default=0)
@@ -22,7 +25,7 @@ class ModelUsage(Base):
 
     class Meta:
         table_name = "model_usage"
-        indexes = ((("day", "agent_folder", "session_id", "model"), True),)
+        indexes = ((("day", "agent_folder", "session_id", "upstream", "asked_model", "model"), True),)
 
 
 class Budget(Base):
@@ -52,3 +55,18 @@ class BudgetEvent(ApproverCard):
     class Meta:
         table_name = "budget_events"
         indexes = ((("agent_folder", "period", "kind", "session_id"), True),)
+
+
+class ModelOutage(ApproverCard):
+    """Every model of an agent's chain failed for a call: its owner is told once per outage, which
+    ends (ended_at) at the agent's next answered call."""
+    agent_folder = pw.CharField()
+    upstream = pw.CharField()                        # the primary's
+    status = pw.IntegerField(default=0)              # the primary's answer (0: unreachable)
+    detail = pw.CharField(max_length=500, default="")
+    ended_at = pw.DateTimeField(null=True)
+    told_at = pw.DateTimeField(null=True)
+    decided_by = pw.CharField(null=True)
+
+    class Meta:
+        table_name = "model_outages"

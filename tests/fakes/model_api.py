@@ -65,6 +65,8 @@ class Reply:
     chunk_delay_s: float = 0.0  # pause between stream events; text then streams word by word
     model: str = ""  # the model the answer says it came from (default MODEL_NAME)
     input_tokens: int = 10  # the usage it reports (output: 5)
+    stream_error: str = ""  # a streamed answer (200) whose first event is this error (overloaded_error)
+    cut_after: int = 0  # a streamed answer that breaks off after this many events
 
     @classmethod
     def say(cls, text: str, **kw) -> "Reply":
@@ -412,7 +414,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("content-encoding", encoding)
         self.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:12])
         self.end_headers()
-        for name, data in _sse_events(reply):
+        events = list(_sse_events(reply))
+        if reply.stream_error:  # as the API sends an overload it meets after the headers went out
+            events = [("error", {"type": "error", "error": {"type": reply.stream_error, "message": "Overloaded"}})]
+        for n, (name, data) in enumerate(events):
+            if reply.cut_after and n >= reply.cut_after:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)  # mid-stream: no terminating chunk
+                return
             chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
             if packer is not None:  # each event complete on the wire, as a streaming gzip edge sends it
                 chunk = packer.compress(chunk) + packer.flush(zlib.Z_SYNC_FLUSH)

@@ -50,13 +50,13 @@ def waited(done, what: str, timeout: float = 10.0):
 
 
 def ask(proxy, folder: str, session: str = "", stream: bool = True, *, encodings: str = "",
-        url: str = "/v1/messages?beta=true", method: str = "POST"):
+        url: str = "/v1/messages?beta=true", method: str = "POST", model: str = "claude-sonnet-4-5"):
     headers = {"content-type": "application/json", "x-api-key": "placeholder"}
     if session:
         headers["x-nanoclaw-session"] = session
     if encodings:
         headers["accept-encoding"] = encodings
-    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": stream,
+    body = json.dumps({"model": model, "max_tokens": 10, "stream": stream,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     return call(proxy.proxy_dir / folder / "proxy.sock", method=method, url=url,
                 body=body if method == "POST" else None, headers=headers)
@@ -105,10 +105,15 @@ def test_a_spent_budget_refuses_the_next_call_before_it_leaves(door, cli):
 
 def test_a_model_the_table_does_not_know_is_priced_at_the_dearest_rate(door):
     door.model.script = lambda req: Reply.say("ok", model="claude-new-9", input_tokens=1_000)
-    assert ask(door, "andy")[0] == 200
+    assert ask(door, "andy", model="claude-new-9")[0] == 200
     recorded(1)
     row = ModelUsage.get()
     assert row.unpriced and row.priced_as == "claude-opus-4-1" and row.cost_micro_usd == 1_000 * 15 + 5 * 75
+    # priced by the model the call asked for when the table knows it, whatever answered
+    assert ask(door, "andy", model="claude-sonnet-4-5")[0] == 200
+    recorded(2)
+    row = ModelUsage.get(ModelUsage.asked_model == "claude-sonnet-4-5")
+    assert row.model == "claude-new-9" and not row.unpriced and row.priced_as == "claude-sonnet-4-5"
 
 
 # --- answers the meter reads whatever their encoding (issue 39, item 1) ---------------------------
