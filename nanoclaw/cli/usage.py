@@ -26,23 +26,27 @@ def usage_cmd(agent_folder, days):
     query = ModelUsage.select().where(ModelUsage.day >= first)
     if agent_folder:
         query = query.where(ModelUsage.agent_folder == get_agent(agent_folder).folder)
-    totals: dict[tuple[str, str], list] = {}
+    totals: dict[tuple[str, str, str], list] = {}
     flagged = set()
     for row in query:
-        key = (row.day, row.agent_folder)
-        t = totals.setdefault(key, [0, 0, 0, 0, 0, 0])
+        key = (row.day, row.agent_folder, row.upstream)
+        t = totals.setdefault(key, [0, 0, 0, 0, 0, 0, 0])
         for i, value in enumerate((row.calls, row.input_tokens, row.output_tokens, row.cache_write_tokens,
-                                   row.cache_read_tokens, row.cost_micro_usd)):
+                                   row.cache_read_tokens, row.cost_micro_usd, row.switched)):
             t[i] += value
         if row.unpriced:
             flagged.add(row.model)
     if not totals:
         click.echo(f"no model calls in the last {days} day(s)")
         return
-    rows = [[day, agent, calls, inp, out, cw, cr, usd(cost)]
-            for (day, agent), (calls, inp, out, cw, cr, cost) in sorted(totals.items(), reverse=True)]
-    print_table(["day", "agent", "calls", "input", "output", "cache write", "cache read", "cost"], rows)
+    rows = [[day, agent, upstream, calls, switched or "-", inp, out, cw, cr, usd(cost)]
+            for (day, agent, upstream), (calls, inp, out, cw, cr, cost, switched) in sorted(totals.items(), reverse=True)]
+    print_table(["day", "agent", "upstream", "calls", "failover", "input", "output", "cache write", "cache read",
+                 "cost"], rows)
     click.echo(f"total: {usd(sum(t[5] for t in totals.values()))}")
+    moved = sum(t[6] for t in totals.values())
+    if moved:
+        click.echo(f"{moved} call(s) answered by a fallback after the model before it failed (failover)")
     if flagged:
         click.echo(f"priced at the dearest known rate (not in the price table): {', '.join(sorted(flagged))}")
 

@@ -13,6 +13,7 @@ from ..mounts import AllowlistError, current_allowlist, declared_mounts
 from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
 from ..operator import capability_edits, policy_edits
+from ..operator import models as models_ops
 from ..sessions import destinations
 from . import auth, current_wake
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
@@ -21,6 +22,17 @@ from .scope import chat_facts, destination_refusal
 from .spending import chart_svg, spending_of
 from ..usage.budgets import usd
 
+
+
+def running_count(agent) -> int | None:
+    """How many of the agent's sandboxes run now (None: this process does not run sandboxes)."""
+    manager = current_wake().manager
+    if manager is None:
+        return None
+    from ..sandboxes.manager import sandbox_name
+    names = set(manager.running())
+    return sum(1 for s in Session.select(Session.id).where(Session.agent_group == agent)
+               if sandbox_name(settings().install_id, agent.folder, s.id) in names)
 
 
 # --- agents and their mounts ------------------------------------------------------------------
@@ -49,9 +61,16 @@ def agent(folder: str):
         hosts, routes, policy_error = [], [], str(exc)
     spending = spending_of(a)
     limit = spending.budget and spending.budget.daily_usd
+    try:
+        choice, model_error = models_ops.current(settings(), a), None
+    except models_ops.ModelRefused as exc:
+        choice, model_error = None, str(exc)
     return render_template("agent.html", agent=a, mounts=declared_mounts(a), wirings=list(wirings),
                            spending=spending, chart=Markup(chart_svg(spending.days, limit and round(limit * 1e6))),
-                           usd=usd,
+                           usd=usd, choice=choice, model_error=model_error, sandboxes=running_count(a),
+                           fallback_text=" ".join(link.describe() for link in choice.fallbacks) if choice else "",
+                           upstream_names=["anthropic", *sorted(models_ops.upstreams(settings()))]
+                           if not model_error else ["anthropic"],
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
 
@@ -209,3 +228,26 @@ def mcp_add(folder: str):
 def mcp_remove(folder: str, name: str):
     return _capability_change(folder, f"{folder} no longer has the MCP server {name}; its sandboxes restart without it.",
                               capability_edits.remove_mcp_server, name, clean_why(request.form.get("why")))
+
+
+# --- its model ---------------------------------------------------------------------------------
+
+@bp.post("/admin/agents/<folder>/model")
+def model_set(folder: str):
+    a = agent_for_write(folder)
+    why = clean_why(request.form.get("why"))
+    fallbacks = [f.strip() for f in (request.form.get("fallbacks") or "").split() if f.strip()]
+    try:
+        if request.form.get("clear"):
+            models_ops.clear_model(settings(), g.user_id, a, why, wake=current_wake())
+            flash(f"{a.name} runs on the defaults again.", "ok")
+        else:
+            choice = models_ops.set_model(settings(), g.user_id, a, request.form.get("model") or "",
+                                          request.form.get("upstream") or None, fallbacks,
+                                          request.form.get("effort") or None, why, wake=current_wake())
+            flash(f"{a.name} runs on {' → '.join(link.describe() for link in choice.chain)} from its next turn.", "ok")
+    except models_ops.ModelRefused as exc:
+        if "administer other agents" in str(exc):
+            return forbidden(str(exc))
+        flash(str(exc), "error")
+    return redirect(url_for("admin.agent", folder=a.folder) + "#model")

@@ -9,7 +9,10 @@ from html import escape
 
 from flask import flash, g, redirect, request, url_for
 
+from .. import platforms
+from ..models import MessagingGroup
 from ..operator.budgets import BudgetRefused, clear_budget, set_budget
+from ..sessions import store
 from ..usage import ledger
 from ..usage.budgets import usd
 from ..usage.tables import Budget, ModelUsage
@@ -23,7 +26,7 @@ WIDTH, HEIGHT, PAD = 600, 160, 28
 @dataclass(frozen=True)
 class Spending:
     days: list[tuple[date, int]]        # the last 30 days, oldest first: (day, micro-dollars)
-    sessions: list[tuple[str, int, int]]  # the most expensive: (session id, calls, micro-dollars)
+    sessions: list[tuple[str, int, int]]  # the most expensive: (the chat's name, calls, micro-dollars)
     unpriced: list[str]                 # models priced at the dearest rate (not in the table)
     budget: Budget | None
     today_micro: int
@@ -49,10 +52,26 @@ def spending_of(agent) -> Spending:
             s[0] += r.calls
             s[1] += r.cost_micro_usd
     days = [(first + timedelta(days=i), per_day.get((first + timedelta(days=i)).isoformat(), 0)) for i in range(DAYS)]
-    top = sorted(((sid, c, v) for sid, (c, v) in per_session.items()), key=lambda x: -x[2])[:5]
+    top = sorted(((chat_name(agent, sid), c, v) for sid, (c, v) in per_session.items()), key=lambda x: -x[2])[:5]
     spent = ledger.spent(agent.folder, today)
     return Spending(days, top, sorted({r.model for r in rows if r.unpriced}),
                     Budget.get_or_none(Budget.agent_folder == agent.folder), spent.day_micro, spent.month_micro)
+
+
+def chat_name(agent, session_id: str) -> str:
+    """What a person calls the chat a session answers ("Olivia's DM on Telegram", "Team on Slack, a
+    thread"), from the host's own records; the session id only when nothing else is known."""
+    target = store.routing_of(store.session_path(settings().sessions_dir, agent.folder, session_id))
+    if target is None:
+        return f"session {session_id}"
+    chat = MessagingGroup.get_or_none(MessagingGroup.channel_type == target.channel_type,
+                                      MessagingGroup.platform_id == target.platform_id)
+    name = (chat.name if chat is not None and chat.name else None) or f"{target.channel_type}:{target.platform_id}"
+    where = platforms.label(target.channel_type)
+    kind = "DM" if chat is not None and chat.kind == "dm" else "chat"
+    thread = ", a thread" if target.thread_id and not target.thread_id.startswith("task:") else \
+        ", a scheduled task's run" if target.thread_id else ""
+    return f"{name} ({kind} on {where}{thread})"
 
 
 def chart_svg(days: list[tuple[date, int]], daily_limit_micro: int | None = None) -> str:

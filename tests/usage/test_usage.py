@@ -137,3 +137,21 @@ def test_the_day_is_the_owners():
     resets = budgets.resets_at("day:2026-11-26", "Europe/Berlin")
     assert resets.isoformat() == "2026-11-27T00:00:00+01:00"
     assert budgets.resets_at("month:2026-12", "Asia/Tokyo").isoformat() == "2027-01-01T00:00:00+09:00"
+
+
+def test_the_bundled_clis_default_model_is_in_the_price_table(tmp_path):
+    """A fresh install runs the CLI's default model: it must be priced as itself, not as the dearest
+    model "not in the price table". The CLI is asked once, against the fake model, which model it sends."""
+    import glob
+    import os
+    import subprocess
+
+    from tests.fakes.model_api import FakeModel
+    [cli] = glob.glob(os.path.join(os.path.dirname(__import__("claude_agent_sdk").__file__), "_bundled", "claude"))
+    with FakeModel() as model:
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANTHROPIC_BASE_URL": model.url,
+               "ANTHROPIC_API_KEY": "placeholder", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+               "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1"}
+        subprocess.run([cli, "-p", "hello"], env=env, capture_output=True, timeout=120, check=True)
+        sent = {c.body["model"] for c in model.model_calls()}
+    assert sent and all(prices.price_of(m, TABLE).known for m in sent), sent

@@ -237,3 +237,54 @@ def test_the_agents_page_charts_30_days_of_spending_and_sets_a_budget(served):
     assert "budget: $5.00 a day" in page.locator("#spending").inner_text()
     assert page.locator("#spending svg.chart line.limit").count() == 1
     page.close()
+
+
+def test_the_agents_page_opens_with_its_model_spend_and_sandboxes_and_names_chats(served):
+    """What an owner looks for first is on the first screen of a phone, before any form: the model and
+    its fallbacks, today's spend against the budget, whether a sandbox runs; the dearest conversations
+    are named by their chat, not by a session id. The model is set in its form."""
+    base, browser, _model, _tg, settings = served
+    from nanoclaw.db import database
+    from nanoclaw.models import AgentGroup, MessagingGroup, Session
+    from nanoclaw.sessions import store
+    from nanoclaw.sessions.store import Target
+    from nanoclaw.usage import ledger
+    from nanoclaw.usage.tables import Budget, ModelUsage
+    with database.connection_context():
+        andy = AgentGroup.get(AgentGroup.folder == "andy")
+        MessagingGroup.get_or_create(channel_type="telegram", platform_id="-100777",
+                                     defaults={"name": "Family", "kind": "group"})
+        Session.create(id="s-family", agent_group=andy)
+        store.prepare(store.session_path(settings.sessions_dir, "andy", "s-family"), Target("telegram", "-100777"))
+        ModelUsage.create(day=ledger.today(settings.timezone).isoformat(), agent_folder="andy", session_id="s-family",
+                          model="claude-sonnet-4-5", calls=2, cost_micro_usd=1_250_000, priced_as="claude-sonnet-4-5")
+        Budget.insert(agent_folder="andy", daily_usd=5.0).on_conflict_replace().execute()
+        today = ledger.spent("andy", ledger.today(settings.timezone)).day_micro
+    context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(base + "/login")
+    page.fill("input[name=user_id]", OWNER)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button:has-text('Log in')")
+    page.wait_for_url(base + "/admin")
+    page.goto(base + "/admin/agents/andy")
+    glance = page.locator("#glance")
+    box = glance.bounding_box()
+    assert box["y"] + box["height"] <= 740, "the summary is not on the first screen"
+    assert page.locator("section.card form").first.bounding_box()["y"] > box["y"] + box["height"]  # forms after it
+    text = glance.inner_text()
+    assert "the Claude CLI's default, on anthropic" in text and f"${today / 1e6:,.2f} of $5.00" in text
+    assert "Sandboxes" in text
+    assert "Family (chat on Telegram)" in page.locator("#spending").inner_text()
+    assert "s-family" not in page.locator("#spending").inner_text()
+
+    page.fill("#model input[name=model]", "claude-sonnet-4-5")
+    page.fill("#model input[name=fallbacks]", "claude-haiku-4-5")
+    page.select_option("#model select[name=effort]", "low")
+    page.click("#model button:has-text('Set model')")
+    page.wait_for_selector("p.flash.ok")
+    assert "claude-sonnet-4-5 on anthropic → claude-haiku-4-5 on anthropic" in page.locator("#glance").inner_text()
+    assert "effort low" in page.locator("#glance").inner_text()
+    assert (settings.data_dir / "policy" / "andy" / "model.json").exists()
+    context.close()
