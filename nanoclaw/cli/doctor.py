@@ -51,6 +51,56 @@ def check_model_key(settings) -> Finding:
     return Finding(True, name, f"accepted by {settings.anthropic_upstream_url}")
 
 
+SUBSCRIPTION_NOTE = ("a subscription (OAuth) token may not be allowed by the provider's terms for use outside its own "
+                     "apps; an API key (ANTHROPIC_API_KEY) is the supported way")
+
+
+def check_subscription(settings) -> Finding:
+    if not settings.claude_code_oauth_token:
+        return Finding(None, "subscription token", "not used")
+    if settings.anthropic_api_key:
+        return Finding(None, "subscription token", "set, but ANTHROPIC_API_KEY is set too and wins; the token is "
+                                                   "not used")
+    return Finding(None, "subscription token", f"CLAUDE_CODE_OAUTH_TOKEN is used: {SUBSCRIPTION_NOTE}")
+
+
+def check_upstreams(settings) -> list[Finding]:
+    """Every model upstream answers a one-token request with its credential, with the models agents use
+    there (each link of each chain once); an upstream no agent uses is asked with a default model."""
+    from ..models import AgentGroup
+    from ..operator import models as ops
+    from ..proxy.upstream_probe import probe
+    try:
+        found = ops.upstreams(settings)
+    except ops.ModelRefused as exc:
+        return [Finding(False, "model upstreams", f"{exc}; fix data/policy/upstreams.json or re-add them")]
+    links: dict[tuple[str, str], list[str]] = {}
+    try:
+        with database.connection_context():
+            agents = list(AgentGroup.select().order_by(AgentGroup.folder))
+            for agent in agents:
+                try:
+                    choice = ops.current(settings, agent)
+                except ops.ModelRefused as exc:
+                    return [Finding(False, f"model of {agent.folder}", f"{exc}; set it again with `model set`")]
+                for link in choice.chain if choice else ():
+                    links.setdefault((link.upstream, link.model), []).append(agent.folder)
+    except Exception:  # noqa: BLE001 - no database yet: the upstreams alone
+        pass
+    for name in found:
+        if not any(up == name for up, _m in links):
+            links[(name, "claude-haiku-4-5")] = []
+    out = []
+    for (upstream, model), users in sorted(links.items()):
+        if upstream == "anthropic":
+            continue  # the model key line asks it
+        ok, detail = probe(settings, upstream, model)
+        who = f" (used by {', '.join(users)})" if users else ""
+        out.append(Finding(ok, f"upstream {upstream}", f"{detail}{who}" if ok else
+                           f"{detail}{who}; fix it, then `flask --app app nanoclaw upstream test {upstream}`"))
+    return out
+
+
 def check_runtime(settings) -> list[Finding]:
     """The runtime NANOCLAW_RUNTIME picks, checked by making a sandbox; and the agent image."""
     found: list[Finding] = []
@@ -194,8 +244,8 @@ def check_transcriber(settings) -> Finding:
 
 
 def findings(settings, *, service: bool = True) -> list[Finding]:
-    found = [check_model_key(settings), *check_runtime(settings), check_data_dir(settings), check_timezone(settings),
-             check_transcriber(settings)]
+    found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
+             *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings)]
     for platform in platforms.all_platforms():
         if platform.doctor:
             found.extend(f for f in [platform.part(platform.doctor)(settings.platform)] if f is not None)
@@ -209,8 +259,9 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
 @command("doctor")
 @click.option("--no-service", is_flag=True, help="Do not check that the service is running.")
 def doctor_cmd(no_service):
-    """Check that this install can answer: model key, sandbox, image, data folder, time zone, each
-    configured platform's token, the speech-to-text service, the running service and an owner. Exit 0 when nothing failed."""
+    """Check that this install can answer: model key, model upstreams and the agents' models, sandbox, image,
+    data folder, time zone, each configured platform's token, the speech-to-text service, the running service and
+    an owner. Exit 0 when nothing failed."""
     results = findings(current_settings(), service=not no_service)
     for finding in results:
         click.echo(finding.line())

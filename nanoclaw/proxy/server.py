@@ -65,6 +65,10 @@ class ProxyServer:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.remote = None
+        if settings.claude_code_oauth_token and not settings.anthropic_api_key:
+            self.log.warning("model calls use CLAUDE_CODE_OAUTH_TOKEN: a subscription token may not be allowed by "
+                             "the provider's terms for use outside its own apps; an API key (ANTHROPIC_API_KEY) is "
+                             "the supported way")
         if not self.model_api.credential:
             self.log.warning("neither ANTHROPIC_API_KEY nor CLAUDE_CODE_OAUTH_TOKEN is set: "
                              "model calls go to %s without credentials", settings.anthropic_upstream_url)
