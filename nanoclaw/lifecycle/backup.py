@@ -4,7 +4,8 @@ One tar.gz holds: `manifest.json` (versions, counts, what is inside); `db/nanocl
 consistent copy of the central SQLite database (SQLite's online backup API, never a file copy of
 a live database; with PostgreSQL it is left to pg_dump); `sessions/…`, each session's two
 databases copied the same way and its files (inbox, outbox, the SDK's transcripts in home/);
-`groups/…`; `policy/…` (egress and credential routes: secret names only); the mount allowlist.
+`groups/…`; `policy/…` (egress and credential routes, model upstreams and each agent's model: secret
+names only); the mount allowlist.
 Secret values (the page's secret key, the .env file) only with `with_secrets`, and then the
 archive is made readable by its owner alone.
 """
