@@ -111,3 +111,45 @@ def test_doctor_says_plainly_what_a_subscription_token_means(make_settings):
     assert "may not be allowed by the provider's terms" in only_token.detail and "API key" in only_token.detail
     both = check_subscription(make_settings(CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-x", ANTHROPIC_API_KEY="sk-ant-k"))
     assert "wins" in both.detail
+
+
+def test_an_outage_is_told_to_the_owner_once_and_marked_when_the_agent_answers_again(make_settings, sqlite_url):
+    from nanoclaw.operator import outages
+    from nanoclaw.proxy.outages import Outages
+    from nanoclaw.usage.tables import ModelOutage
+    from tests.tg_flow import OLIVIA_AND_ANDY, Telegram, edits, sent, telegram_app
+    with Telegram() as tg, telegram_app(make_settings, sqlite_url, tg, *OLIVIA_AND_ANDY) as app:
+        settings = app.config["NANOCLAW"]
+        seen = Outages()
+        seen.started("andy", "anthropic", 529, "Overloaded")
+        seen.started("andy", "anthropic", 529, "Overloaded")  # the same outage: no second row
+        assert outages.tell(settings, None) == 1 and outages.tell(settings, None) == 0
+        [card] = [c for c in sent(tg) if "models are not answering" in c["text"]]
+        assert str(card["chat_id"]) == "111" and "upstream test anthropic" in card["text"]
+        seen.ended("andy")
+        outages.tell(settings, None)
+        assert any("answers again" in e["text"] for e in edits(tg))
+        assert ModelOutage.select().count() == 1
+        seen.started("andy", "anthropic", 503, "down")  # a new outage after the recovery: a new card
+        assert outages.tell(settings, None) == 1
+
+
+def test_the_ledger_keeps_upstream_asked_and_answered_model_on_both_databases(app):
+    """Migration 0016 made the ledger anew (SQLite cannot change a UNIQUE constraint in place): one row
+    per upstream, model asked and model answered, summed in place on SQLite and PostgreSQL alike."""
+    from datetime import date
+
+    from nanoclaw.usage import ledger, prices
+    from nanoclaw.usage.tables import ModelUsage
+    table = prices.load()
+    day = date(2026, 11, 26)
+    for switched in (False, True, True):
+        ledger.record("andy", "s1", "claude-haiku-4-5", prices.Tokens(100, 10), prices.price_of("claude-haiku-4-5", table),
+                      day, upstream="backup" if switched else "anthropic", asked_model="claude-haiku-4-5",
+                      switched=switched)
+    rows = {(r.upstream, r.asked_model, r.model): r for r in ModelUsage.select()}
+    assert rows[("backup", "claude-haiku-4-5", "claude-haiku-4-5")].calls == 2
+    assert rows[("backup", "claude-haiku-4-5", "claude-haiku-4-5")].switched == 2
+    assert rows[("anthropic", "claude-haiku-4-5", "claude-haiku-4-5")].switched == 0
+    out = app.test_cli_runner().invoke(args=["nanoclaw", "usage", "--days", "3660"]).output
+    assert "backup" in out and "2 call(s) answered by a fallback" in out

@@ -75,7 +75,13 @@ def test_calls_go_to_the_chains_upstream_with_its_own_credential_and_other_model
     status, _h, body = ask(door, "claude-opus-4-1")
     assert status == 400 and "claude-sonnet-4-5, claude-haiku-4-5" in json.loads(body)["error"]["message"]
     assert len(door.fakes["anthropic"].model_calls()) == 1
-    # bea has no chain: any model, on the default upstream, as before
+    # another agent's model (on another upstream) is not andy's to name
+    ops.set_model(door.settings, "cli", AgentGroup.get(AgentGroup.folder == "bea"), "llama3.1:8b", "local")
+    status, _h, body = ask(door, "llama3.1:8b")
+    assert status == 400 and door.fakes["local"].model_calls() == []
+    assert ask(door, "llama3.1:8b", folder="bea")[0] == 200 and len(door.fakes["local"].model_calls()) == 1
+    ops.clear_model(door.settings, "cli", AgentGroup.get(AgentGroup.folder == "bea"))
+    # bea without a chain: any model, on the default upstream, as before
     assert ask(door, "claude-opus-4-1", folder="bea")[0] == 200
     assert door.fakes["anthropic"].model_calls()[-1].body["model"] == "claude-opus-4-1"
     # the models list is the agent's own
