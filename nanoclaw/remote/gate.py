@@ -38,8 +38,8 @@ log = logging.getLogger("nanoclaw.remote.gate")
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048
 HANDSHAKE_S = 10.0          # TLS and the first line, together
-MAX_UNAUTHENTICATED = 128   # connections without a pass yet, at once
-MAX_UNAUTHENTICATED_PER_ADDRESS = 32
+MAX_UNAUTHENTICATED = 256   # connections without a pass yet, at once
+MAX_UNAUTHENTICATED_PER_ADDRESS = 64  # the sandboxes of one remote engine all come from its address
 MAX_PER_PASS = 64           # connections one pass may hold open
 RECHECK_S = 5.0             # how often open connections are checked against their pass
 

@@ -261,10 +261,12 @@ def test_idle_connections_without_a_pass_cannot_take_the_door(door, monkeypatch)
 def test_one_pass_holds_at_most_64_connections(door, caplog):
     _path, andy = session_of(door, "andy")
     door.stand_ins["andy"].keep_open = True
-    held = [andy.connect("proxy") for _ in range(gate_module.MAX_PER_PASS)]
-    for sock in held:
+    held = []
+    for _ in range(gate_module.MAX_PER_PASS):  # one by one, each through the gate before the next
+        sock = andy.connect("proxy")
         sock.settimeout(10)
         assert sock.recv(4) == b"andy"
+        held.append(sock)
     extra = andy.connect("proxy")
     assert closed_by_door(extra) and "already holds 64" in caplog.text
     for sock in held:

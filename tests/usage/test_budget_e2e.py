@@ -31,7 +31,8 @@ def test_a_spent_budget_holds_the_message_until_the_owner_raises_it(make_setting
 
         svc.post(message(111, OWNER, "the second question"))
         told = svc.wait(lambda: [t for t in texts(svc.tg, 111) if "used up its daily budget" in t], what="the notice")
-        assert len(told) == 1 and "$0.30 of $0.20" in told[0] and "Your message waits" in told[0]
+        # priced by the model the call asked for, the CLI's default (claude-opus-5-5: $4 a million input tokens)
+        assert len(told) == 1 and "$0.40 of $0.20" in told[0] and "Your message waits" in told[0]
         assert "CET" in told[0] or "+01" in told[0] or "00:00" in told[0]   # the owner's midnight
         card = svc.wait(lambda: next((c for c in cards(svc.tg) if "budget is used up" in c["text"]), None),
                         what="the owner's card")
