@@ -31,7 +31,7 @@ def test_the_agents_model_is_sent_and_a_529_is_answered_by_the_fallback_once(mak
     def primary(req):
         if primary_script["overloaded"] and "second" in req.current_prompt():
             return Reply.error(529, "Overloaded")
-        return Reply.say(f"primary: {req.current_prompt()[-30:]}", model=req.body["model"])
+        return Reply.say(f"primary: {req.current_prompt()[-40:]}", model=req.body["model"])
 
     with FakeModel(script=lambda req: Reply.say("backup answers", model=req.body["model"])) as backup, \
             sandbox_service(make_settings, sqlite_url, primary, runtime=runtime) as svc:
@@ -58,3 +58,14 @@ def test_the_agents_model_is_sent_and_a_529_is_answered_by_the_fallback_once(mak
         assert failovers("andy", "backup") >= before + 1
         usage = svc.cli("usage", "andy").output
         assert "backup" in usage and "answered by a fallback" in usage
+
+        # a new model from the next turn: the running sandbox restarts, on the same conversation
+        running = svc.runtime.list_sandboxes(svc.settings.install_id)
+        assert running
+        svc.cli("model", "set", "andy", "claude-opus-4-1")
+        assert svc.runtime.list_sandboxes(svc.settings.install_id) == []
+        svc.post(message(111, OWNER, "the third question"))
+        svc.wait(lambda: any("third question" in t for t in texts(svc.tg, 111)), what="the answer on the new model")
+        third = [c for c in svc.model.model_calls() if "third question" in c.current_prompt()]
+        assert third and {c.body["model"] for c in third} == {"claude-opus-4-1"}
+        assert "the first question" in third[-1].all_text()  # the conversation went on
