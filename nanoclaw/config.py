@@ -149,6 +149,7 @@ class Settings:
     keep_audit_days: int = 365      # the audit log
     prices_file: Path | None = None  # the owner's prices (USD per million tokens), over the repo's table
     keep_messages_days: int = 30    # a session's finished messages and delivered replies
+    keep_history_days: int = 365    # the history index agents search (memory/history.py)
     silent_session_days: int = 180  # a chat's session folder (and transcript) goes after this much silence
     silent_sessions: str = "archive"  # archive | remove
     freeze_idle_s: int = 10  # a warm sandbox's CLI is stopped after this many quiet seconds (0: never)
@@ -265,6 +266,8 @@ class Settings:
                                        1, 24 * 365),
             keep_events_days=_int("NANOCLAW_KEEP_EVENTS_DAYS", get("NANOCLAW_KEEP_EVENTS_DAYS", "14"), 1, 36500),
             keep_decided_days=_int("NANOCLAW_KEEP_DECIDED_DAYS", get("NANOCLAW_KEEP_DECIDED_DAYS", "90"), 1, 36500),
+            keep_history_days=_int("NANOCLAW_KEEP_HISTORY_DAYS", get("NANOCLAW_KEEP_HISTORY_DAYS", "365"), 1,
+                                   36500),
             keep_messages_days=_int("NANOCLAW_KEEP_MESSAGES_DAYS", get("NANOCLAW_KEEP_MESSAGES_DAYS", "30"), 1,
                                     36500),
             silent_session_days=_int("NANOCLAW_SILENT_SESSION_DAYS", get("NANOCLAW_SILENT_SESSION_DAYS", "180"), 1,

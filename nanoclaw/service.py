@@ -27,6 +27,7 @@ from .sandboxes.manager import SandboxManager, mounts_for
 from .sessions import store
 from .sessions.wake import Wake
 from .tasks import ops  # noqa: F401  (the agent's scheduling tools)
+from .memory import index, ops as memory_ops  # noqa: F401  (the memory tools, the history index, the snapshot)
 
 log = logging.getLogger("nanoclaw.service")
 

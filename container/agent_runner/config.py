@@ -59,6 +59,7 @@ class RunnerConfig:
     reserved_secret_prefixes: tuple[str, ...] = ()  # the host's platforms' (proposal_rules)
     session_id: str = ""  # the host's id of this session (the proxy counts a call's cost there)
     effort: str | None = None  # the SDK's effort level the owner chose for this agent
+    context_window: int = 200_000  # the model's context window (tokens): a memory save runs past 80 % of it
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "RunnerConfig":
@@ -87,6 +88,7 @@ class RunnerConfig:
                                            if p),
             session_id=(env.get("NANOCLAW_SESSION_ID") or "")[:64],
             effort=env.get("NANOCLAW_EFFORT") if env.get("NANOCLAW_EFFORT") in EFFORTS else None,
+            context_window=_int(env, "NANOCLAW_CONTEXT_WINDOW", 200_000),
         )
 
     @property

@@ -50,6 +50,11 @@ def declared_timeout_ms(tool_name: str, tool_input: dict[str, Any] | None) -> in
         return None
 
 
+async def compacting(data: dict[str, Any], _tool_use_id: str | None, _ctx: Any) -> dict[str, Any]:
+    log.info("the CLI compacts the conversation (%s)", data.get("trigger") or "auto")
+    return {}
+
+
 def make_hooks(store: SessionStore, on_event: Callable[[], None] = lambda: None) -> dict:
     from claude_agent_sdk import HookMatcher
 
@@ -75,4 +80,7 @@ def make_hooks(store: SessionStore, on_event: Callable[[], None] = lambda: None)
         "PreToolUse": [HookMatcher(hooks=[pre])],
         "PostToolUse": [HookMatcher(hooks=[post])],
         "PostToolUseFailure": [HookMatcher(hooks=[post])],
+        # hooks cannot start a turn: the memory save runs before a long turn instead (poll_loop.py); this
+        # only says when the CLI compacted anyway
+        "PreCompact": [HookMatcher(hooks=[compacting])],
     }

@@ -100,6 +100,11 @@ def already_sent_note(sent: list[dict]) -> str:
             "already sent:\n" + "\n".join(lines) + "\nDo not send those again; carry on from there.</already_sent>")
 
 
+SAVE_MEMORY_PROMPT = ("<internal>The earlier part of this conversation will soon be compacted into a summary. "
+                      "Before that: save what matters for later conversations with the memory tool (add, replace or "
+                      "remove entries). Answer nothing: no message is sent from this turn.</internal>")
+
+
 class PollLoop:
     def __init__(self, config: RunnerConfig, store: SessionStore, provider: ClaudeProvider, tool_ctx: ToolContext):
         self.config = config
@@ -120,6 +125,31 @@ class PollLoop:
         return plan_turn(due, self.store.acked_ids([r.id for r in due]), self.released,
                          self.config.max_messages, self.owed)
 
+    async def run_command(self, command: str) -> TurnResult:
+        """/clear starts a new conversation (with the memory as it is now); /compact first lets the agent
+        save what matters, then the CLI compacts."""
+        if command.split()[0] == "/clear":
+            try:
+                await self.provider.new_conversation()
+            except Exception as e:  # noqa: BLE001 - the next turn connects again
+                return TurnResult(error=f"could not start a new conversation ({type(e).__name__})")
+            return TurnResult(text=COMMAND_DONE["/clear"])
+        await self.save_memory("asked to compact the conversation")
+        return await self.provider.run_turn(command)
+
+    async def save_memory(self, why: str) -> None:
+        """One silent turn: the agent may keep what matters with its memory tool; nothing it says or
+        sends goes to a chat (the chat tools refuse meanwhile)."""
+        log.info("memory save before compaction (%s)", why)
+        self.tool_ctx.silent = True
+        try:
+            result = await self.provider.run_turn(SAVE_MEMORY_PROMPT)
+        finally:
+            self.tool_ctx.silent = False
+        self.provider.memory_saved = True
+        if result.error:
+            log.warning("the memory save turn failed: %s", result.error)
+
     async def run_turn(self, plan: TurnPlan) -> TurnResult:
         batch = plan.batch
         ids = [r.id for r in batch]
@@ -133,8 +163,10 @@ class PollLoop:
         command = sdk_command(answering)
         try:
             if command:
-                result = await self.provider.run_turn(command)
+                result = await self.run_command(command)
             else:
+                if self.provider.memory_due(self.config.context_window):
+                    await self.save_memory("the conversation is long: the model's context is nearly full")
                 sent = self.store.already_sent(ids)  # the store's connection stays on this thread
                 prompt, blocks = await asyncio.to_thread(build_turn, batch, self.config.timezone, sent,
                                                          self.config.inbound_dir)

@@ -47,7 +47,23 @@ def destinations_text(labels: dict[str, str]) -> str:
             f"giving their name as `to` (send_message, send_file, send_card): {listed}. Nowhere else.")
 
 
-def system_prompt_append(config: RunnerConfig, destinations: dict[str, str] | None = None) -> str:
+MEMORY_KEY = "memory_snapshot"   # session_state: the snapshot the current conversation started with
+CONTEXT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+def memory_text(snapshot: str | None, scope: str | None) -> str:
+    """The memory a conversation starts with, as the model reads it (pure)."""
+    whose = f" ({scope})" if scope else ""
+    if not (snapshot or "").strip():
+        return (f"<memory{whose}>empty</memory> Your lasting memory is empty: keep what is worth remembering for "
+                "later conversations with the memory tool; search_history finds what was said before.")
+    return (f"<memory{whose}>\n{snapshot.strip()}\n</memory> This is your lasting memory, kept by the host (change "
+            "it with the memory tool; a change shows from the next conversation). search_history finds what was "
+            "said before.")
+
+
+def system_prompt_append(config: RunnerConfig, destinations: dict[str, str] | None = None,
+                         memory: str | None = None) -> str:
     parts = [
         f"You are {config.assistant_name}, a personal assistant answering people in a chat. Each prompt "
         "holds the new chat messages as <messages>, times in the user's timezone. Your final answer "
@@ -56,6 +72,8 @@ def system_prompt_append(config: RunnerConfig, destinations: dict[str, str] | No
     ]
     if destinations:
         parts.append(destinations_text(destinations))
+    if memory is not None:
+        parts.append(memory)
     global_md = config.global_dir / "CLAUDE.md"
     try:
         if global_md.is_file():
@@ -76,6 +94,8 @@ class ClaudeProvider:
         self.client: ClaudeSDKClient | None = None
         self.session_id: str | None = store.get_state(SDK_SESSION_KEY)
         self.freezer = Freezer()
+        self.context_tokens = 0  # what the last model call of this conversation was sent (its context)
+        self.memory_saved = False  # the agent had its chance to save memory since the context grew past 80 %
 
     def options(self, resume: str | None) -> ClaudeAgentOptions:
         return ClaudeAgentOptions(
@@ -88,12 +108,40 @@ class ClaudeProvider:
             # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
             setting_sources=["project", "user", "local"],
             system_prompt={"type": "preset", "preset": "claude_code",
-                           "append": system_prompt_append(self.config, self.store.destination_labels())},
+                           "append": system_prompt_append(self.config, self.store.destination_labels(),
+                                                          self.memory_for(resume))},
             resume=resume,
             effort=self.config.effort,  # the owner's choice for this agent (none: the CLI's own)
             env=self.cli_env(),
             stderr=lambda line: log.info("cli: %s", line.rstrip()[:500]),
         )
+
+    def memory_for(self, resume: str | None) -> str:
+        """The memory snapshot of this conversation: the host's current one for a new conversation, kept
+        in our state and used again when the conversation resumes (a change shows from the next one,
+        and the prompt cache stays warm)."""
+        kept = self.store.get_state(MEMORY_KEY)
+        if resume and kept is not None:
+            return kept
+        text = memory_text(self.store.option("memory"), self.store.option("memory_scope"))
+        self.store.set_state(MEMORY_KEY, text)
+        return text
+
+    def memory_due(self, window: int) -> bool:
+        """Whether the next turn should wait for a memory save: the context passed 80 % of the model's
+        window (the CLI compacts soon) and no save has run since. Below 80 % again (compacted), armed again."""
+        if self.context_tokens < 0.8 * window:
+            self.memory_saved = False
+            return False
+        return not self.memory_saved
+
+    async def new_conversation(self) -> None:
+        """/clear: a new SDK conversation, with the memory as it is now."""
+        await self._drop_client()
+        self._remember_session(None)
+        self.store.set_state(MEMORY_KEY, None)
+        self.context_tokens, self.memory_saved = 0, False
+        self.client = await self._connect(None)
 
     def cli_env(self) -> dict[str, str]:
         # model calls straight to the proxy's socket (the CLI's own option), one hop less than
@@ -111,6 +159,8 @@ class ClaudeProvider:
             # which of the agent's sessions a call is for: the proxy counts its cost there
             **({"ANTHROPIC_CUSTOM_HEADERS": f"x-nanoclaw-session: {self.config.session_id}"}
                if self.config.session_id else {}),
+            # one lasting memory, the host's (the memory tool): not also the CLI's own, per session folder
+            "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
             # the owner approves each extra MCP server (add_mcp_server) and the agent is told so:
             # its tools are listed to the model directly, not deferred behind a ToolSearch step
             "ENABLE_TOOL_SEARCH": "false",
@@ -188,6 +238,8 @@ class ClaudeProvider:
                         texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
                         if texts:
                             last_text = texts
+                        if isinstance(msg.usage, dict):
+                            self.context_tokens = sum(int(msg.usage.get(k) or 0) for k in CONTEXT_FIELDS)
                     elif isinstance(msg, ResultMessage):
                         if msg.is_error:
                             result.error = short_reason(msg.api_error_status, msg.result or

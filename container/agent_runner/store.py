@@ -159,6 +159,11 @@ class SessionStore:
             return {}
         return answer if isinstance(answer, dict) else {}
 
+    def option(self, key: str) -> str | None:
+        """A decision of the host's for this session (its `options` table), e.g. the memory snapshot."""
+        rows = self._read("SELECT value FROM options WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
     def destination_labels(self) -> dict[str, str]:
         """name → what the host calls it (for the system prompt)."""
         rows = self._read("SELECT name, display_name, channel_type, platform_id FROM destinations ORDER BY name")

@@ -31,7 +31,6 @@ from ..channels.base import get_adapter
 from ..channels.events import InboundEvent, event_from_json
 from ..db import database
 from ..models import DroppedMessage, MessagingGroup, Session, User, UserDm, utcnow
-from ..sessions import session_schema as schema
 from ..sessions import store
 from .inbox import InboxFiles
 
@@ -59,6 +58,16 @@ def register_gate(stage: str):
 
 def gates(stage: str) -> list[Callable]:
     return list(_GATES[stage])
+
+
+# After a message is written into a session: fn(event, session, path, message_id) (the history index).
+_WRITTEN: list[Callable] = []
+
+
+def on_written(fn: Callable) -> Callable:
+    key = (fn.__module__, fn.__qualname__)
+    _WRITTEN[:] = [f for f in _WRITTEN if (f.__module__, f.__qualname__) != key] + [fn]
+    return fn
 
 
 @dataclass
@@ -174,6 +183,11 @@ def act(event: InboundEvent, facts: facts_of.Facts, plan: decide.Plan, settings,
                             timestamp=event.timestamp, message_id=message_id, album=event.album,
                             process_after=album_wait() if event.album else None)
         _stamp(session, delivery.engaged, settings)
+        for hook in _WRITTEN:
+            try:
+                hook(event, session, path, message_id)
+            except Exception as exc:  # noqa: BLE001 - the message is written; a hook's failure is logged
+                log.warning("after writing %s into %s: %s", message_id, session.id, exc)
         result.written.append((session.agent_group.folder, session.id, delivery.engaged))
         if delivery.engaged:
             wake(session)
@@ -273,11 +287,4 @@ def session_dir(settings, session: Session):
 
 
 def _already_written(path, message_id: str) -> bool:
-    db = store.inbound_db(path)
-    if not db.exists():
-        return False
-    conn = schema.connect(db, readonly=True)
-    try:
-        return conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone() is not None
-    finally:
-        conn.close()
+    return store.message_exists(path, message_id)

@@ -49,6 +49,15 @@ def register_op(name: str, handler) -> None:
     _OPS[name] = handler
 
 
+# After one of the agent's chat rows was delivered: fn(session_path, row, platform_id) (the history index).
+_SENT: list = []
+
+
+def on_sent(fn) -> None:
+    key = (fn.__module__, fn.__qualname__)
+    _SENT[:] = [f for f in _SENT if (f.__module__, f.__qualname__) != key] + [fn]
+
+
 def is_system_op(name: str | None) -> bool:
     return name in _OPS
 
@@ -354,6 +363,12 @@ def _deliver(conn: sqlite3.Connection, session_path: Path, settings, now: dateti
                      (platform_id, _iso(datetime.now(timezone.utc)), row.id))
         delivered += 1
         metrics.REPLIES_OUT.labels(row.target.channel_type, "sent").inc()
+        if handler is None:
+            for hook in _SENT:
+                try:
+                    hook(session_path, row, platform_id)
+                except Exception as exc:  # noqa: BLE001 - sent is sent; the hook's failure is logged
+                    log.warning("after delivering %s: %s", row.id, exc)
     sync_acks(conn)
     typing_indicator.tick(conn, session_path, settings)
     if settings is not None:

@@ -289,15 +289,46 @@ class _inbound:
             self.lock.release()
 
 
+# What the host tells a session with each message a turn reads (e.g. the memory snapshot of its scope):
+# provider(path) -> {option: value}, written into `options` in the same transaction as the message.
+_option_providers: list = []
+
+
+def provide_options(provider) -> None:
+    if provider not in _option_providers:
+        _option_providers.append(provider)
+
+
+def message_exists(path: Path, message_id: str) -> bool:
+    db = inbound_db(path)
+    if not db.exists():
+        return False
+    conn = schema.connect(db, readonly=True)
+    try:
+        return conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone() is not None
+    finally:
+        conn.close()
+
+
 def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
                   trigger: bool = True, timestamp: str | None = None, process_after: str | None = None,
                   message_id: str | None = None, status: str = "pending", album: str | None = None) -> str:
     """Append one messages_in row; returns its id. (An `answer` to a system op is written
     `completed`: the agent's tool reads it by id, no turn ever picks it up.) A row of an album
     (content["album"]) holds the album's earlier rows still waiting until its own process_after,
-    so the runner takes the album in one turn."""
+    so the runner takes the album in one turn. A chat or task row carries the providers' options."""
     message_id = message_id or uuid.uuid4().hex
+    options: dict[str, str] = {}
+    if kind in ("chat", "task"):
+        for provider in _option_providers:
+            try:
+                options.update(provider(path) or {})
+            except Exception as exc:  # noqa: BLE001 - an option is a courtesy; the message is what matters
+                log.warning("could not add the session options of %s: %s", path, exc)
     with _inbound(path) as conn:
+        for key, value in options.items():
+            conn.execute("INSERT INTO options (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                         "value = excluded.value WHERE options.value IS NOT excluded.value", (key, value))
         if album and process_after:
             conn.execute("UPDATE messages_in SET process_after = ? WHERE status = 'pending' AND"
                          " json_extract(content, '$.album') = ? AND process_after < ?",

@@ -15,7 +15,6 @@ from pathlib import Path
 from ..db import database
 from ..models import AgentGroup, Session, audit
 from ..outbound import delivery
-from ..sessions import session_schema as schema
 from ..sessions import store
 from .scheduling import (TaskError, describe, local_text, open_tasks, schedule, schedule_text, set_state, summary,
                          update)
@@ -100,11 +99,7 @@ def handle_op(session_path: Path, row, settings) -> None:
 
 
 def _answered(session_path: Path, message_id: str) -> bool:
-    conn = schema.connect(store.inbound_db(session_path), readonly=True)
-    try:
-        return conn.execute("SELECT 1 FROM messages_in WHERE id = ?", (message_id,)).fetchone() is not None
-    finally:
-        conn.close()
+    return store.message_exists(session_path, message_id)
 
 
 for _name in OPS:

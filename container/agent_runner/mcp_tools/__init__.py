@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import interactive, messaging, operator, scheduling
+from . import interactive, memory, messaging, operator, scheduling
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive, scheduling, operator]
+TOOL_MODULES = [messaging, interactive, scheduling, memory, operator]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]
@@ -34,6 +34,9 @@ def call_tool(ctx: ToolContext, fn, args: dict[str, Any]) -> dict[str, Any]:
     """Run one plain tool function; the MCP result (an error result on refusal)."""
     params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in (args or {}).items() if k in params and k != "ctx"}
+    if ctx.silent and fn.__module__ in (messaging.__name__, interactive.__name__):
+        return {"content": [{"type": "text", "text": "Error: not now: this turn only saves your memory; nothing is "
+                                                     "sent from it"}], "is_error": True}
     try:
         text = fn(ctx, **kwargs)
         log.info("tool %s ok", fn.__name__)

@@ -25,6 +25,7 @@ class ToolContext:
     store: SessionStore
     config: RunnerConfig
     turn: Turn = field(default_factory=Turn)
+    silent: bool = False  # a memory-save turn: nothing goes to a chat
 
     def default_target(self) -> Target | None:
         return self.turn.reply_to or self.store.routing()

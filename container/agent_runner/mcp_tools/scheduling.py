@@ -18,7 +18,8 @@ ANSWER_WAIT_S = 10.0
 POLL_S = 0.02
 
 
-def request(ctx: ToolContext, op: str, **fields) -> str:
+def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks later.", **fields) -> str:
+    """Ask the host (a system op row) and wait for its answer; `late`: what to do when it is slow."""
     request_id = uuid.uuid4().hex[:12]
     content = {"op": op, "request_id": request_id, **{k: v for k, v in fields.items() if v not in (None, "")}}
     # not sent to any chat: the host applies it; the target only records where the turn was
@@ -33,7 +34,7 @@ def request(ctx: ToolContext, op: str, **fields) -> str:
             return str(answer.get("text") or "Done.")
         if time.monotonic() >= deadline:
             raise ToolError(f"the host did not confirm within {ANSWER_WAIT_S:.0f} s; the request is queued and "
-                            "is applied when the host is back. Check with list_tasks later.")
+                            f"is applied when the host is back. {late}")
         time.sleep(POLL_S)
 
 

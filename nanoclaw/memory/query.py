@@ -1,0 +1,70 @@
+"""A search as the agent words it, turned into each backend's query (pure).
+
+Plain words, no operators passed through: each word matches as a case-insensitive prefix, every word
+must match, a "quoted phrase" matches those words in that order. Words are cut into tokens the way
+both indexes cut text (letters and digits; everything else separates), so both answer alike.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_QUERY = 500
+MAX_TERMS = 12
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_PART = re.compile(r'"([^"]*)"|(\S+)')
+
+
+class BadQuery(ValueError):
+    """Nothing to search for; the message says so."""
+
+
+@dataclass(frozen=True)
+class Term:
+    tokens: tuple[str, ...]
+    phrase: bool  # a quoted phrase: exact tokens; else the last token is a prefix
+
+
+def parse(raw: str) -> list[Term]:
+    text = str(raw or "")[:MAX_QUERY]
+    terms: list[Term] = []
+    for quoted, word in _PART.findall(text):
+        tokens = tuple(t.lower() for t in _TOKEN.findall(quoted if quoted else word))
+        if tokens:
+            terms.append(Term(tokens, phrase=bool(quoted)))
+    if not terms:
+        raise BadQuery("say what to look for: words, or a \"quoted phrase\"")
+    return terms[:MAX_TERMS]
+
+
+def fts5(terms: list[Term]) -> str:
+    """SQLite FTS5 MATCH syntax: each term a quoted phrase (the tokens cannot carry operators), prefix
+    terms with `*`, all joined by AND."""
+    out = []
+    for t in terms:
+        phrase = '"' + " ".join(t.tokens) + '"'
+        out.append(phrase if t.phrase else phrase + "*")
+    return " AND ".join(out)
+
+
+def tsquery(terms: list[Term]) -> str:
+    """PostgreSQL to_tsquery('simple', …): tokens quoted as lexemes, <-> within a term, :* on a prefix."""
+    def lexeme(token: str, prefix: bool) -> str:
+        return "'" + token.replace("'", "''").replace("\\", "") + "'" + (":*" if prefix else "")
+    out = []
+    for t in terms:
+        parts = [lexeme(tok, not t.phrase and i == len(t.tokens) - 1) for i, tok in enumerate(t.tokens)]
+        out.append("(" + " <-> ".join(parts) + ")")
+    return " & ".join(out)
+
+
+def excerpt(text: str, terms: list[Term], width: int = 160) -> str:
+    """The text around the first hit (pure): what the agent reads of a long message."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    low = flat.lower()
+    at = min((i for i in (low.find(t.tokens[0]) for t in terms) if i >= 0), default=0)
+    start = max(0, at - width // 3)
+    end = min(len(flat), start + width)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
