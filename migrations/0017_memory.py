@@ -48,7 +48,7 @@ STATEMENTS = [
 
 SQLITE = [
     """CREATE VIRTUAL TABLE history_fts USING fts5(text, content='history', content_rowid='id',
-        tokenize='unicode61 remove_diacritics 2')""",
+        tokenize='unicode61 remove_diacritics 0')""",
     """CREATE TRIGGER history_ai AFTER INSERT ON history BEGIN
         INSERT INTO history_fts(rowid, text) VALUES (new.id, new.text); END""",
     """CREATE TRIGGER history_ad AFTER DELETE ON history BEGIN

@@ -1,0 +1,153 @@
+"""Memory's rules and the history index without a sandbox (issue 40): entries and their limits, the
+secrets a memory never holds, the scope each conversation gets from the host's records, a change
+applied once however often its request is replayed, and searches on both databases (Hypothesis over
+queries: never an error that reaches the agent, never a hit outside the conversation's reach)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from nanoclaw.memory import entries, history, notes, query
+from nanoclaw.memory.entries import Change, Refused
+from nanoclaw.memory.scopes import Reach, Scope, decide
+from nanoclaw.memory.tables import Memory, MemoryChange
+
+
+# --- entries (pure) -----------------------------------------------------------------------------
+
+def test_add_replace_remove_and_the_limit():
+    text = entries.apply("", Change("add", "likes tea"))
+    text = entries.apply(text, Change("add", "lives in  Berlin\n(moved 2025)"))
+    assert text == "likes tea\nlives in Berlin (moved 2025)"  # one line an entry
+    assert entries.apply(text, Change("add", "likes tea")) == text  # no duplicate
+    text = entries.apply(text, Change("replace", "likes coffee", old_text="tea"))
+    assert entries.entries(text) == ["likes coffee", "lives in Berlin (moved 2025)"]
+    assert entries.apply(text, Change("remove", old_text="Berlin")) == "likes coffee"
+    with pytest.raises(Refused, match="no entry matches"):
+        entries.apply(text, Change("remove", old_text="Paris"))
+    with pytest.raises(Refused, match="2 entries match"):
+        entries.apply("likes tea\nlikes cake", Change("remove", old_text="likes"))
+    full = "\n".join(f"fact number {i:04d} about something worth keeping" for i in range(85))
+    assert len(full) <= entries.MAX_CHARS
+    with pytest.raises(Refused, match="full: consolidate first"):
+        entries.apply(full, Change("add", "one more fact that does not fit in the memory any more"))
+
+
+@pytest.mark.parametrize("line", ["my key sk-ant-api03-abcdefghijklmn", "token xoxb-1234567890-abcdefgh",
+                                  "ghp_abcdefghijklmnopqrstuvwx", "aws AKIAABCDEFGHIJKLMNOP",
+                                  "-----BEGIN PRIVATE KEY-----", "cafe" * 10, "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="])
+def test_credentials_are_refused_and_personal_facts_kept(line):
+    with pytest.raises(Refused):
+        entries.apply("", Change("add", line))
+    assert entries.apply("", Change("add", "locker code 4711, door code 1234#")) == "locker code 4711, door code 1234#"
+
+
+def test_a_host_secret_value_is_refused_wherever_it_is_in_the_line():
+    secret = "hunter2-but-longer"
+    with pytest.raises(Refused, match="host's secrets"):
+        entries.apply("", Change("add", f"the password is {secret}!"), (secret,))
+
+
+# --- scopes (pure) --------------------------------------------------------------------------------
+
+def roles(privileged=(), owner=()):
+    return (lambda u: u in privileged), (lambda u: u in owner)
+
+
+def test_a_person_s_own_conversations_are_private_and_everything_else_is_its_chat():
+    is_priv, is_owner = roles({"telegram:111", "slack:U2"}, {"telegram:111"})
+    dm = decide("telegram", "111", "dm", "telegram:111", is_priv, is_owner)
+    assert dm.memory == Scope("private", "telegram:111") and dm.everything
+    admin_dm = decide("slack", "D9", "dm", "slack:U2", is_priv, is_owner)
+    assert admin_dm.memory == Scope("private", "slack:U2") and not admin_dm.everything  # its own chat only
+    member_dm = decide("telegram", "222", "dm", "telegram:222", is_priv, is_owner)
+    assert member_dm.memory == Scope("chat", "telegram:222")
+    group = decide("telegram", "-100300", "group", "telegram:111", is_priv, is_owner)  # never a person's
+    assert group.memory == Scope("chat", "telegram:-100300") and not group.everything
+    web = decide("web", "andy|telegram:111", "dm", None, is_priv, is_owner)
+    assert web.memory == Scope("private", "telegram:111") and web.everything
+    stranger_web = decide("web", "andy|web:x", "dm", None, is_priv, is_owner)
+    assert stranger_web.memory.kind == "chat"
+    cli = decide("cli", "andy", "dm", "telegram:111", is_priv, is_owner)
+    assert cli.memory == Scope("private", "telegram:111")
+
+
+# --- the host's side: once per request, and searches ------------------------------------------------
+
+def test_a_replayed_request_changes_memory_once(sqlite_app):
+    settings = sqlite_app.config["NANOCLAW"]
+    scope = Scope("chat", "telegram:-1")
+    for _ in range(3):  # the op row applied again after a crash, and once more
+        ok, told = notes.agent_change(settings, "andy", scope, Change("add", "meeting on Fridays"), session_id="s1",
+                                      request_key="andy/s1/r1")
+        assert ok and "next conversation" in told
+    assert Memory.get().text == "meeting on Fridays" and MemoryChange.select().count() == 1
+    ok, told = notes.agent_change(settings, "andy", scope, Change("add", "sk-ant-api03-abcdefghijklmnop"),
+                                  session_id="s1", request_key="andy/s1/r2")
+    assert not ok and "key" in told and Memory.get().text == "meeting on Fridays"
+
+
+def seed(folder="andy"):
+    for i, (chat, who, text) in enumerate([
+            ("111", "telegram:111", "my locker code is 4711"),
+            ("111", "telegram:111", "Lunch with Ana at the Café Müller tomorrow"),
+            ("-100300", "telegram:222", "the locker room is closed on Sundays"),
+            ("-100300", "telegram:222", "e-mail the report to the team"),
+            ("-100300", f"agent:{folder}", "I sent the report")]):
+        history.add(folder, "telegram", chat, None, "s", f"k{i}", who, who.split(":")[1], f"2026-11-2{i}T10:00:00",
+                    text)
+    history.add("bea", "telegram", "111", None, "s", "k9", "telegram:111", "o", "2026-11-20T10:00:00",
+                "bea saw the locker too")
+
+
+DM = Reach(Scope("private", "telegram:111"), True, "telegram", "111")
+TEAM = Reach(Scope("chat", "telegram:-100300"), False, "telegram", "-100300")
+
+
+def texts_of(hits):
+    return [h.text for h in hits]
+
+
+def test_searches_match_prefixes_and_phrases_within_the_reach(app):
+    seed()
+    assert texts_of(history.search("andy", DM, "lock")[1]) == ["the locker room is closed on Sundays",
+                                                                 "my locker code is 4711"]  # newest first
+    assert texts_of(history.search("andy", TEAM, "lock")[1]) == ["the locker room is closed on Sundays"]
+    assert texts_of(history.search("andy", DM, '"locker code"')[1]) == ["my locker code is 4711"]
+    assert texts_of(history.search("andy", DM, '"code locker"')[1]) == []
+    assert texts_of(history.search("andy", DM, "LOCKER 4711")[1]) == ["my locker code is 4711"]  # every word
+    # letters are compared as written, case aside (PostgreSQL's `simple` keeps accents, and so does ours)
+    assert texts_of(history.search("andy", DM, "MÜLLER")[1]) == ["Lunch with Ana at the Café Müller tomorrow"]
+    assert texts_of(history.search("andy", DM, "muller")[1]) == []
+    assert texts_of(history.search("andy", TEAM, "e-mail")[1]) == ["e-mail the report to the team"]
+    assert texts_of(history.search("andy", TEAM, "report")[1])[0] == "I sent the report"  # the agent's own too
+    assert texts_of(history.search("andy", DM, "lock", before="2026-11-21T00:00:00")[1]) == ["my locker code is 4711"]
+    assert texts_of(history.search("andy", DM, "lock", after="2026-11-21T00:00:00")[1]) == [
+        "the locker room is closed on Sundays"]
+    with pytest.raises(query.BadQuery):
+        history.search("andy", DM, '" ! ?')
+
+
+_WORDS = st.one_of(st.text(max_size=30), st.sampled_from(['"', "AND", "OR", "NOT", "NEAR(", "*", "^", "-", ":", "'",
+                                                         "\\", "locker", '"locker', "lock*", "col:val", "a'b"]))
+
+
+@hsettings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(_WORDS, max_size=8), long=st.booleans())
+def test_any_query_answers_without_an_error_and_never_outside_the_reach(app, words, long):
+    if not history.oldest():
+        seed()
+    raw = " ".join(words) + (" x" * 400 if long else "")
+    try:
+        _terms, hits = history.search("andy", TEAM, raw)
+    except query.BadQuery:
+        return
+    assert all(h.chat_id == "-100300" and h.channel == "telegram" for h in hits)
+    _terms, everything = history.search("andy", DM, raw)
+    assert all("bea saw" not in h.text for h in everything)  # never another agent's
+
+
+def test_the_query_compiler_passes_no_operator_through():
+    terms = query.parse('locker "room is" NEAR(x) col:val')
+    assert query.fts5(terms) == '"locker"* AND "room is" AND "near x"* AND "col val"*'  # one word's tokens in a row
+    assert query.tsquery(query.parse("it's e-mail")) == "('it' <-> 's':*) & ('e' <-> 'mail':*)"
