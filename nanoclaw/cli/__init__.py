@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import click
 
-from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, models, mounts, pairing,
-               service, tasks, usage)
+from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, memory, models, mounts,
+               pairing, service, tasks, usage)
 from .. import platforms
 from .base import Group
 
@@ -22,7 +22,8 @@ for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, age
                  admin.admin_group, tasks.tasks_group,
                  credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
                  destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd,
-                 usage.usage_cmd, usage.budget_group, models.upstream_group, models.model_group):
+                 usage.usage_cmd, usage.budget_group, models.upstream_group, models.model_group,
+                 memory.memory_group, memory.history_group):
     nanoclaw_group.add_command(_command)
 
 # each platform's set-up commands, from its folder (nanoclaw/platforms/<name>/commands.py)

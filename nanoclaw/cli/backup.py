@@ -66,11 +66,26 @@ def restore_cmd(archive, force):
         database.connect(reuse_if_open=True)
         for migration in apply_pending(database.obj, log=lambda _line: None):
             click.echo(f"migrated: {migration.version:04d}_{migration.name}")
+        _history_after_restore(s)
     if manifest.get("moved_aside"):
         click.echo(f"what this install held before is kept in {manifest['moved_aside']}; remove it once all is well")
     counts = manifest.get("counts", {})
     click.echo(f"restored {archive.name} (taken {manifest.get('created_at')}): {counts.get('agents', 0)} agent(s), "
                f"{counts.get('sessions', 0)} session(s)")
+
+
+def _history_after_restore(s) -> None:
+    """An archive without the history index (taken before it existed) gets one made from what its
+    sessions still hold; either way, say how far back it goes."""
+    from ..memory import history
+    from ..memory.rebuild import rebuild
+    oldest = history.oldest()
+    if oldest is None:
+        added, oldest = rebuild(s)
+        if added:
+            click.echo(f"the history index was made anew from the sessions: {added} message(s)")
+    click.echo(f"history agents can search goes back to {oldest[:10]}" if oldest else
+               "there is no history to search yet")
 
 
 @command("prune")
@@ -82,10 +97,14 @@ def prune_cmd():
     NANOCLAW_KEEP_DECIDED_DAYS (90)  decided proposals, closed help requests, past questions
     NANOCLAW_KEEP_AUDIT_DAYS (365)   the audit log
     NANOCLAW_KEEP_MESSAGES_DAYS (30) each session's finished messages and delivered replies
+    NANOCLAW_KEEP_HISTORY_DAYS (365) the history index agents search (search_history)
     """
     from ..lifecycle.records import prune, prune_sessions
+    from ..memory import history
     require_schema()
     removed = prune(settings())
     messages, records = prune_sessions(settings())
+    indexed = history.prune(settings().keep_history_days)
     click.echo("removed " + ", ".join(f"{n} {what}" for what, n in removed.items())
-               + f"; from session databases {messages} finished messages, {records} delivery records")
+               + f"; from session databases {messages} finished messages, {records} delivery records; "
+               f"{indexed} message(s) from the history index")

@@ -299,6 +299,12 @@ def provide_options(provider) -> None:
         _option_providers.append(provider)
 
 
+def open_session_readonly(path: Path) -> sqlite3.Connection | None:
+    """The session's inbound.db, read-only (None when there is none)."""
+    db = inbound_db(path)
+    return schema.connect(db, readonly=True) if db.exists() else None
+
+
 def message_exists(path: Path, message_id: str) -> bool:
     db = inbound_db(path)
     if not db.exists():

@@ -19,7 +19,9 @@ from . import auth, current_wake
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
 from .scope import chat_facts, destination_refusal
+from .memory_page import changes_for, memories_for
 from .spending import chart_svg, spending_of
+from ..memory.entries import MAX_CHARS
 from ..usage.budgets import usd
 
 
@@ -69,6 +71,8 @@ def agent(folder: str):
                            spending=spending, chart=Markup(chart_svg(spending.days, limit and round(limit * 1e6))),
                            usd=usd, choice=choice, model_error=model_error, sandboxes=running_count(a),
                            fallback_text=" ".join(link.describe() for link in choice.fallbacks) if choice else "",
+                           memories=memories_for(a, g.user_id), memory_changes=changes_for(a, g.user_id),
+                           memory_max=MAX_CHARS, keep_history_days=settings().keep_history_days,
                            upstream_names=["anthropic", *sorted(models_ops.upstreams(settings()))]
                            if not model_error else ["anthropic"],
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
