@@ -3,8 +3,10 @@ other chat), every change of it (who, which conversation, when), and the host's 
 said, searchable by the agent within the scope the host decides.
 
 history: one row per agent and message it saw (a person's message the router wrote into one of its
-sessions, or a reply the host delivered for it), searched with SQLite's FTS5 (an external-content
-index kept by triggers) or PostgreSQL's full text (a generated tsvector, the `simple` configuration).
+sessions, or a reply the host delivered for it), searched with SQLite's FTS5 or PostgreSQL's full
+text (a generated tsvector, the `simple` configuration). The FTS5 index is an external-content one
+brought up to date before each search (and every minute): a routed message costs its row only, not
+an FTS5 segment per commit; history_fts_state says how far it is.
 """
 
 STATEMENTS = [
@@ -42,16 +44,14 @@ STATEMENTS = [
         said_at VARCHAR(32) NOT NULL,
         text TEXT NOT NULL,
         UNIQUE (agent_folder, message_key))""",
-    "CREATE INDEX idx_history_chat ON history (agent_folder, channel_type, platform_id, said_at)",
-    "CREATE INDEX idx_history_said ON history (said_at)",
 ]
 
 SQLITE = [
     """CREATE VIRTUAL TABLE history_fts USING fts5(text, content='history', content_rowid='id',
         tokenize='unicode61 remove_diacritics 0')""",
-    """CREATE TRIGGER history_ai AFTER INSERT ON history BEGIN
-        INSERT INTO history_fts(rowid, text) VALUES (new.id, new.text); END""",
-    """CREATE TRIGGER history_ad AFTER DELETE ON history BEGIN
+    "CREATE TABLE history_fts_state (id INTEGER PRIMARY KEY CHECK (id = 1), last_id INTEGER NOT NULL)",
+    "INSERT INTO history_fts_state (id, last_id) VALUES (1, 0)",
+    """CREATE TRIGGER history_ad AFTER DELETE ON history WHEN old.id <= (SELECT last_id FROM history_fts_state) BEGIN
         INSERT INTO history_fts(history_fts, rowid, text) VALUES ('delete', old.id, old.text); END""",
 ]
 

@@ -81,3 +81,40 @@ def connected():
     """A connection for the block: the delivery thread and the workers have none of their own, a
     request thread has one open already (then nothing is opened or closed here)."""
     return database.connection_context() if database.is_closed() else nullcontext()
+
+
+_deferred = threading.local()
+
+
+@contextmanager
+def deferring():
+    """Writes that can ride on a later commit of this thread (`defer`) wait for `flush_deferred`, so a
+    routing round's index rows share the commit that marks its events routed; whatever is left at the
+    end of the block is written then."""
+    _deferred.rows = []
+    try:
+        yield
+    finally:
+        rows, _deferred.rows = _deferred.rows, None
+        if rows:
+            with hot_write(), database.atomic():
+                for sql, params in rows:
+                    database.execute_sql(sql, params)
+
+
+def defer(sql: str, params) -> None:
+    """Run now, or with the enclosing `deferring` block's next flush (same thread)."""
+    rows = getattr(_deferred, "rows", None)
+    if rows is None:
+        with hot_write():
+            database.execute_sql(sql, params)
+    else:
+        rows.append((sql, params))
+
+
+def flush_deferred() -> None:
+    """Inside the caller's transaction: the deferred writes of this thread."""
+    rows = getattr(_deferred, "rows", None)
+    while rows:
+        sql, params = rows.pop(0)
+        database.execute_sql(sql, params)

@@ -25,7 +25,7 @@ from datetime import timedelta
 from . import dedup, lookups, router
 from ..channels.base import get_adapter
 from ..channels.events import InboundEvent, event_from_json, event_to_json
-from ..db import database, hot_write
+from ..db import database, deferring, flush_deferred, hot_write
 from ..models import AcceptedEvent
 from ..models import utcnow
 from ..sessions import store
@@ -75,8 +75,10 @@ def enrich(event: InboundEvent, settings) -> InboundEvent:
 
 
 def _mark_routed(ids: list[int]) -> None:
+    """One commit: the events marked routed, with the writes their routing deferred (the history index)."""
     p = database.param
-    with hot_write():
+    with hot_write(), database.atomic():
+        flush_deferred()
         database.execute_sql(f"UPDATE inbound_events SET routed_at = {p}, payload = NULL WHERE id IN "
                              f"({', '.join([p] * len(ids))})", (_ts(utcnow()), *ids))
 
@@ -108,30 +110,37 @@ def route_accepted(ids: list[int], settings, wake) -> int:
     stays unrouted: the recovery pass tries it again (and gives up after an hour, logging the
     whole event), so one bad event never blocks the others."""
     routed = 0
-    for start in range(0, len(ids), BATCH):
-        # platform look-ups first: no session's batch transaction waits on the network
-        loaded = [(row_id, event and enrich(event, settings)) for row_id, event in _load(ids[start:start + BATCH])]
-        for batched, events in segments(loaded):
-            done, woken = [], {}
-            collect = _collector(woken)
-            with store.batched() if batched else nullcontext(), lookups.routing_round():
-                for row_id, event in events:
-                    if event is not None:
-                        try:
-                            result = router.route(event, settings, wake=collect, accepted=True)
-                            routed += 1
-                        except Exception:
-                            lookups.forget()
-                            log.exception("routing %s event %s failed; it will be retried", event.channel,
-                                          event.event_id)
-                            continue
-                        if not result.written:
-                            lookups.forget()  # a gate or a drop may have changed chats, wirings or roles
-                    done.append(row_id)
-            if done:
-                _mark_routed(done)
-            for session in woken.values():
-                wake(session)
+    with deferring():
+        for start in range(0, len(ids), BATCH):
+            routed += _route_batch(ids[start:start + BATCH], settings, wake)
+    return routed
+
+
+def _route_batch(batch: list[int], settings, wake) -> int:
+    routed = 0
+    # platform look-ups first: no session's batch transaction waits on the network
+    loaded = [(row_id, event and enrich(event, settings)) for row_id, event in _load(batch)]
+    for batched, events in segments(loaded):
+        done, woken = [], {}
+        collect = _collector(woken)
+        with store.batched() if batched else nullcontext(), lookups.routing_round():
+            for row_id, event in events:
+                if event is not None:
+                    try:
+                        result = router.route(event, settings, wake=collect, accepted=True)
+                        routed += 1
+                    except Exception:
+                        lookups.forget()
+                        log.exception("routing %s event %s failed; it will be retried", event.channel,
+                                      event.event_id)
+                        continue
+                    if not result.written:
+                        lookups.forget()  # a gate or a drop may have changed chats, wirings or roles
+                done.append(row_id)
+        if done:
+            _mark_routed(done)
+        for session in woken.values():
+            wake(session)
     return routed
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import peewee
 
-from ..db import database, hot_write
+from ..db import database, defer, hot_write
 from . import query
 from .scopes import Reach
 from .tables import History
@@ -47,13 +47,27 @@ def add(folder: str, channel: str, chat_id: str, thread_id: str | None, session_
     if not text:
         return
     p = database.param
-    with hot_write():
-        database.execute_sql(
-            "INSERT INTO history (agent_folder, channel_type, platform_id, thread_id, session_id, message_key, "
-            f"sender_id, sender_name, said_at, text) VALUES ({', '.join([p] * 10)}) "
-            "ON CONFLICT (agent_folder, message_key) DO NOTHING",
-            (folder, channel, chat_id, thread_id, session_id or "", key[:300], sender_id or "",
-             (sender_name or "")[:255], said_at, text[:MAX_TEXT]))
+    # within a routing round, written with the commit that marks its events routed (db.deferring)
+    defer("INSERT INTO history (agent_folder, channel_type, platform_id, thread_id, session_id, message_key, "
+          f"sender_id, sender_name, said_at, text) VALUES ({', '.join([p] * 10)}) "
+          "ON CONFLICT (agent_folder, message_key) DO NOTHING",
+          (folder, channel, chat_id, thread_id, session_id or "", key[:300], sender_id or "",
+           (sender_name or "")[:255], said_at, text[:MAX_TEXT]))
+
+
+def catch_up() -> int:
+    """SQLite: index the rows added since the last time (one transaction); how many."""
+    if postgres():
+        return 0
+    with hot_write(), database.atomic():
+        last = database.execute_sql("SELECT last_id FROM history_fts_state WHERE id = 1").fetchone()[0]
+        top = database.execute_sql("SELECT COALESCE(MAX(id), 0) FROM history").fetchone()[0]
+        if top <= last:
+            return 0
+        database.execute_sql("INSERT INTO history_fts(rowid, text) SELECT id, text FROM history WHERE id > ? "
+                             "ORDER BY id", (last,))
+        database.execute_sql("UPDATE history_fts_state SET last_id = ? WHERE id = 1", (top,))
+        return top - last
 
 
 def search(folder: str, reach: Reach, raw: str, *, limit: int = 10, after: str | None = None,
@@ -61,6 +75,7 @@ def search(folder: str, reach: Reach, raw: str, *, limit: int = 10, after: str |
     """The newest matching messages within the reach; after/before are UTC ISO bounds."""
     terms = query.parse(raw)
     limit = max(1, min(int(limit or 10), MAX_HITS))
+    catch_up()
     p = database.param
     where, args = ["h.agent_folder = " + p], [folder]
     if not reach.everything:
@@ -88,6 +103,7 @@ def search(folder: str, reach: Reach, raw: str, *, limit: int = 10, after: str |
 
 def prune(keep_days: int, now: datetime | None = None) -> int:
     cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=keep_days)).strftime("%Y-%m-%dT%H:%M:%S")
+    catch_up()  # a row leaves the index as it goes (the delete trigger): it must be in it first
     with database.atomic():
         return History.delete().where(History.said_at < cutoff).execute()
 
@@ -99,6 +115,7 @@ def forget(folder: str, *, channel: str | None = None, chat_id: str | None = Non
         query_ = query_.where(History.channel_type == channel, History.platform_id == chat_id)
     if before is not None:
         query_ = query_.where(History.said_at < before)
+    catch_up()
     with database.atomic():
         return query_.execute()
 

@@ -42,6 +42,12 @@ delivery.on_sent(index_reply)
 store.provide_options(snapshot.options_for)
 
 
+@register_job("history.index", every_s=60, first_after_s=30)
+def index_new(settings, manager, now=None) -> int:
+    """Keep the pending part of the search index small (a search indexes what is left first)."""
+    return history.catch_up()
+
+
 @register_job("history.prune", every_s=24 * 3600, first_after_s=300)
 def prune(settings, manager, now=None) -> int:
     removed = history.prune(settings.keep_history_days)

@@ -22,8 +22,10 @@ from .tables import Memory, MemoryChange
 
 
 def text_of(folder: str, scope: Scope) -> str:
-    row = Memory.get_or_none(Memory.agent_folder == folder, Memory.scope == scope.name)
-    return row.text if row else ""
+    p = database.param
+    row = database.execute_sql(f"SELECT text FROM memories WHERE agent_folder = {p} AND scope = {p}",
+                               (folder, scope.name)).fetchone()
+    return row[0] if row else ""
 
 
 def host_secret_values(settings, folder: str | None = None) -> tuple[str, ...]:

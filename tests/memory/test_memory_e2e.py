@@ -11,7 +11,7 @@ import pytest
 
 from conftest import require
 from nanoclaw.memory.tables import Memory, MemoryChange
-from tests.fakes.model_api import Reply
+from tests.fakes.model_api import Reply, ToolCall
 from tests.tg_flow import message, person, sandbox_service, texts
 
 OWNER = person(111, "Olivia")
@@ -76,3 +76,44 @@ def test_a_fact_from_the_dm_lives_on_after_clear_and_never_reaches_the_group(mak
         assert "Max: @andy_test_bot please search for locker" in group_found
         group_calls = [c for c in svc.model.model_calls() if "Max" in c.current_prompt()]  # the group's session
         assert group_calls and not any("4711" in c.all_text() for c in group_calls)
+
+
+SAVE = "save what matters for later conversations"
+
+
+def long_brain(req):
+    prompt, done = req.current_prompt(), req.turn_tool_results()
+    if SAVE in prompt:  # the silent turn: keep something, try to talk (refused), say something (not sent)
+        if not done:
+            return Reply(tool_calls=[ToolCall("mcp__nanoclaw__memory", {"action": "add",
+                                                                        "text": "project deadline is Friday"}),
+                                     ToolCall("mcp__nanoclaw__send_message", {"text": "LEAK from the save turn"})])
+        return Reply.say("SILENT TEXT that must not be sent")
+    if "first" in prompt:
+        return Reply.say("first answer", input_tokens=170_000)  # the context is now past 80 % of 200k
+    if "second" in prompt:
+        return Reply.say("second answer")
+    return Reply.say("ok")
+
+
+def test_before_the_context_fills_up_the_agent_saves_its_memory_silently(make_settings, sqlite_url):
+    with sandbox_service(make_settings, sqlite_url, long_brain) as svc:
+        for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner"),
+                     ("wire", "telegram", "111", "andy")):
+            svc.cli(*args)
+        svc.post(message(111, OWNER, "the first question"))
+        svc.wait(lambda: "first answer" in texts(svc.tg, 111), what="the first answer")
+        svc.post(message(111, OWNER, "the second question"))
+        svc.wait(lambda: "second answer" in texts(svc.tg, 111), what="the second answer")
+        saves = [c for c in svc.model.model_calls() if SAVE in c.current_prompt()]
+        second = [c for c in svc.model.model_calls() if "second question" in c.current_prompt()]
+        assert saves and second and saves[0].received_at < second[0].received_at  # the save came first
+        results = " ".join(r.text for r in saves[-1].turn_tool_results())
+        assert "not now" in results  # the chat tools refused during the save
+        assert texts(svc.tg, 111) == ["first answer", "second answer"]  # nothing of the save turn was sent
+        assert "project deadline is Friday" in Memory.get().text
+        assert len(saves) <= 2  # one save (a tool call and its answer), not one before every turn
+
+        svc.post(message(111, OWNER, "/compact", command=True))  # a manual compaction saves first too
+        svc.wait(lambda: any("compact" in t.lower() for t in texts(svc.tg, 111)), what="the compaction")
+        assert len([c for c in svc.model.model_calls() if SAVE in c.current_prompt()]) > len(saves)
