@@ -173,3 +173,16 @@ def test_a_restored_backup_keeps_memory_and_history_and_one_without_the_index_ge
         found = subprocess.run(flask + ["history", "search", "andy", "marlin"], env=env, cwd=PROJECT_ROOT,
                                capture_output=True, text=True, timeout=60).stdout
         assert "the boat is called Marlin" in found
+
+
+def test_a_strangers_message_is_never_in_the_history_until_the_owner_lets_them_in(make_settings, sqlite_url):
+    from tests.tg_flow import buttons, cards, click
+    stranger = person(999, "Eve")
+    with Telegram() as tg, telegram_app(make_settings, sqlite_url, tg, *SETUP, TELEGRAM_MODE="webhook") as app:
+        post(app, thread_message("hello team", 9))  # Ada (an admin): written, indexed
+        post(app, message(TEAM, stranger, "secret plans of the stranger", title="Team", mention=True, topic=9))
+        assert History.select().where(History.text.contains("stranger")).count() == 0  # waiting for the owner
+        assert History.select().where(History.text == "@andy_test_bot hello team").count() == 1
+        card = next(c for c in cards(tg) if "Eve" in c["text"])
+        post(app, click(next(v for k, v in buttons(card).items() if "Allow" in k), OWNER, card))
+        assert History.select().where(History.text.contains("secret plans of the stranger")).count() == 1
