@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from nanoclaw.memory import history
+from nanoclaw.memory.tables import History
 from nanoclaw.models import (AgentGroup, AuditLog, CardChoice, DroppedMessage, HelpRequest, AcceptedEvent, MessagingGroup,
                              PendingProposal, PendingQuestion, Session, utcnow)
 
@@ -40,13 +42,19 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
     CardChoice.create(channel="matrix", chat_id="!r:x", message_id="$new", buttons=[["Allow", "nsa-y:allow"]],
                       created_at=days_ago(1))
 
+    for key, age in (("said-long-ago", 400), ("said-this-year", 300)):  # the history index keeps 365 days
+        history.add("andy", "telegram", "42", None, "s1", key, "telegram:42", "A",
+                    days_ago(age).strftime("%Y-%m-%dT%H:%M:%S"), f"message {key}")
+
     with caplog.at_level(logging.INFO, logger="nanoclaw.retention"):
         result = cli("prune")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == ("removed 1 routed webhook events, 1 dropped-message records, 1 decided proposals, "
                                      "1 closed help requests, 1 past questions, 1 options of old cards, "
                                      "1 audit entries; from session "
-                                     "databases 0 finished messages, 0 delivery records")
+                                     "databases 0 finished messages, 0 delivery records; 1 message(s) from the "
+                                     "history index")
+    assert [h.message_key for h in History.select()] == ["said-this-year"]
     assert "retention: removed 1 routed webhook events" in caplog.text
     assert sorted(e.event_id for e in AcceptedEvent.select()) == ["new", "unrouted"]  # recovery still needs it
     assert DroppedMessage.select().count() == 1

@@ -196,6 +196,13 @@ def test_an_op_applied_again_after_a_crash_is_applied_once(agent, app):
     settings = app.config["NANOCLAW"]
     tools.schedule_task(ctx, "daily digest", cron="0 18 * * *")
     conn = sqlite3.connect(path / "host" / schema.INBOUND)
+    # the tool returns once the answer is written; the host records the op delivered just after: wait
+    # for that record, or the rewrite below races it (and the host's 'delivered' wins)
+    deadline = time.monotonic() + 10
+    while conn.execute("SELECT COUNT(*) FROM delivered WHERE status != 'delivered'").fetchone()[0] or \
+            not conn.execute("SELECT COUNT(*) FROM delivered").fetchone()[0]:
+        assert time.monotonic() < deadline, "the host never recorded the op as delivered"
+        time.sleep(0.01)
     conn.execute("UPDATE delivered SET status = 'sending'")  # as if the host died while applying it
     conn.commit()
     conn.close()
