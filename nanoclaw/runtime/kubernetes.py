@@ -108,9 +108,25 @@ def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str
 
 
 def live(pod) -> bool:
-    """A pod that counts as the sandbox running: Pending or Running and not being deleted."""
+    """A pod that counts as the sandbox running: Pending or Running, not being deleted, and not a
+    Pending pod whose container waits with a failure (it will never run: a failed start)."""
     return pod.status is not None and pod.status.phase in ("Pending", "Running") \
-        and pod.metadata.deletionTimestamp is None
+        and pod.metadata.deletionTimestamp is None and start_failure(pod) is None
+
+
+def pending_reason(pod) -> str:
+    """Why a pod is still Pending, as Kubernetes says it (pure): not scheduled, or its container waiting."""
+    status = pod.status if pod is not None else None
+    if status is None:
+        return "it was never seen by the cluster"
+    for c in status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False":
+            return f"not scheduled: {c.reason or ''} {(c.message or '')[:200]}".strip()
+    for c in status.containerStatuses or []:
+        waiting = c.state and c.state.waiting
+        if waiting and waiting.reason:
+            return f"its container waits: {waiting.reason} {(waiting.message or '')[:200]}".strip()
+    return f"it stays {status.phase or 'Pending'}"
 
 
 def start_failure(pod) -> str | None:
@@ -176,14 +192,26 @@ class KubernetesRuntime:
                     return  # another process made it: that one is the sandbox
                 raise RuntimeError(f"Kubernetes refused the pod: {exc.status.code} {exc.status.reason} "
                                    f"({(exc.status.message or '')[:300]})") from None
-            self._wait_running(spec.name)
+            try:
+                self._wait_running(spec.name)
+            except BaseException:
+                # a failed start leaves no pod behind: the next start makes a new one (a pod left Pending
+                # would be taken for the sandbox, with no runner in it)
+                try:
+                    self._delete_and_wait(spec.name, 0)
+                except Exception as exc:  # noqa: BLE001 - the start failed anyway; the orphan sweep finds it
+                    log.warning("could not remove the pod of the failed start of %s: %s", spec.name, exc)
+                raise
 
     def _wait_running(self, name: str) -> None:
-        """Until the pod runs; a pod that cannot (no image, bad config, ended) is a failed start."""
+        """Until the pod runs; a pod that cannot (no image, bad config, ended), or still Pending after
+        start_wait_s (unschedulable, a pull that does not end), is a failed start that says why."""
         deadline = time.monotonic() + self.start_wait_s
+        last = None
         for _event, pod in self.client.watch(self._Pod, namespace=self.namespace,
                                              fields={"metadata.name": pod_name(name)},
-                                             server_timeout=int(self.start_wait_s)):
+                                             server_timeout=max(1, int(self.start_wait_s))):
+            last = pod
             if pod.status is not None and pod.status.phase == "Running":
                 return
             why = start_failure(pod)
@@ -191,7 +219,7 @@ class KubernetesRuntime:
                 raise RuntimeError(why)
             if time.monotonic() > deadline:
                 break
-        raise RuntimeError(f"the pod did not run within {self.start_wait_s:.0f} s")
+        raise RuntimeError(f"the pod did not run within {self.start_wait_s:.0f} s ({pending_reason(last)})")
 
     def is_running(self, name: str) -> bool:
         pod = self._get(name)

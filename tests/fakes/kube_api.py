@@ -54,6 +54,7 @@ class FakeKube:
     def __init__(self, engine, *, namespace: str = "nanoclaw", network_mode: str = "host"):
         self.engine, self.namespace, self.network_mode = engine, namespace, network_mode
         self.verbs = set(VERBS)
+        self.pending = None  # "unschedulable" or "slow-pull": new pods stay Pending (a busy cluster, a huge image)
         self.pods: dict[str, dict] = {}
         self.requests: list[tuple[str, str, dict | None]] = []
         self._version = 0
@@ -127,6 +128,20 @@ class FakeKube:
         """The kubelet's part: the pod's container on the engine, as the pod spec says."""
         from docker.errors import ImageNotFound
         pod = self.pods[name]
+        if self.pending == "unschedulable":
+            with self._lock:
+                pod["status"] = {"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient memory."}]}
+                self._bump(pod, "MODIFIED")
+            return
+        if self.pending == "slow-pull":
+            with self._lock:
+                pod["status"] = {"phase": "Pending", "containerStatuses": [{
+                    "name": "agent", "ready": False, "restartCount": 0, "image": pod["spec"]["containers"][0]["image"],
+                    "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+                self._bump(pod, "MODIFIED")
+            return
         spec, container = pod["spec"], pod["spec"]["containers"][0]
         ctx, csc = spec.get("securityContext") or {}, container.get("securityContext") or {}
         limits = container["resources"]["limits"]
@@ -297,6 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")  # said, so a client never reuses the connection the watch ends
         self.end_headers()
 
         def write(data: bytes) -> None:

@@ -175,13 +175,42 @@ def test_a_missing_image_or_a_missing_verb_is_a_failed_start_that_says_why(make_
     (settings.sessions_dir / "andy" / "s1").mkdir(parents=True)
     with pytest.raises(RuntimeError, match="ErrImagePull"):
         runtime.start(sandbox)
-    runtime.stop(sandbox.name, timeout=0)
+    # as the service goes on: no stop in between. The failed start left no pod to be taken for the sandbox:
+    assert not runtime.is_running(sandbox.name) and runtime.list_sandboxes("fails") == []
+    with pytest.raises(RuntimeError, match="ErrImagePull"):  # ...so the next start tries for real, and says why
+        runtime.start(sandbox)
+    assert len([m for m, _p, _b in cluster.requests if m == "POST"]) == 2
     cluster.verbs.discard("create")
     with pytest.raises(RuntimeError, match="403"):
         runtime.start(sandbox)
     cluster.verbs.discard("list")
     ok, detail = k8s.check_access(runtime.client, "nanoclaw")
     assert not ok and "deploy/kubernetes/rbac.yaml" in detail
+
+
+@pytest.mark.parametrize("pending, says", [("unschedulable", "Unschedulable"), ("slow-pull", "ContainerCreating")])
+def test_a_pod_that_stays_pending_is_a_failed_start_with_its_reason(make_settings, cluster, tmp_path, pending, says):
+    settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_INSTALL_ID="pend", **door(cluster))
+    runtime = select_runtime(settings, lambda _l: None)
+    runtime.start_wait_s = 2.0
+    cluster.pending = pending
+    sandbox = spec(tmp_path, name="nanoclaw-pend-andy-s1", labels={
+        "nanoclaw.install": "pend", "nanoclaw.folder": "andy", "nanoclaw.session": "s1"})
+    (settings.sessions_dir / "andy" / "s1").mkdir(parents=True)
+    with pytest.raises(RuntimeError, match=f"did not run within 2 s.*{says}"):
+        runtime.start(sandbox)
+    assert not runtime.is_running(sandbox.name) and runtime.list_sandboxes("pend") == []  # and no pod left
+
+
+def test_a_pending_pod_whose_container_waits_with_a_failure_is_not_live():
+    from lightkube.resources.core_v1 import Pod
+    failing = Pod.from_dict({"metadata": {"name": "x"}, "status": {"phase": "Pending", "containerStatuses": [{
+        "name": "agent", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
+        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}})
+    pulling = Pod.from_dict({"metadata": {"name": "x"}, "status": {"phase": "Pending", "containerStatuses": [{
+        "name": "agent", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
+        "state": {"waiting": {"reason": "ContainerCreating"}}}]}})
+    assert not k8s.live(failing) and k8s.live(pulling)
 
 
 def test_two_starts_racing_for_one_session_make_one_pod(make_settings, cluster, tmp_path, monkeypatch):
