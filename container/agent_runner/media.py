@@ -7,13 +7,14 @@ An image is decoded and scaled here, in the sandbox, never on the host, and in a
 decompression bomb, a decoder bug) can at worst cost that one image, and the turn says so. Scaled
 down, never cropped, to a long edge of 1568 px; a drawn picture (a PNG, GIF or BMP, or one with
 transparency: screenshots, diagrams) stays lossless PNG while it is small enough, a photo becomes
-JPEG; HEIC and other formats Pillow can read are converted the same way.
+JPEG; HEIC and other formats Pillow can read are converted the same way. A PDF's pages are counted
+by the same worker with pypdf, so one kept in compressed object streams (PDF 1.5 and later: what
+pdfTeX and office exporters write) is measured like any other.
 """
 from __future__ import annotations
 
 import base64
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
@@ -44,21 +45,29 @@ def is_pdf(attachment: dict) -> bool:
         str(attachment.get("name") or "").lower().endswith(".pdf")
 
 
-def image_block(path: str) -> tuple[dict | None, str | None]:
-    """(an image content block, None), or (None, why not): decoded in a worker process."""
+def worker(*args: str) -> tuple[dict, str | None]:
+    """(the worker's answer, None), or ({}, why not): one file read in a process of its own."""
     try:
-        done = subprocess.run([sys.executable, "-m", "agent_runner.media_worker", path], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "agent_runner.media_worker", *args], capture_output=True,
                               timeout=WORKER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return None, "it took too long to read"
+        return {}, "it took too long to read"
     except OSError as exc:
-        return None, f"it could not be read ({type(exc).__name__})"
+        return {}, f"it could not be read ({type(exc).__name__})"
     try:
         answer = json.loads(done.stdout or b"{}")
     except ValueError:
         answer = {}
-    if done.returncode != 0 or "data" not in answer:
-        return None, answer.get("error") or "it could not be read as an image"
+    if done.returncode != 0 or not isinstance(answer, dict) or "error" in answer:
+        return {}, (answer.get("error") if isinstance(answer, dict) else None) or "it could not be read"
+    return answer, None
+
+
+def image_block(path: str) -> tuple[dict | None, str | None]:
+    """(an image content block, None), or (None, why not): decoded in a worker process."""
+    answer, why = worker(path)
+    if why is not None or "data" not in answer:
+        return None, why or "it could not be read as an image"
     return {"type": "image", "source": {"type": "base64", "media_type": answer["media_type"],
                                         "data": answer["data"]}}, None
 
@@ -73,7 +82,13 @@ def pdf_block(path: str) -> tuple[dict | None, str | None]:
         return None, f"it is over {MAX_PDF_BYTES >> 20} MB, more than the model takes"
     if not data.startswith(b"%PDF"):
         return None, "it is not a PDF"
-    pages = len(re.findall(rb"/Type\s*/Page\b(?!s)", data))
+    # counted by a real parser (pages in compressed object streams too), in the worker, with its limits
+    answer, why = worker("--pdf", path)
+    if why is not None:
+        return None, why
+    pages = answer.get("pages")
+    if not isinstance(pages, int) or pages < 1:
+        return None, "it could not be read as a PDF"
     if pages > MAX_PDF_PAGES:
         return None, f"it has {pages} pages, more than the {MAX_PDF_PAGES} the model takes"
     return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",

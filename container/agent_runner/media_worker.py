@@ -1,7 +1,8 @@
 """Decode one image and scale it for the model, in a process of its own (agent_runner/media.py).
 
 `python -m agent_runner.media_worker PATH` prints {"media_type": …, "data": base64} or {"error": …}
-on stdout. Its memory is capped and the pixel count checked before decoding, so a decompression
+on stdout; `… --pdf PATH` prints {"pages": n} (pypdf reads the cross-reference streams and object
+streams a simple scan of the bytes misses) or {"error": …}. Its memory is capped and the pixel count checked before decoding, so a decompression
 bomb or a decoder fault ends this process, never the runner.
 """
 from __future__ import annotations
@@ -52,19 +53,38 @@ def scaled(data: bytes) -> tuple[str, bytes]:
     raise ValueError("it stays too large for the model even scaled down")
 
 
-def reason(exc: BaseException) -> str:
+def pages(path: str) -> int:
+    import logging
+
+    from pypdf import PdfReader
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # warnings about a sloppy file are not answers
+    reader = PdfReader(path, strict=False)
+    if reader.is_encrypted:
+        raise ValueError("it is encrypted")
+    return len(reader.pages)
+
+
+def reason(exc: BaseException, what: str = "an image") -> str:
     """Why the picture was not shown, in a line the agent may pass on."""
     if isinstance(exc, MemoryError):
-        return "it needs more memory to decode than a picture may take here"
+        return f"it needs more memory to read than {what} may take here"
     if type(exc).__name__ == "DecompressionBombError":  # Pillow's own check, at twice MAX_PIXELS
         return f"it has more pixels than the {MAX_PIXELS // 1_000_000} million a picture may have here"
     if isinstance(exc, ValueError) and str(exc).startswith("it "):
         return str(exc)
-    return f"it could not be read as an image ({type(exc).__name__})"
+    return f"it could not be read as {what} ({type(exc).__name__})"
 
 
 def main(path: str) -> int:
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+    if path == "--pdf" and len(sys.argv) > 2:
+        try:
+            count = pages(sys.argv[2])
+        except Exception as exc:  # noqa: BLE001 - a hostile or broken PDF: one line says why
+            print(json.dumps({"error": reason(exc, "a PDF")}))
+            return 1
+        print(json.dumps({"pages": count}))
+        return 0
     try:
         with open(path, "rb") as fh:
             data = fh.read(64 * 1024 * 1024)

@@ -33,7 +33,7 @@ DOCKERFILE = PROJECT_ROOT / "container" / "Dockerfile"
 RUNNER_DIR = PROJECT_ROOT / "container" / "agent_runner"
 REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
 BASE_SCRIPT = PROJECT_ROOT / "scripts" / "debian-base.sh"
-AGENT_PACKAGES = "claude-agent-sdk mcp pillow pillow-heif"  # pillow: pictures decoded in the sandbox (agent_runner/media.py)
+AGENT_PACKAGES = "claude-agent-sdk mcp pillow pillow-heif pypdf"  # pictures decoded, PDF pages counted in the sandbox (agent_runner/media.py)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

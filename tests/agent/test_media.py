@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -122,20 +123,49 @@ def test_any_bytes_give_a_block_or_a_reason(tmp_path, data):
 
 # --- PDFs -------------------------------------------------------------------------------------
 
-def pdf(pages: int) -> bytes:
-    body = b"".join(b"%d 0 obj << /Type /Page /Parent 2 0 R >> endobj\n" % (i + 3) for i in range(pages))
-    return b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n2 0 obj << /Type /Pages >> endobj\n" \
-        + body + b"%%EOF\n"
+def pdf(path, pages: int, object_streams: bool = False) -> bytes:
+    """A PDF as common tools write it: Pillow's writer (a classic cross-reference table), then,
+    when asked, rewritten by qpdf with its pages in compressed object streams (PDF 1.5, what
+    pdfTeX and office exporters write)."""
+    sheets = [Image.new("RGB", (60, 80), "white") for _ in range(pages)]
+    plain = path.with_suffix(".plain.pdf")
+    sheets[0].save(plain, "PDF", save_all=True, append_images=sheets[1:])
+    if object_streams:
+        subprocess.run(["qpdf", "--object-streams=generate", str(plain), str(path)], check=True)
+    else:
+        plain.replace(path)
+    return path.read_bytes()
 
 
-def test_a_pdf_is_a_document_block_within_the_page_limit(tmp_path):
-    (tmp_path / "lease.pdf").write_bytes(pdf(3))
-    (tmp_path / "manual.pdf").write_bytes(pdf(150))
-    (tmp_path / "fake.pdf").write_bytes(b"MZ\x90\x00")
+@pytest.mark.parametrize("object_streams", [False, True], ids=["xref-table", "object-streams"])
+def test_a_pdf_is_a_document_block_within_the_page_limit(tmp_path, object_streams):
+    lease = pdf(tmp_path / "lease.pdf", 3, object_streams)
+    manual = pdf(tmp_path / "manual.pdf", 150, object_streams)
+    if object_streams:  # the pages are not in the file's plain bytes at all
+        assert b"/Type /Page" not in manual and b"/Type/Page" not in manual
     block, why = media.pdf_block(str(tmp_path / "lease.pdf"))
-    assert why is None and block["type"] == "document" and base64.b64decode(block["source"]["data"]) == pdf(3)
+    assert why is None and block["type"] == "document" and base64.b64decode(block["source"]["data"]) == lease
     assert media.pdf_block(str(tmp_path / "manual.pdf")) == (None, "it has 150 pages, more than the 100 the model takes")
-    assert media.pdf_block(str(tmp_path / "fake.pdf"))[1] == "it is not a PDF"
+
+
+def test_a_file_that_only_claims_to_be_a_pdf_says_why(tmp_path):
+    (tmp_path / "fake.pdf").write_bytes(b"MZ\x90\x00")
+    (tmp_path / "cut.pdf").write_bytes(pdf(tmp_path / "whole.pdf", 3, True)[:300])
+    (tmp_path / "empty.pdf").write_bytes(b"%PDF-1.7\n%%EOF\n")
+    assert media.pdf_block(str(tmp_path / "fake.pdf")) == (None, "it is not a PDF")
+    for name in ("cut.pdf", "empty.pdf"):
+        block, why = media.pdf_block(str(tmp_path / name))
+        assert block is None and why.startswith("it could not be read as a PDF"), (name, why)
+
+
+def test_a_pdf_that_floods_the_parser_costs_only_its_worker(tmp_path):
+    # a page tree that points at itself, thousands deep: pypdf must stop or fail inside the worker
+    loops = b"".join(b"%d 0 obj << /Type /Pages /Kids [%d 0 R] /Count 1 >> endobj\n" % (i, i + 1)
+                     for i in range(2, 20_000)) + b"20000 0 obj << /Type /Pages /Kids [2 0 R] /Count 1 >> endobj\n"
+    (tmp_path / "loop.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n" + loops
+                                        + b"trailer << /Root 1 0 R >>\n%%EOF\n")
+    block, why = media.pdf_block(str(tmp_path / "loop.pdf"))
+    assert block is None and why.startswith(("it could not be read as a PDF", "it took too long"))
 
 
 # --- a turn's prompt and blocks --------------------------------------------------------------

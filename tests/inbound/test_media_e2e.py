@@ -1,5 +1,6 @@
 """End to end, both runtimes (issue 30): a Telegram photo with a caption reaches the model as an
-image block of that photo, scaled in the sandbox; a voice note reaches it as its transcript from an
+image block of that photo, scaled in the sandbox; a PDF within the model's page limit as a
+document block, one past it as its path and why; a voice note reaches it as its transcript from an
 OpenAI-compatible service (a fake one on 127.0.0.1); and a PNG the agent makes and sends with
 send_file arrives as a photo (sendPhoto). The real runner, SDK and CLI in a real sandbox, the
 proxy, the scripted model, the fake Bot API."""
@@ -11,6 +12,7 @@ import io
 import pytest
 from PIL import Image
 
+from tests.agent.test_media import pdf
 from tests.fakes.model_api import Reply
 from tests.fakes.speech_api import SAID, FakeSpeech
 from tests.inbound.test_attachments import ALICE, fixture
@@ -30,6 +32,10 @@ def brain(req):
         return Reply.say("Sent.")
     if SAID in prompt:
         return Reply.say("Oat milk it is.")
+    if "please file this" in prompt and req.blocks("document"):
+        return Reply.say("Filed: a three-page lease.")
+    if "read the manual" in prompt:
+        return Reply.say("The manual is too long to read whole.")
     if "what is this?" in prompt and req.blocks("image"):  # (later requests carry it as history)
         return Reply.say("A picture of a cable.")
     return Reply.say("Hm?")
@@ -44,7 +50,7 @@ def photo_jpeg() -> bytes:
 
 
 @pytest.mark.parametrize("runtime", ["bwrap", "docker"])
-def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime):
+def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime, tmp_path):
     with FakeSpeech(key=KEY) as speech, sandbox_service(
             make_settings, sqlite_url, brain, runtime=runtime, NANOCLAW_TRANSCRIBE_URL=speech.base,
             NANOCLAW_TRANSCRIBE_API_KEY=KEY) as svc:
@@ -64,6 +70,24 @@ def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime):
         assert image["source"]["media_type"] == "image/jpeg" and seen.size == (1568, 1176)
         assert seen.getpixel((100, 600))[0] > 150 and seen.getpixel((1400, 600))[1] > 200  # red left, white right
         assert "what is this?" in call.current_prompt() and "shown to you as image 1 below" in call.current_prompt()
+
+        # PDFs as pdfTeX and office exporters write them (pages in object streams): 3 pages are a
+        # document block; 150, past the model's 100, are the path and why, and the turn still answers
+        for name, pages, caption, file_id, answer in (
+                ("lease.pdf", 3, "please file this", "BQACAgIAAxkBAAIBZ2V", "Filed: a three-page lease."),
+                ("manual.pdf", 150, "read the manual", "BQACAgIAAxkBAAIBmanual", "The manual is too long to read whole.")):
+            data = pdf(tmp_path / name, pages, object_streams=True)
+            document = fixture("telegram", "document_message")
+            document["update_id"] += pages
+            document["message"].update(message_id=100 + pages, caption=caption)
+            document["message"]["document"].update(file_name=name, file_id=file_id, file_size=len(data))
+            svc.tg.add_file(data, file_id=file_id, file_path=f"documents/{name}")
+            svc.post(document)
+            svc.wait(lambda: answer in [m["text"] for m in sent(svc.tg)], what=f"the answer to {name}")
+        manual = next(c for c in svc.model.model_calls() if "read the manual" in c.current_prompt())
+        assert "manual.pdf (application/pdf, " in manual.current_prompt()
+        assert "not shown to you: it has 150 pages, more than the 100 the model takes" in manual.current_prompt()
+        assert len(manual.blocks("document")) == 1  # the lease's, from the conversation so far; not the manual
 
         voice = fixture("telegram", "voice_message")
         svc.tg.add_file(b"OggS" + bytes(2048), file_id="AwACAgIAAxkBAAIBvoice", file_path="voice/file_2.oga")
