@@ -55,6 +55,8 @@ FIRST_MODEL_REQUEST_SECONDS = Histogram(
 SWEEP_ACTIONS = Counter(
     "nanoclaw_sweep_actions_total", "What the sweep did: stopped (idle or stuck), reset (stuck claims given "
     "back), failed (given up), woken (due work).", ["action"])
+SWEEP_PASSES = Counter(
+    "nanoclaw_sweep_passes_total", "Sweep passes completed (liveness, stuck claims, retries, idle stops).")
 MODEL_TOKENS = Counter(
     "nanoclaw_model_tokens_total", "Tokens the model calls reported, by agent, model and kind (input, output, "
     "cache_write, cache_read).", ["agent", "model", "kind"])

@@ -128,8 +128,20 @@ def test_the_chat_shows_typing_while_the_agent_thinks(service):
     typing = tg.calls("sendChatAction")
     assert len(typing) >= 2 and order.index("sendChatAction") < order.index("sendMessage")
     assert all(str(p["chat_id"]) == "111222333" and p["action"] == "typing" for p in typing)
-    time.sleep(5)
-    assert len(tg.calls("sendChatAction")) == len(typing)  # the turn is over: no more typing
+    # the host sees the turn end (the pass that found the claim gone counts it): no typing after the reply
+    deadline = time.monotonic() + 30
+    while metric(port, "nanoclaw_turn_seconds_count") < 1:
+        assert time.monotonic() < deadline, "the host never saw the turn end"
+        time.sleep(0.1)
+    order = [FakeTelegram.method_of(r) for r in tg.requests]
+    assert "sendChatAction" not in order[order.index("sendMessage"):]
+
+
+def metric(port: int, name: str) -> float:
+    """The sum of one metric's samples on the web program's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 def test_metrics_of_every_program_after_real_traffic(service):

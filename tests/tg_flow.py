@@ -13,6 +13,7 @@ from nanoclaw.app import create_app
 from nanoclaw.db import database
 from nanoclaw.migrate import apply_pending
 from tests.fakes.telegram_api import TOKEN, USERNAME, FakeTelegram
+from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER
 
 SECRET = "wh-secret_flow-0123456789"
 # The usual household: agent Andy, owner Olivia (telegram:111), her DM wired to Andy
@@ -137,6 +138,14 @@ class Service:
         if intake is not None:
             assert intake.wait_idle(30), "the intake thread did not route the update within 30 s"
         return response
+
+    def settled(self, chat_id: int, sender: dict, **kw):
+        """Send the fake model's sentinel into a chat and wait for its answer: whatever an earlier
+        action would have started has then had its turn. Returns the sentinel's model request
+        (its prompt shows what was batched with it)."""
+        self.post(message(chat_id, sender, SENTINEL, **kw))
+        self.wait(lambda: SENTINEL_ANSWER in texts(self.tg, chat_id), what="the sentinel's answer")
+        return next(r for r in self.model.model_calls() if SENTINEL in r.current_prompt())
 
     def wait(self, predicate, timeout: float = 90.0, what: str = "it"):
         deadline = time.monotonic() + timeout

@@ -114,6 +114,7 @@ class PollLoop:
         self.released: dict[str, int] = {}  # rows we gave back after a failed turn -> their tries then
         self.owed: set[str] = set()  # rows this CLI was shown in a failed turn, not answered yet (selection.py)
         self.in_flight: list[str] = []
+        self.waiting = 0  # rows seen that wait for a message that starts a turn
         self.budget_spent = False  # a model call was refused for the budget: stop, the host starts us again
 
     def next_turn(self) -> TurnPlan | None:
@@ -122,8 +123,13 @@ class PollLoop:
         forget_bumped(self.released, [r for r, _ in rows])
         self.owed &= {r.id for r, _ in rows}  # answered, or no longer pending
         due = [r for r, after in rows if is_due(after, now)]
-        return plan_turn(due, self.store.acked_ids([r.id for r in due]), self.released,
-                         self.config.max_messages, self.owed)
+        acked = self.store.acked_ids([r.id for r in due])
+        plan = plan_turn(due, acked, self.released, self.config.max_messages, self.owed)
+        waiting = 0 if plan else sum(1 for r in due if r.id not in acked and r.id not in self.released)
+        if waiting and waiting != self.waiting:  # said once per change: why nothing is answered yet
+            log.info("%d message(s) kept as context until one is for me", waiting)
+        self.waiting = waiting
+        return plan
 
     async def run_command(self, command: str) -> TurnResult:
         """/clear starts a new conversation (with the memory as it is now); /compact first lets the agent

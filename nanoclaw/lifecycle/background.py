@@ -220,6 +220,7 @@ class Background:
                                   skip=self.active.woken_ids() if full and skip_woken else frozenset(),
                                   stop=(manager.stop if manager else lambda *_: None), wake=wake)
         self.last_sweep = result
+        metrics.SWEEP_PASSES.inc()
         for action, n in (("stopped", len(result.stopped)), ("reset", result.resets), ("failed", result.failed),
                           ("woken", len(result.woken))):
             if n:

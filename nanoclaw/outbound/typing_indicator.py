@@ -53,7 +53,7 @@ def due(w: Working, now: float) -> bool:
 
 _working: dict[Path, Working] = {}
 _in_flight: set[Path] = set()
-_lock = threading.Lock()
+_lock = threading.Condition()
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -132,3 +132,10 @@ def _show(session_path: Path, target: Target, platform_message_id: str | None, s
     finally:
         with _lock:
             _in_flight.discard(session_path)
+            _lock.notify_all()
+
+
+def settle(timeout: float = 10.0) -> bool:
+    """Wait until no indicator call is on its way (True), or the timeout passed (False)."""
+    with _lock:
+        return _lock.wait_for(lambda: not _in_flight, timeout)

@@ -62,6 +62,8 @@ class ProxyServer:
         self._warned: set[str] = set()
         self._lock = threading.RLock()
         self._wake = threading.Event()
+        self._scans = threading.Condition()
+        self._scans_begun = self._scans_done = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.remote = None
@@ -103,14 +105,22 @@ class ProxyServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def rescan_now(self) -> None:
-        """Rescan without waiting for the next tick."""
+    def rescan_now(self, wait_s: float = 0.0) -> bool:
+        """Rescan without waiting for the next tick; with wait_s, until a scan begun after this call
+        is done (False when none was within wait_s)."""
+        if not wait_s:  # (also what SIGHUP's handler calls: no lock taken)
+            self._wake.set()
+            return True
+        with self._scans:
+            begun = self._scans_begun
         self._wake.set()
+        with self._scans:
+            return self._scans.wait_for(lambda: self._scans_done > begun, wait_s)
 
-    def reload(self) -> None:
+    def reload(self, wait_s: float = 0.0) -> bool:
         """SIGHUP: rescan the groups and read every policy file again."""
         self._reload_policies.set()
-        self._wake.set()
+        return self.rescan_now(wait_s)
 
     # -- credential routes ---------------------------------------------------------------
 
@@ -222,6 +232,8 @@ class ProxyServer:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            with self._scans:
+                self._scans_begun += 1
             try:
                 self.sync()
                 if self._reload_policies.is_set():
@@ -230,6 +242,9 @@ class ProxyServer:
                 self.policies.refresh(self.served)  # a changed file is applied (and reported) now
             except Exception:  # keep the door open whatever one scan did
                 self.log.exception("proxy: rescan failed")
+            with self._scans:
+                self._scans_done += 1
+                self._scans.notify_all()
 
 
 def serve_forever(settings, list_folders: Callable[[], Iterable[str]],

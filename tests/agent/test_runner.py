@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,16 @@ class Layout:
             time.sleep(0.02)
         raise AssertionError(f"{mid} never became {status}: {self.acks().get(mid)}")
 
+    def looked_again_after(self, row: dict, timeout: float = 20.0) -> None:
+        """Wait for the runner's first look at inbound.db after it wrote `row`: it touches its
+        heartbeat when it is idle again, at once after a turn."""
+        written = datetime.strptime(row["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+        beat = self.session / "heartbeat"
+        deadline = time.monotonic() + timeout
+        while not (beat.exists() and beat.stat().st_mtime > written):
+            assert time.monotonic() < deadline, "the runner never looked again"
+            time.sleep(0.02)
+
     def last_seq(self) -> int:
         rows = self.out_rows()
         return rows[-1]["seq"] if rows else 0
@@ -467,8 +478,13 @@ def test_context_only_messages_wait_for_a_trigger(agent):
     lay, fake, _ = agent
     n = len(fake.model_calls())
     fake.script = lambda r: "ok"
+    runner_logs = agent[2].logs
+    said = runner_logs().count("2 message(s) kept as context until one is for me")
     quiet = [lay.write("ctx one", trigger=False), lay.write("ctx two", trigger=False)]
-    time.sleep(1.2)
+    deadline = time.monotonic() + 20  # the runner saw both rows, and said it keeps them
+    while runner_logs().count("2 message(s) kept as context until one is for me") == said:
+        assert time.monotonic() < deadline, runner_logs()[-2000:]
+        time.sleep(0.02)
     assert len(fake.model_calls()) == n, "context-only rows must not start a turn"
     assert not set(quiet) & set(lay.acks())
     mid = lay.write("now answer", sender="Bob")
@@ -702,10 +718,9 @@ def test_model_errors_reach_the_user_and_release_the_rows(tmp_path, fake):
         assert err["content"]["text"].startswith("Sorry — the model call failed: the model API is unavailable "
                                                  "(HTTP 500)") and "retried" in err["content"]["text"]
         assert (err["channel_type"], err["platform_id"]) == ("cli", "owner-chat")
-        time.sleep(1.5)
-        assert mid not in lay.acks(), "the claim must be released so the host can retry"
         calls = len(fake.model_calls())
-        time.sleep(1.0)
+        lay.looked_again_after(err)
+        assert mid not in lay.acks(), "the claim must be released so the host can retry"
         assert len(fake.model_calls()) == calls, "a failed row must not be retried in a loop"
 
         # the host retries it (tries bumped): now the model answers
@@ -725,7 +740,7 @@ def test_model_errors_reach_the_user_and_release_the_rows(tmp_path, fake):
         mid3 = lay.write("slow one")
         err3 = lay.wait_out(lambda r: r["in_reply_to"] == mid3, timeout=30)
         assert "took longer than 4 s" in err3["content"]["text"]
-        time.sleep(0.5)
+        lay.looked_again_after(err3)
         assert mid3 not in lay.acks()
 
         # and the agent still answers the next message

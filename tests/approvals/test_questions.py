@@ -198,9 +198,9 @@ def test_agent_asks_the_owner_answers_and_the_agent_goes_on(make_settings, sqlit
         answered_in = time.monotonic() - clicked
         assert texts(svc.tg, 111) == ["Noted. Olivia answered: Pizza (option 1 of 2)."]
         assert answered_in < 5, answered_in
-        time.sleep(1.0)  # the answer row must not start a turn of its own
-        assert len(svc.model.model_calls()) == 2
-        assert len(texts(svc.tg, 111)) == 1
+        sentinel = svc.settled(111, OWNER)  # the answer row must not start a turn of its own
+        assert len(svc.model.model_calls()) == 3 and "Pizza" not in sentinel.current_prompt()
+        assert texts(svc.tg, 111)[:-1] == ["Noted. Olivia answered: Pizza (option 1 of 2)."]
 
 
 def test_nobody_answers_the_tool_returns_and_a_late_click_is_refused(make_settings, sqlite_url):

@@ -12,6 +12,10 @@ A test decides the answers with `script`:
 Every request is recorded (headers, parsed body, arrival time, time spent answering) so tests can
 assert what reached the model, and benchmarks can subtract the fake's own time.
 
+A prompt holding SENTINEL is answered SENTINEL_ANSWER whatever the script: a test that must show
+nothing else happened after an action sends a sentinel message, waits for its answer, and then
+asserts on what came before it (an absence has no event of its own to wait for).
+
 Like the real API's edge, it compresses an answer (gzip; an SSE stream flushed event by event) when
 the request's Accept-Encoding asks for gzip, as the bundled CLI's does. `compress` changes that:
 "asked" (the default), None (never), or an encoding to use whatever was asked ("gzip", or "br",
@@ -97,6 +101,10 @@ class ToolResult:
 # Text the CLI itself adds as a user turn (a nudge after an empty answer, a retry request): not a prompt.
 _CLI_NUDGES = ("[Your previous response had no visible output", "The previous response failed to produce",
                "Your tool call was malformed")
+
+
+SENTINEL = "(sentinel: everything before me is handled)"
+SENTINEL_ANSWER = "sentinel answered"
 
 
 def _is_prompt_text(text: str) -> bool:
@@ -300,6 +308,8 @@ class FakeModel:
             self._cond.notify_all()
 
     def _decide(self, req: Request) -> Reply:
+        if SENTINEL in req.current_prompt():
+            return Reply.say(SENTINEL_ANSWER)
         with self._cond:
             script = self.script
             if isinstance(script, list):

@@ -188,8 +188,9 @@ def test_ask_operator_answered_in_time_by_a_reply_to_the_card(make_settings, sql
         svc.wait(lambda: any(t.startswith("Tool said:") for t in texts(svc.tg, 111)), what="the agent's answer")
         assert "Sent to Andy." in texts(svc.tg, 111)
         assert texts(svc.tg, 111)[-1] == "Tool said: The operator (Olivia) answered: use main"
-        time.sleep(1.0)  # the answer row must not start a turn of its own
-        assert len(svc.model.model_calls()) == 2
+        calls = len(svc.model.model_calls())
+        sentinel = svc.settled(111, OWNER)  # the answer row must not start a turn of its own
+        assert calls == 2 and len(svc.model.model_calls()) == 3 and "use main" not in sentinel.current_prompt()
         assert HelpRequest.get().state == "answered"
         assert edits(svc.tg)[-1]["text"].endswith("↩ Olivia answered: use main")
         svc.post(reply_to(card, OWNER, "no wait, use dev"))

@@ -70,18 +70,15 @@ def test_due_rules():
 def test_shown_while_the_agent_works_on_a_chat_message_and_not_after(session):
     mid = write_message(session, content={"text": "hi", "message_id": "tg-55"}, target=Target("typist", "chat-7", "topic-3"))
     deliver_session(session, settings=None)
-    time.sleep(0.1)
-    assert Typist.shown == []  # not claimed yet: the agent has not started
+    assert ti.settle() and Typist.shown == []  # not claimed yet: the agent has not started
     agent_claims(session, mid)
     deliver_session(session, settings=None)
     assert wait_shown(1) == [("chat-7", "topic-3", "tg-55")]
     deliver_session(session, settings=None)  # a second later: not due again yet
-    time.sleep(0.1)
-    assert len(Typist.shown) == 1
+    assert ti.settle() and len(Typist.shown) == 1
     agent_claims(session, mid, "completed")
     deliver_session(session, settings=None)
-    time.sleep(0.1)
-    assert len(Typist.shown) == 1 and session not in ti._working
+    assert ti.settle() and len(Typist.shown) == 1 and session not in ti._working
 
 
 def test_repeated_every_few_seconds(session):
@@ -102,8 +99,7 @@ def test_tasks_and_system_rows_show_nothing(session):
     mid = write_message(session, kind="task", content={"prompt": "daily summary"}, target=None)
     agent_claims(session, mid)
     deliver_session(session, settings=None)
-    time.sleep(0.1)
-    assert Typist.shown == []
+    assert ti.settle() and Typist.shown == []
 
 
 def test_a_slow_platform_never_holds_up_delivery_and_a_failure_is_only_logged(session, caplog):
@@ -116,5 +112,4 @@ def test_a_slow_platform_never_holds_up_delivery_and_a_failure_is_only_logged(se
     assert time.monotonic() - started < 1  # the call waits on its own thread
     Typist.fail = True
     Typist.gate.set()
-    time.sleep(0.2)
-    assert Typist.shown == [] and "typing indicator" in caplog.text
+    assert ti.settle() and Typist.shown == [] and "typing indicator" in caplog.text

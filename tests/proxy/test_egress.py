@@ -257,10 +257,9 @@ def test_a_tunnel_in_flight_survives_a_reload_that_removes_its_host(proxy, echo)
     s.sendall(TLS_HELLO)
     assert s.recv(100) == TLS_HELLO
     allow(p, "andy")                                   # revoked while the tunnel is open
-    time.sleep(0.3)                                    # (the rescan applies it)
+    assert p.rescan_now(wait_s=10)                     # (a rescan applies it)
     group_file(p.policies.root, "andy", EGRESS_FILE).write_text("{broken")  # and then broken
-    p.reload()
-    time.sleep(0.3)
+    assert p.reload(wait_s=10)
     s.sendall(b"more bytes")
     assert s.recv(100) == b"more bytes"                 # the open tunnel carries on
     s.close()
