@@ -77,6 +77,8 @@ def check(payload) -> Push:
                          _text(row.get("platform_id"), MAX_ADDRESS, optional=True),
                          _text(row.get("thread_id"), MAX_ADDRESS, optional=True),
                          _text(row.get("content"), MAX_CONTENT)))
+    if len({r[0] for r in push.out}) < len(push.out):
+        raise BadPush("an out row's id comes twice")
     acks = payload.get("acks") or []
     if not isinstance(acks, list) or len(acks) > MAX_ACKS:
         raise BadPush(f"acks must be a list of at most {MAX_ACKS}")

@@ -54,7 +54,7 @@ def test_acks_state_and_tool_are_taken_as_sent(copy):
     {"out": [row(1, content="x" * (mirror.MAX_CONTENT + 1))]}, {"out": [row(1, kind=None)]},
     {"out": [row(1, id={"a": 1})]}, {"acks": [{"message_id": "m", "status": "owned", "status_changed": "t"}]},
     {"out": [row(i + 1) for i in range(mirror.MAX_ROWS + 1)]}, {"heartbeat": "now"},
-    {"container": {"tool_declared_timeout_ms": "5"}},
+    {"container": {"tool_declared_timeout_ms": "5"}}, {"out": [row(1), row(2, id="id1")]},
 ])
 def test_a_malformed_push_is_refused_whole(payload, copy):
     with pytest.raises(mirror.BadPush):
@@ -80,3 +80,58 @@ def test_any_json_is_either_refused_or_written_without_a_crash(payload):
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(schema.OUTBOUND_DDL)
     mirror.apply(conn, push)
+
+
+# --- the invariants docs/security.md cites, over a prepared copy and any run of accepted pushes --
+
+ids = st.sampled_from([f"id{i}" for i in range(12)])
+pushes = st.lists(st.fixed_dictionaries({
+    "out": st.lists(st.tuples(st.integers(1, 40), ids, st.text(max_size=8)), max_size=6),
+    "keep_from_seq": st.none() | st.integers(0, 45)}), min_size=1, max_size=8)
+
+
+def as_payload(push: dict) -> dict:
+    """A push as a runner would send it: its rows in rising seq order (each seq once)."""
+    rows, seen = [], set()
+    for seq, rid, text in sorted(push["out"]):
+        if seq not in seen:
+            seen.add(seq)
+            rows.append(row(seq, id=rid, content=json.dumps({"op": "text", "text": text})))
+    return {"out": rows, "keep_from_seq": push["keep_from_seq"]}
+
+
+def kept(conn) -> dict[int, tuple]:
+    return {r[1]: tuple(r) for r in conn.execute("SELECT id, seq, in_reply_to, timestamp, kind, channel_type, "
+                                                 "platform_id, thread_id, content FROM messages_out")}
+
+
+@settings(max_examples=200, deadline=None)
+@given(pushes)
+def test_any_run_of_pushes_keeps_seq_rising_rows_unchanged_and_ids_single(tmp_path_factory, run):
+    conn = mirror.open_copy(tmp_path_factory.mktemp("copy") / "outbound.db")
+    try:
+        mirror.apply(conn, mirror.check({"out": [row(s) for s in range(1, 6)]}))  # what the host already has
+        before, top = kept(conn), mirror.max_seq(conn)
+        for push in run:
+            payload = as_payload(push)
+            try:
+                checked = mirror.check(payload)
+            except mirror.BadPush:  # refused whole: the copy as it was
+                assert kept(conn) == before
+                continue
+            added, new_top = mirror.apply(conn, checked)
+            after = kept(conn)
+            assert new_top >= top  # seq only rises
+            for seq, was in before.items():  # a kept row is never rewritten; it goes only by a prune below keep_from_seq
+                if seq in after:
+                    assert after[seq] == was
+                else:
+                    assert payload["keep_from_seq"] is not None and seq < payload["keep_from_seq"] and seq < new_top
+            fresh = {seq: r for seq, r in after.items() if seq not in before}
+            assert len(fresh) <= added and all(seq > top for seq in fresh)  # only past what the host had (a prune may take some)
+            taken = [r[0] for r in after.values()]
+            assert len(taken) == len(set(taken))  # no id twice
+            assert not {r[0] for r in fresh.values()} & {r[0] for r in before.values()}  # nor an id it had again
+            before, top = after, new_top
+    finally:
+        conn.close()
