@@ -28,6 +28,7 @@ import peewee
 from . import commands, dedup, decide, facts as facts_of, lookups
 from .. import metrics
 from ..channels.base import get_adapter
+from ..channels.download import DEADLINE_S as DOWNLOAD_DEADLINE_S
 from ..channels.events import InboundEvent, event_from_json
 from ..db import database
 from ..models import DroppedMessage, MessagingGroup, Session, User, UserDm, utcnow
@@ -41,6 +42,7 @@ ACTIVITY_RESOLUTION_S = 1.0  # sessions.last_active_at is kept to the second
 # Telegram sends an album as one update per item, usually within a second: each item waits this
 # long after the latest one (sessions/store.write_message holds the earlier ones) so all arrive in one turn.
 ALBUM_WAIT_S = 1.5
+DOWNLOAD_S = DOWNLOAD_DEADLINE_S + 30  # the longest an item's files may take to arrive (asking, then downloading)
 _GATES: dict[str, list[Callable]] = {stage: [] for stage in GATE_STAGES}
 
 
@@ -178,6 +180,8 @@ def act(event: InboundEvent, facts: facts_of.Facts, plan: decide.Plan, settings,
         if delivery.command:
             content["command"] = delivery.command  # for the runner: act on the conversation, not a chat line
         if event.attachments:
+            if event.album:  # the album's items so far wait for this one however long it downloads
+                store.hold_album(path, event.album, album_wait(DOWNLOAD_S))
             content["attachments"] = files.save_into(path)
         store.write_message(path, content=content, target=target, trigger=delivery.engaged,
                             timestamp=event.timestamp, message_id=message_id, album=event.album,
@@ -200,9 +204,10 @@ def act(event: InboundEvent, facts: facts_of.Facts, plan: decide.Plan, settings,
 
 # --- effects ---------------------------------------------------------------------------------------
 
-def album_wait() -> str:
-    """When an album's items may be taken: ALBUM_WAIT_S from now (UTC ISO, messages_in.process_after)."""
-    return (utcnow() + timedelta(seconds=ALBUM_WAIT_S)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+def album_wait(longer_s: float = 0.0) -> str:
+    """When an album's items may be taken: ALBUM_WAIT_S (and longer_s) from now (UTC ISO,
+    messages_in.process_after)."""
+    return (utcnow() + timedelta(seconds=ALBUM_WAIT_S + longer_s)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _stamp(session: Session, engaged: bool, settings) -> None:

@@ -316,13 +316,22 @@ def message_exists(path: Path, message_id: str) -> bool:
         conn.close()
 
 
+def hold_album(path: Path, album: str, until: str) -> None:
+    """Keep an album's items waiting until `until` (UTC ISO) while its next item downloads; that
+    item's write sets them to its own time (write_message)."""
+    with _inbound(path) as conn:
+        conn.execute("UPDATE messages_in SET process_after = ? WHERE status = 'pending' AND"
+                     " json_extract(content, '$.album') = ? AND process_after < ?", (until, album, until))
+
+
 def write_message(path: Path, *, content: dict, target: Target | None, kind: str = "chat",
                   trigger: bool = True, timestamp: str | None = None, process_after: str | None = None,
                   message_id: str | None = None, status: str = "pending", album: str | None = None) -> str:
     """Append one messages_in row; returns its id. (An `answer` to a system op is written
     `completed`: the agent's tool reads it by id, no turn ever picks it up.) A row of an album
-    (content["album"]) holds the album's earlier rows still waiting until its own process_after,
-    so the runner takes the album in one turn. A chat or task row carries the providers' options."""
+    (content["album"]) sets the album's earlier rows still waiting to its own process_after (they
+    may have been held longer while it downloaded: hold_album), so the runner takes the album in one
+    turn. A chat or task row carries the providers' options."""
     message_id = message_id or uuid.uuid4().hex
     options: dict[str, str] = {}
     if kind in ("chat", "task"):
@@ -337,8 +346,8 @@ def write_message(path: Path, *, content: dict, target: Target | None, kind: str
                          "value = excluded.value WHERE options.value IS NOT excluded.value", (key, value))
         if album and process_after:
             conn.execute("UPDATE messages_in SET process_after = ? WHERE status = 'pending' AND"
-                         " json_extract(content, '$.album') = ? AND process_after < ?",
-                         (process_after, album, process_after))
+                         " json_extract(content, '$.album') = ? AND process_after IS NOT NULL",
+                         (process_after, album))
         # one statement: the next seq, and nothing written for an id already there (a platform
         # retry is written once, whatever happens). "WHERE true" is SQLite's rule for an upsert
         # on INSERT ... SELECT.

@@ -74,6 +74,7 @@ class FakeTelegram(FakePlatform):
         self.token = token
         self._ids = itertools.count(500)
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
+        self.slow: dict[str, float] = {}  # file_path -> seconds before the file server answers
         self.webhook: dict = {}
         self.pending: list[dict] = []          # updates not confirmed yet, oldest first
         self._updates_cond = threading.Condition()
@@ -104,6 +105,11 @@ class FakeTelegram(FakePlatform):
         file_id = file_id or f"BQACAgIAAxkBAAI{n}"
         self.files[file_id] = (file_path or f"documents/file_{n}.bin", data)
         return file_id
+
+    def slow_download(self, file_path: str, seconds: float) -> None:
+        """The file server takes this long to start sending that file (a phone's upload on a slow
+        line, Telegram's file server busy)."""
+        self.slow[file_path] = seconds
 
     # the Bot API --------------------------------------------------------------------------------------
     def answer(self, req: Recorded):
@@ -221,6 +227,8 @@ class FakeTelegram(FakePlatform):
         if not req.path.startswith(prefix):
             return api_error(404, "Not Found")
         wanted = req.path[len(prefix):]
+        if wanted in self.slow:
+            time.sleep(self.slow[wanted])
         for file_path, data in self.files.values():
             if file_path == wanted:
                 return 200, data, {"content-type": "application/octet-stream"}

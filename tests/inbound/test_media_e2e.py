@@ -106,3 +106,32 @@ def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime, tmp_
         assert chart["caption"] == "here is your chart" and chart["_files"]["photo"][0] == "chart.png"
         assert Image.open(io.BytesIO(chart["_files"]["photo"][1])).size == (320, 200)
         assert svc.tg.calls("sendDocument") == []
+
+
+def album_brain(req):
+    pictures = len(req.blocks("image"))
+    return Reply.say(f"{pictures} photo(s) in this turn.")
+
+
+@pytest.mark.parametrize("slow_s", [0.0, 3.0], ids=["quick", "second-still-downloading"])
+def test_an_album_reaches_the_model_in_one_request(make_settings, sqlite_url, slow_s):
+    """Telegram sends an album as one update per photo. The model gets one request with both
+    pictures, also when the second is still downloading after the first one's wait has ended."""
+    with sandbox_service(make_settings, sqlite_url, album_brain) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", f"telegram:{ALICE}", "--role", "owner")
+        svc.cli("wire", "telegram", str(ALICE), "andy")
+        for n, color in ((1, "red"), (2, "blue")):
+            out = io.BytesIO()
+            Image.new("RGB", (640, 480), color).save(out, "JPEG")
+            svc.tg.add_file(out.getvalue(), file_id=f"AgACAgIAAxk-a{n}-x", file_path=f"photos/album_{n}.jpg")
+        svc.tg.slow_download("photos/album_2.jpg", slow_s)
+        svc.post(fixture("telegram", "album_photo_1"))
+        svc.post(fixture("telegram", "album_photo_2"))  # returns once routed: after its download
+        svc.wait(lambda: sent(svc.tg), what="the answer")
+        svc.settled(ALICE, {"id": ALICE, "is_bot": False, "first_name": "Alice"})
+        assert [m["text"] for m in sent(svc.tg)][:-1] == ["2 photo(s) in this turn."]
+        [call] = [c for c in svc.model.model_calls() if c.blocks("image") and "sentinel" not in c.current_prompt()]
+        colors = [Image.open(io.BytesIO(base64.b64decode(b["source"]["data"]))).getpixel((10, 10))
+                  for b in call.blocks("image")]
+        assert colors[0][0] > 200 > colors[0][2] and colors[1][2] > 200 > colors[1][0]  # red, then blue
