@@ -48,8 +48,8 @@ def is_pdf(attachment: dict) -> bool:
 def worker(*args: str) -> tuple[dict, str | None]:
     """(the worker's answer, None), or ({}, why not): one file read in a process of its own."""
     try:
-        done = subprocess.run([sys.executable, "-m", "agent_runner.media_worker", *args], capture_output=True,
-                              timeout=WORKER_TIMEOUT_S)
+        done = subprocess.run([sys.executable, "-m", "agent_runner.media_worker", "--memory", str(WORKER_MEMORY),
+                               *args], capture_output=True, timeout=WORKER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {}, "it took too long to read"
     except OSError as exc:

@@ -1,6 +1,6 @@
 """Decode one image and scale it for the model, in a process of its own (agent_runner/media.py).
 
-`python -m agent_runner.media_worker PATH` prints {"media_type": …, "data": base64} or {"error": …}
+`python -m agent_runner.media_worker --memory BYTES PATH` prints {"media_type": …, "data": base64} or {"error": …}
 on stdout; `… --pdf PATH` prints {"pages": n} (pypdf reads the cross-reference streams and object
 streams a simple scan of the bytes misses) or {"error": …}. Its memory is capped and the pixel count checked before decoding, so a decompression
 bomb or a decoder fault ends this process, never the runner.
@@ -13,7 +13,7 @@ import json
 import resource
 import sys
 
-from .media import LONG_EDGE, MAX_IMAGE_BYTES, MAX_PIXELS, WORKER_MEMORY
+from .media import LONG_EDGE, MAX_IMAGE_BYTES, MAX_PIXELS
 
 
 def scaled(data: bytes) -> tuple[str, bytes]:
@@ -75,11 +75,16 @@ def reason(exc: BaseException, what: str = "an image") -> str:
     return f"it could not be read as {what} ({type(exc).__name__})"
 
 
-def main(path: str) -> int:
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    if path == "--pdf" and len(sys.argv) > 2:
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[0] != "--memory" or not args[1].isdigit():
+        print(json.dumps({"error": "usage: media_worker --memory BYTES [--pdf] PATH"}))
+        return 2
+    memory, args = int(args[1]), args[2:]
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))  # what media.py gives it: WORKER_MEMORY
+    path = args[-1]
+    if args[0] == "--pdf":
         try:
-            count = pages(sys.argv[2])
+            count = pages(path)
         except Exception as exc:  # noqa: BLE001 - a hostile or broken PDF: one line says why
             print(json.dumps({"error": reason(exc, "a PDF")}))
             return 1
@@ -97,4 +102,4 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

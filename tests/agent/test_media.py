@@ -99,6 +99,40 @@ def test_a_picture_just_over_the_pixel_limit_is_refused(tmp_path):
     assert block is None and "7000x7000" in why
 
 
+def test_the_workers_memory_cap_and_time_limit_stop_a_hostile_picture(tmp_path, monkeypatch):
+    """A 38-megapixel PNG of 125 KB (under the pixel limit) takes hundreds of MB to decode: with
+    less memory than that, or less time, its worker ends and the turn says why; the next picture
+    is read as ever."""
+    bomb = picture(tmp_path / "flat.png", (7000, 5500), color="white")
+    assert os.path.getsize(bomb) < 200_000
+    block, why = media.image_block(bomb)  # within the real caps it is shown, scaled
+    assert why is None and max(decoded(block).size) == media.LONG_EDGE
+    monkeypatch.setattr(media, "WORKER_MEMORY", 256 << 20)
+    assert media.image_block(bomb) == (None, "it needs more memory to read than an image may take here")
+    monkeypatch.setattr(media, "WORKER_TIMEOUT_S", 0.05)
+    assert media.image_block(bomb) == (None, "it took too long to read")
+    monkeypatch.undo()
+    block, why = media.image_block(picture(tmp_path / "next.png"))
+    assert why is None and decoded(block).size == (800, 600)
+
+
+def test_a_turn_carries_no_more_picture_bytes_than_a_request_takes(tmp_path):
+    """Noise does not compress: 16 phone photos of it pass the turn's cap, and the ones past it
+    are named with why."""
+    import random
+    inbound = tmp_path / "inbound"
+    rng = random.Random(7)
+    rows = []
+    for i in range(1, 17):
+        out = io.BytesIO()
+        Image.frombytes("RGB", (1568, 1176), rng.randbytes(1568 * 1176 * 3)).save(out, "JPEG", quality=95)
+        rows.append(row(i, "", saved(inbound, f"m{i}", "noise.jpg", out.getvalue(), mime="image/jpeg")))
+    prompt, blocks = build_turn(rows, "UTC", [], inbound)
+    carried = sum(len(b["source"]["data"]) for b in blocks)
+    assert carried <= media.MAX_TURN_BYTES and 0 < len(blocks) < 16
+    assert prompt.count("not shown to you: this turn carries as much as the model takes") == 16 - len(blocks)
+
+
 def test_a_broken_file_is_a_reason_not_a_crash(tmp_path):
     good = png_bytes()
     (tmp_path / "cut.png").write_bytes(good[: len(good) // 2])
