@@ -183,6 +183,37 @@ def test_web_chat_shows_the_agents_reply_without_reload(served):
     page.close()
 
 
+def test_a_picture_attached_on_the_page_reaches_the_model_and_shows_in_the_chat(served, tmp_path):
+    """The Attach control: pick a photo, the label names it, Send; the chat shows the file as a
+    link that downloads it, and the model's request carries the picture as an image block."""
+    import base64
+    import io
+
+    from PIL import Image
+    base, browser, model, *_ = served
+    photo = tmp_path / "receipt.png"
+    Image.new("RGB", (300, 200), (20, 160, 40)).save(photo)
+    page = log_in(browser, base)
+    page.goto(base + "/chat/andy")
+    page.set_input_files("#file", str(photo))
+    assert page.locator("label.attach span").inner_text() == "receipt.png"  # what is attached, said
+    page.fill("#text", "Is this receipt green?")
+    page.click("button:has-text('Send')")
+    link = page.locator("li.msg.in a.file", has_text="receipt.png")
+    link.wait_for()
+    page.wait_for_selector("li.msg.out >> text=Andy here. You said: Is this receipt green?", timeout=120_000)
+    assert page.locator("label.attach span").inner_text() == "Attach"  # cleared for the next message
+    with page.expect_download() as download:
+        link.click()
+    assert Path(download.value.path()).read_bytes() == photo.read_bytes()
+    call = next(c for c in model.model_calls() if "Is this receipt green?" in c.current_prompt())
+    [image] = call.blocks("image")
+    seen = Image.open(io.BytesIO(base64.b64decode(image["source"]["data"])))
+    assert seen.size == (300, 200) and seen.convert("RGB").getpixel((5, 5)) == (20, 160, 40)
+    assert "receipt.png (image/png, " in call.current_prompt()
+    page.close()
+
+
 def test_phone_sized_screen_has_no_sideways_scroll(served):
     base, browser, *_ = served
     context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
