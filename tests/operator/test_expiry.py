@@ -12,7 +12,7 @@ import pytest
 
 from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import chats, common as approvals, pending, questions
-from nanoclaw.lifecycle import housekeeping
+from nanoclaw.lifecycle import housekeeping  # noqa: F401  (the jobs registry the expiries register in)
 from nanoclaw.models import (AgentGroup, AgentGroupMember, AuditLog, PendingChannelApproval, PendingQuestion,
                              PendingSenderApproval, Wiring, utcnow)
 from tests.approvals.test_questions import answers, ask

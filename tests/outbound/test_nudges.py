@@ -14,7 +14,7 @@ import pytest
 
 from nanoclaw.sandboxes import manager as sandboxes
 from nanoclaw.outbound import watcher as delivery_watcher
-from nanoclaw.sessions import session_schema as schema  # also puts container/ on sys.path
+from nanoclaw.sessions import session_schema as schema  # noqa: F401  (puts container/ on sys.path)
 from nanoclaw.sessions import store
 from tests.fakes.model_api import Reply
 from tests.tg_flow import message, person, sandbox_service, texts
