@@ -200,8 +200,8 @@ class Person:
                          params={"dir": "b", "limit": str(limit)})
         return list(reversed(page["chunk"]))
 
-    def from_bot(self, room_id: str, bot: str) -> list[dict]:
-        return [e for e in self.timeline(room_id) if e.get("sender") == bot and e["type"] == "m.room.message"]
+    def from_bot(self, room_id: str, bot: str, limit: int = 100) -> list[dict]:
+        return [e for e in self.timeline(room_id, limit) if e.get("sender") == bot and e["type"] == "m.room.message"]
 
     def joined(self, room_id: str) -> list[str]:
         return list(self.call("GET", f"/_matrix/client/v3/rooms/{quote(room_id)}/joined_members")["joined"])

@@ -283,3 +283,56 @@ def test_login_with_a_password_keeps_one_token_for_every_program(synapse, app, c
     app.config["NANOCLAW"] = type(wrong)(**{**wrong.__dict__, "data_dir": settings.data_dir / "other"})
     result = cli("matrix", "login")
     assert result.exit_code != 0 and "could not log in" in result.output and "Traceback" not in result.output
+
+
+def test_the_sync_token_stays_put_while_the_web_program_refuses_hand_overs(synapse, app):
+    """The real listener against Synapse, handing over to a web program that answers 503: the token
+    does not move and the same event comes again; once the web program takes it, the token moves."""
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from nanoclaw.platforms.matrix.listener import SyncListener
+    bot = synapse.register(f"andy{uuid.uuid4().hex[:6]}")
+    alice = synapse.register(f"alice{uuid.uuid4().hex[:6]}")
+    room = alice.create_room(invite=[bot.user_id], direct=True)
+    bot.join(room)
+    settings = app.config["NANOCLAW"]
+    settings = type(settings)(**{**settings.__dict__, "platform": {
+        "MATRIX_HOMESERVER": synapse.url, "MATRIX_USER_ID": bot.user_id, "MATRIX_ACCESS_TOKEN": bot.token}})
+    web = {"status": 503, "events": []}
+
+    class Web(BaseHTTPRequestHandler):
+        def do_POST(self):
+            item = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            web["events"].append((item["event"].get("event_id"), web["status"]))
+            self.send_response(web["status"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Web)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    listener = SyncListener(settings, web_url=f"http://127.0.0.1:{server.server_address[1]}", timeout_ms=0)
+
+    async def run() -> None:
+        await listener.connect()
+        try:
+            assert await listener.run_once(first=True) == 0  # the account's first sync: no history
+            start = listener.since()
+            said = alice.say(room, "while the web program is down")
+            for _ in range(3):
+                assert await listener.run_once(first=False) > 0  # refused: wait, and the token stays
+                assert listener.since() == start
+            web["status"] = 200
+            assert await listener.run_once(first=False) == 0
+            assert listener.since() != start
+            assert [e for e, _status in web["events"] if e == said] == [said] * 4  # the same event each time
+            assert [status for e, status in web["events"] if e == said] == [503, 503, 503, 200]
+        finally:
+            await listener.client.api.session.close()
+    try:
+        asyncio.run(run())
+    finally:
+        server.shutdown()

@@ -25,7 +25,7 @@ from PIL import Image
 
 from conftest import require
 from nanoclaw.config import PROJECT_ROOT
-from tests.fakes.model_api import Reply
+from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER, Reply
 from tests.platforms import synapse as synapse_mod
 from tests.platforms.synapse import Synapse
 from tests.tg_flow import sandbox_service
@@ -89,12 +89,15 @@ class Listener:
         self.proc.wait(10)
 
     def stop(self):
+        """SIGTERM, as supervisord stops it; it must be gone within the program's stopwaitsecs."""
+        from nanoclaw.platforms.matrix import PLATFORM
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(PLATFORM.listeners[0].stopwaitsecs)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                raise AssertionError("matrix-sync did not stop on SIGTERM within supervisord's stopwaitsecs")
 
 
 @contextlib.contextmanager
@@ -136,8 +139,8 @@ def person(svc, name: str):
     return who
 
 
-def bot_texts(svc, who, room) -> list[str]:
-    return [e["content"].get("body", "") for e in who.from_bot(room, svc.bot.user_id)]
+def bot_texts(svc, who, room, limit: int = 100) -> list[str]:
+    return [e["content"].get("body", "") for e in who.from_bot(room, svc.bot.user_id, limit)]
 
 
 def wait_text(svc, who, room, predicate, what):
@@ -278,5 +281,38 @@ def test_the_listener_killed_mid_sync_loses_and_repeats_nothing(matrix):
     def answered():
         seen = [w for t in bot_texts(svc, alice, room) if t.startswith("got ") for w in t.split()[1:]]
         return seen if set(seen) >= wanted else None
-    seen = svc.wait(answered, what="every message answered")
+    svc.wait(answered, what="every message answered")
+    settled(svc, alice, room)  # a quiet period, not the instant the last word arrived
+    seen = [w for t in bot_texts(svc, alice, room) if t.startswith("got ") for w in t.split()[1:]]
     assert sorted(seen) == sorted(wanted), seen  # each exactly once
+
+
+def answered_marks(svc, who, room) -> list[str]:
+    return [w for t in bot_texts(svc, who, room, limit=1000) if t.startswith("got ") for w in t.split()[1:]]
+
+
+def settled(svc, who, room) -> None:
+    """The sentinel said and answered: whatever was still on its way has arrived by now."""
+    who.say(room, SENTINEL)
+    wait_text(svc, who, room, lambda t: t == SENTINEL_ANSWER, "the sentinel's answer")
+
+
+def test_more_than_a_timelines_worth_while_the_listener_was_down_is_paged_back_and_answered_once(matrix):
+    """130 messages while the listener is down: its next /sync holds the newest 100 (limited); the
+    rest are paged back from the old token, so every one is answered, once, also after a quiet
+    period (the sentinel)."""
+    from nanoclaw.platforms.matrix.listener import TIMELINE_LIMIT
+    svc = matrix
+    alice, room = dm_with_owner(svc)
+    alice.say(room, "m0")
+    wait_text(svc, alice, room, lambda t: t == "got m0", "the first answer")
+    svc.listener.kill()
+    count = TIMELINE_LIMIT + 30
+    for n in range(1, count + 1):
+        alice.say(room, f"m{n}")
+    svc.listener.start()
+    wanted = {f"m{n}" for n in range(count + 1)}
+    svc.wait(lambda: set(answered_marks(svc, alice, room)) >= wanted, timeout=240, what="every message answered")
+    settled(svc, alice, room)
+    assert sorted(answered_marks(svc, alice, room)) == sorted(wanted)  # each exactly once
+    assert "older event(s) fetched that the sync left out" in svc.listener.log.read_text()

@@ -243,7 +243,16 @@ class SyncListener:
         first = True
         try:
             while not self.stopped.is_set():
-                wait = await self.run_once(first)
+                # a stop ends the long poll at once (supervisord gives a program 10 s): what was
+                # handed over before it comes again from the same token, and the dedup counts it once
+                once, stop = asyncio.ensure_future(self.run_once(first)), asyncio.ensure_future(self.stopped.wait())
+                await asyncio.wait({once, stop}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                if not once.done():
+                    once.cancel()
+                    await asyncio.gather(once, return_exceptions=True)
+                    break
+                wait = once.result()
                 first = first and wait > 0  # full state until one sync went through
                 if wait:
                     try:
