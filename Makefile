@@ -1,4 +1,5 @@
-# Two entry points: `make run` and `make test`. Everything else is plumbing for them.
+# Two entry points: `make run` and `make test`; `make check` is the quick loop while editing (lint, the
+# pure and file-only tests, the layout). Everything else is plumbing for them.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ DEV_HASH := $(shell cat requirements.txt pyproject.toml requirements-dev.txt | s
 STAMP := $(VENV)/.installed-$(REQ_HASH)
 DEV_STAMP := $(VENV)/.installed-dev-$(DEV_HASH)
 
-.PHONY: run test venv dev-venv migrate image
+.PHONY: run test check venv dev-venv migrate image
 
 $(STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +33,49 @@ run: $(STAMP) migrate
 
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Tests that need no sandbox, service, browser or server: decisions, parsers, files (tests/test_layout.py
+# checks that each is still there).
+CHECK_TESTS := tests/agent/test_formatter.py \
+	tests/inbound/test_decide.py \
+	tests/inbound/test_full_disk.py \
+	tests/inbound/test_media_inbound.py \
+	tests/inbound/test_sticky.py \
+	tests/lifecycle/test_image_prune.py \
+	tests/lifecycle/test_records.py \
+	tests/lifecycle/test_startup_settle.py \
+	tests/lifecycle/test_sweep_decide.py \
+	tests/lifecycle/test_sweep_effects.py \
+	tests/memory/test_memory.py \
+	tests/outbound/test_delivery.py \
+	tests/outbound/test_pictures_out.py \
+	tests/outbound/test_progress.py \
+	tests/outbound/test_text_split.py \
+	tests/outbound/test_typing.py \
+	tests/platforms/test_platforms.py \
+	tests/platforms/test_webhook_properties.py \
+	tests/remote/test_mirror.py \
+	tests/remote/test_passes.py \
+	tests/remote/test_trees.py \
+	tests/sandboxes/test_mounts.py \
+	tests/sandboxes/test_sandbox_queue.py \
+	tests/sandboxes/test_turn_cap.py \
+	tests/sessions/test_session_layout.py \
+	tests/sessions/test_session_writer.py \
+	tests/tasks/test_recurrence.py \
+	tests/test_config.py \
+	tests/test_db.py \
+	tests/test_docs.py \
+	tests/test_layout.py \
+	tests/test_migrations.py \
+	tests/test_security.py \
+	tests/usage/test_usage.py \
+	tests/web/test_health.py \
+	tests/web/test_metrics.py
+
+check: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(CHECK_TESTS)
 
 image: $(STAMP)
 	$(BIN)/flask --app app nanoclaw image build

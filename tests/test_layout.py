@@ -211,3 +211,10 @@ def test_the_name_finder_sees_code_and_skips_prose(tmp_path):
     sample = tmp_path / "m.py"
     sample.write_text('"""Telegram in a docstring."""\n# telegram in a comment\nx = "telegram"\ntelegram_y = 1\n')
     assert [word for _line, word in code_words(sample) if "telegram" in word.lower()] == ['"telegram"', "telegram_y"]
+
+
+def test_every_file_make_check_names_is_still_there():
+    text = (PROJECT_ROOT / "Makefile").read_text()
+    listed = re.search(r"^CHECK_TESTS := (.*?)\n\n", text, re.S | re.M).group(1)
+    files = [f for f in re.split(r"[\s\\]+", listed) if f]
+    assert len(files) > 20 and not [f for f in files if not (PROJECT_ROOT / f).is_file()]

@@ -41,11 +41,16 @@ class _Deflate:
 
     def __init__(self):
         self._d = None
+        self._head = b""  # the first bytes, until there are two to tell by
         self.unconsumed_tail = b""
 
     def decompress(self, data: bytes, max_length: int = 0) -> bytes:
         if self._d is None:
-            wrapped = len(data) >= 2 and (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+            data, self._head = self._head + data, b""
+            if len(data) < 2:
+                self._head = data
+                return b""
+            wrapped = (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
             self._d = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
         out = self._d.decompress(data, max_length)
         self.unconsumed_tail = self._d.unconsumed_tail
