@@ -49,8 +49,9 @@ class Ticket:
 
 
 class Spending:
-    def __init__(self, settings):
+    def __init__(self, settings, clock=ledger.now):
         self.tz = settings.timezone
+        self.clock = clock  # which day it is for the ledger and the budgets (a test's own clock moves it)
         self.table = prices.load(settings.prices_file)
         self.limits = budgets.LimitCache()
         self._sessions: dict[tuple[str, str], bool] = {}
@@ -108,7 +109,7 @@ class Spending:
                 while True:
                     # read under the agent's lock: `done` records a call before it lets its reservation go,
                     # so each call's cost is in `spent` or in `reserved` whenever this looks
-                    day = ledger.today(self.tz)
+                    day = ledger.today(self.tz, self.clock())
                     spent = ledger.spent(request.folder, day)
                     held = self.reserved(request.folder)
                     verdict = budgets.verdict(limits, spent, day, held)
@@ -170,7 +171,7 @@ class Spending:
                             request.folder, model, why, tokens.input, tokens.output, price.name)
         try:
             _connect()
-            day = ledger.today(self.tz)
+            day = ledger.today(self.tz, self.clock())
             price = price or prices.price_for(asked, model or "", table)
             cost = ledger.record(request.folder, self.session_of(request), model or "unknown", tokens, price, day,
                                  upstream=upstream, asked_model=asked, switched=switched)
@@ -191,7 +192,7 @@ class Spending:
             limits = self.limits.of(folder)
             if limits.daily_micro is None and limits.monthly_micro is None:
                 return False
-            day = ledger.today(self.tz)
+            day = ledger.today(self.tz, self.clock())
             return budgets.verdict(limits, ledger.spent(folder, day), day).blocked
         except Exception as exc:  # noqa: BLE001 - as admit: an outage refuses nothing
             self._unreadable(exc)

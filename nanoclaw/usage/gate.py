@@ -14,8 +14,9 @@ log = logging.getLogger("nanoclaw.usage")
 
 
 class SpendGate:
-    def __init__(self, settings):
+    def __init__(self, settings, clock=ledger.now):
         self.tz = settings.timezone
+        self.clock = clock
         self.limits = budgets.LimitCache()
 
     def spent_up(self, agent_folder: str) -> bool:
@@ -24,7 +25,7 @@ class SpendGate:
                 limits = self.limits.of(agent_folder)
                 if limits.daily_micro is None and limits.monthly_micro is None:
                     return False
-                day = ledger.today(self.tz)
+                day = ledger.today(self.tz, self.clock())
                 return budgets.verdict(limits, ledger.spent(agent_folder, day), day).blocked
         except peewee.DatabaseError as exc:  # the database is away: the proxy still refuses what is due
             log.warning("could not read the budget of %s: %s", agent_folder, exc)

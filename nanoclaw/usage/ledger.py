@@ -13,8 +13,14 @@ from ..db import database, hot_write
 from .prices import Price, Tokens, micro_usd
 
 
-def today(tz: str, now: datetime | None = None) -> date:
-    return (now or datetime.now(timezone.utc)).astimezone(ZoneInfo(tz)).date()
+def now() -> datetime:
+    """The clock budgets go by (Spending and SpendGate take another in its place: tests move time)."""
+    return datetime.now(timezone.utc)
+
+
+def today(tz: str, at: datetime | None = None) -> date:
+    """The owner's date at `at` (now by default)."""
+    return (at or now()).astimezone(ZoneInfo(tz)).date()
 
 
 def record(agent_folder: str, session_id: str, model: str, tokens: Tokens, price: Price, day: date, *,

@@ -46,6 +46,23 @@ def test_a_spent_budget_holds_the_message_until_the_owner_raises_it(make_setting
         assert not [t for t in texts(svc.tg, 111) if t.startswith("Sorry")]  # waited, never failed
 
 
+def test_at_80_percent_the_owner_gets_a_card_once_and_the_answer_still_comes(make_settings, sqlite_url):
+    with sandbox_service(make_settings, sqlite_url, brain) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy")
+        svc.cli("budget", "set", "andy", "--daily", "0.45", "--why", "a test of the warning")
+        svc.post(message(111, OWNER, "hello"))  # one call: $0.40 of $0.45
+        svc.wait(lambda: "First answer." in texts(svc.tg, 111), what="the answer")
+        card = svc.wait(lambda: next((c for c in cards(svc.tg) if "% of its daily budget" in c["text"]), None),
+                        what="the owner's 80 % card")
+        assert "Andy: 89 % of its daily budget" in card["text"] and "$0.40 of its daily budget of $0.45" in card["text"]
+        assert set(buttons(card)) >= {"Raise by $5"}
+        svc.settled(111, OWNER)  # another call, still past 80 %: no second card for the same day
+        assert len([c for c in cards(svc.tg) if "% of its daily budget" in c["text"]]) == 1
+        assert not [t for t in texts(svc.tg, 111) if "used up" in t]
+
+
 SHELL_TRIES = r"""python3 - <<'PY'
 import os, urllib.request, urllib.error
 base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")

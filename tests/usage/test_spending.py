@@ -239,3 +239,80 @@ def test_thirty_calls_at_once_overshoot_a_budget_by_at_most_one_reservation(door
     spent = sum(r.cost_micro_usd for r in ModelUsage.select())
     assert spent >= 2_000_000 and spent <= 2_000_000 + reservation, (answered, spent)
     assert door.model_api.spending.reserved("andy") == 0  # every reservation was given back
+
+
+class Clock:
+    """The time the proxy's spending code goes by, moved by the test (no product setting moves it)."""
+
+    def __init__(self, at: str):
+        from datetime import datetime
+        self.at = datetime.fromisoformat(at)
+
+    def __call__(self):
+        return self.at
+
+    def set(self, at: str) -> None:
+        from datetime import datetime
+        self.at = datetime.fromisoformat(at)
+
+
+def test_the_budget_starts_afresh_at_the_owners_midnight_and_on_the_first(sqlite_app, cli):
+    """Owner in Berlin: $0.50 a day, $0.80 a month, $0.30 a call. The second call of the day passes
+    the daily line (80 % warned), the third is refused until Berlin's midnight; the next day's
+    second call is refused by the month until the 1st; all by a clock the test moves."""
+    from dataclasses import replace
+    settings = sqlite_app.config["NANOCLAW"]
+    assert cli("agent", "create", "Andy").exit_code == 0
+    Session.create(id="s-andy", agent_group=AgentGroup.get(AgentGroup.folder == "andy"))
+    assert cli("budget", "set", "andy", "--daily", "0.50", "--monthly", "0.80", "--why", "test").exit_code == 0
+    clock = Clock("2026-11-29T22:30:00+00:00")  # 23:30 in Berlin, Sunday the 29th
+    with FakeModel(script=lambda req: Reply.say("ok", model="claude-sonnet-4-5-20250929", input_tokens=100_000)) \
+            as model:
+        door = ProxyServer(replace(settings, anthropic_upstream_url=model.url, anthropic_api_key="sk-ant-x",
+                                   timezone="Europe/Berlin"), lambda: ["andy"], rescan_interval=0.2).start()
+        door.model_api.spending.clock = clock
+        door.model = model
+        try:
+            assert [ask(door, "andy", "s-andy")[0] for _ in range(2)] == [200, 200]
+            recorded(2)
+            assert {r.day.isoformat() if hasattr(r.day, "isoformat") else r.day for r in ModelUsage.select()} == \
+                {"2026-11-29"}  # the owner's date, not UTC's
+            warn = waited(lambda: BudgetEvent.get_or_none(BudgetEvent.kind == "warn"), "the 80 % warning")
+            assert warn.period == "day:2026-11-29"
+            status, _h, body = ask(door, "andy", "s-andy")
+            message = json.loads(body)["error"]["message"]
+            assert status == 402 and "daily budget" in message and "resets 2026-11-30 00:00 CET" in message
+
+            clock.set("2026-11-29T23:00:30+00:00")  # 00:00:30 in Berlin: a new day, the same month
+            assert ask(door, "andy", "s-andy")[0] == 200  # $0.90 in November now
+            recorded(3)
+            status, _h, body = ask(door, "andy", "s-andy")
+            message = json.loads(body)["error"]["message"]
+            assert status == 402 and "monthly budget" in message and "resets 2026-12-01 00:00 CET" in message
+
+            clock.set("2026-11-30T23:00:30+00:00")  # 00:00:30 on the 1st in Berlin
+            assert ask(door, "andy", "s-andy")[0] == 200
+            recorded(4)
+            assert [b.period for b in BudgetEvent.select().where(BudgetEvent.kind == "block")
+                    .order_by(BudgetEvent.id)] == ["day:2026-11-29", "month:2026-11"]
+        finally:
+            door.stop()
+
+
+def test_the_start_gate_opens_at_the_owners_midnight(sqlite_app, cli):
+    """The sandbox manager's gate (a spent agent's sandbox is not started) goes by the same clock."""
+    from dataclasses import replace
+
+    from nanoclaw.usage import ledger, prices
+    from nanoclaw.usage.gate import SpendGate
+    settings = replace(sqlite_app.config["NANOCLAW"], timezone="Europe/Berlin")
+    assert cli("agent", "create", "Andy").exit_code == 0
+    assert cli("budget", "set", "andy", "--daily", "0.50", "--why", "test").exit_code == 0
+    ledger.record("andy", "s1", "claude-sonnet-4-5", prices.Tokens(input=200_000),
+                  prices.price_of("claude-sonnet-4-5", prices.load(None)),
+                  ledger.today("Europe/Berlin", Clock("2026-11-29T22:59:00+00:00")()))
+    clock = Clock("2026-11-29T22:59:00+00:00")
+    gate = SpendGate(settings, clock=clock)
+    assert gate.spent_up("andy")
+    clock.set("2026-11-29T23:00:01+00:00")
+    assert not gate.spent_up("andy")
