@@ -216,7 +216,7 @@ class Settings:
                     for p in platforms.all_platforms() for s in p.settings
                     if (value := get(s.name, s.default)) is not None}
         for p in platforms.all_platforms():
-            if problem := p.check(platform):
+            if problem := p.check({**platform, "NANOCLAW_PORT": get("NANOCLAW_PORT", "8080")}):
                 raise SettingsError(problem)
 
         if (log_format := get("NANOCLAW_LOG_FORMAT", "text")) not in ("text", "json"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 from nanoclaw.config import PROJECT_ROOT
@@ -57,7 +58,7 @@ def graph() -> dict[str, set[str]]:
 # registry are shared like the root modules; the rest are rooms of their own by what the file is.
 PLATFORM_FILES = {"adapter": "platform adapters", "schema": "platform adapters", "text": "platform adapters",
                   "messages": "platform adapters", "handoff": "platform adapters", "media": "platform adapters",
-                  "account": "platform adapters",
+                  "account": "platform adapters", "rpc": "platform adapters",
                   "listener": "platform listeners", "commands": "platform commands", "doctor": "platform commands"}
 
 
@@ -190,6 +191,17 @@ def code_words(path: Path) -> list[tuple[int, str]]:
     return words
 
 
+def names(platform: str, word: str) -> bool:
+    """Whether a code word names the platform. A platform that shares its name with a module of
+    Python's own (signal) is named by a whole word in a string, or an identifier that starts with it
+    (SIGNAL_…, signal_…), not by the module's use (signal.SIGTERM, add_signal_handler)."""
+    if platform not in sys.stdlib_module_names:
+        return platform in word.lower()
+    if word[:1] in "\"'" or word[:2].lower() in ("f\"", "f'", "r\"", "r'", "b\"", "b'"):
+        return re.search(rf"\b{platform}\b", word.lower()) is not None
+    return word.lower().startswith(platform + "_")
+
+
 def test_a_platform_is_named_in_code_only_in_its_own_folder():
     """Adding a platform is adding a folder: outside nanoclaw/platforms/<name>/ its name appears in
     code (not comments or docstrings) in at most one file, and no list of platforms is written out."""
@@ -201,7 +213,7 @@ def test_a_platform_is_named_in_code_only_in_its_own_folder():
         for path in files:
             if own in path.parents:
                 continue
-            hits = sorted({line for line, word in code_words(path) if platform in word.lower()})
+            hits = sorted({line for line, word in code_words(path) if names(platform, word)})
             if hits:
                 named.setdefault(platform, []).append(f"{path.relative_to(PROJECT_ROOT)}:{hits}")
     assert {p: places for p, places in named.items() if len(places) > 1} == {}

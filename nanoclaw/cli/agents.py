@@ -12,8 +12,8 @@ from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES,
                       AgentGroup, AgentGroupMember, MessagingGroup, Session, User, UserRole, Wiring, audit)
 from ..security import folder_problem, slugify, write_text_nofollow
 from ..sessions import store
-from .base import (CHAT_ID_ARGS, Mistake, channel_names, command, get_agent, group, parse_user_id, print_table,
-                   require_schema, settings)
+from .base import (CHAT_ID_ARGS, Mistake, channel_names, command, get_agent, group, native_id, parse_user_id,
+                   print_table, require_schema, settings)
 
 
 @group("agent")
@@ -100,6 +100,8 @@ def user_add(user_id, name, role, agent_folder):
     """Add (or update) a user <channel>:<platform id>, optionally with a role."""
     require_schema()
     parse_user_id(user_id)
+    channel, _, native = user_id.partition(":")
+    user_id = f"{channel}:{native_id(channel, native)}"
     if role == "member" and not agent_folder:
         raise Mistake("--role member needs --agent FOLDER")
     if role == "owner" and agent_folder:
@@ -162,6 +164,7 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
     if not channel.isidentifier():
         raise Mistake(f"channel {channel!r} is not a channel name (one of: {', '.join(channel_names())})")
     agent = get_agent(agent_folder)
+    chat_id = native_id(channel, chat_id)
     mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
     chat_kind = _kind_default(mg, kind, channel, chat_id)
     try:

@@ -127,5 +127,21 @@ def parse_user_id(user_id: str) -> str:
     return user_id
 
 
+def native_id(channel: str, value: str) -> str:
+    """The id a platform keeps for a person or a DM, from what a person may type: a platform that
+    knows people by something other than their phone number (Signal: the ACI uuid) turns a `+number`
+    into it through its own service, and says so."""
+    platform = platforms.get(channel)
+    if platform is None or platform.resolve_id is None or not value.startswith("+"):
+        return value
+    from ..channels.base import DeliveryError
+    try:
+        found = platform.part(platform.resolve_id)(settings(), value)
+    except DeliveryError as exc:
+        raise Mistake(f"cannot tell who {value} is on {platform.label}: {exc}") from None
+    click.echo(f"{value} is {channel}:{found} on {platform.label}")
+    return found
+
+
 # Telegram group ids are negative numbers: let "-100123" be an argument, not an option.
 CHAT_ID_ARGS = {"ignore_unknown_options": True}

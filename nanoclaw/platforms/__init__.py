@@ -7,6 +7,7 @@
       adapter.py    verify and parse webhooks into events; send, edit, react, cards, files, typing
       schema.py     the platform's payloads, validated at the edge
       listener.py   its own program, when events do not arrive by webhook (optional)
+      rpc.py, …     what else the adapter needs (a client of a local daemon), in its layer
       commands.py   its set-up commands, `flask --app app nanoclaw <name> …` (optional)
       doctor.py     what `doctor` checks
 
@@ -28,6 +29,7 @@ class Setting:
     name: str                       # the environment variable (also read from .env)
     default: str | None = None
     secret: bool = False            # never printed, never handed to a sandbox or an upstream
+    example: str | None = None      # a value of the right shape, where the shape is checked (+4915…)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,10 @@ class Platform:
     listeners: tuple[Listener, ...] = ()
     commands: str | None = None                 # "module:attr", a click command or group
     doctor: str | None = None                   # "module:function", (settings dict) -> Finding | None
-    check: Callable[[dict], str | None] = lambda _values: None  # a problem with the settings' values
+    check: Callable[[dict], str | None] = lambda _values: None  # a problem with the settings' values (and NANOCLAW_PORT)
+    resolve_id: str | None = None               # "module:function", (settings, "+number") -> the platform's user id
+    # services of the platform's own on this side (a daemon's URL) that no agent may ever reach
+    private_services: Callable[[dict], list[str]] = lambda _values: []
     package: str = field(default="", compare=False)
 
     def part(self, ref: str):

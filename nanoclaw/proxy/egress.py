@@ -87,7 +87,10 @@ def is_public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def decide(policy: EgressPolicy, folder: str, host: str, port: int, addresses: Iterable[str]) -> Verdict:
+def decide(policy: EgressPolicy, folder: str, host: str, port: int, addresses: Iterable[str],
+           own_ports: frozenset[int] = frozenset()) -> Verdict:
+    """own_ports: the ports of this host's own services (the web program, a platform's daemon): no
+    allowlist entry opens them on a non-public address."""
     entry = matching_entry(policy, host, port)
     if entry is None:
         shown = host if port == 443 else f"{host}:{port}"
@@ -97,6 +100,9 @@ def decide(policy: EgressPolicy, folder: str, host: str, port: int, addresses: I
     if not addresses:
         return Verdict(False, f"{host} does not resolve to any address", 502)
     private = [a for a in addresses if not is_public(a)]
+    if private and port in own_ports:
+        return Verdict(False, f"{host}:{port} is one of this host's own services (the web program, a chat "
+                              "platform's daemon); no agent may reach it")
     exact = not entry.wildcard and entry.port is not None
     if private and not exact:
         return Verdict(False, f"{host}:{port} resolves to a non-public address ({private[0]}); that needs "
@@ -133,8 +139,9 @@ class EgressGate:
     """The Door's CONNECT handler for every agent group (the policy comes from the socket's folder)."""
 
     def __init__(self, policies: Policies, *, resolver: Callable[[str, int], list[str]] = resolve,
-                 connect_timeout: float = CONNECT_TIMEOUT_S):
+                 connect_timeout: float = CONNECT_TIMEOUT_S, own_ports: Iterable[int] = ()):
         self.policies = policies
+        self.own_ports = frozenset(own_ports)
         self.resolver = resolver
         self.connect_timeout = connect_timeout
 
@@ -150,7 +157,7 @@ class EgressGate:
             addresses = self.resolver(host, port)
         except OSError as exc:
             return refuse(reply, 502, f"nanoclaw proxy: cannot resolve {host}: {exc.strerror or exc}")
-        verdict = decide(policy, request.folder, host, port, addresses)
+        verdict = decide(policy, request.folder, host, port, addresses, self.own_ports)
         if not verdict.allowed:
             return refuse(reply, verdict.status, f"nanoclaw proxy: {verdict.reason}")
         upstream = self._connect(addresses, port)

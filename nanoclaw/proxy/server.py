@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..security import folder_problem
 from .credentials import CredentialRelay
@@ -28,6 +29,19 @@ from .policy_files import PolicyStore, policy_root
 from .sockets import FolderListener, SocketInUse, is_live, prepare_dir, socket_path
 
 RESCAN_S = 2.0
+
+
+def own_ports(settings) -> set[int]:
+    """The ports of this host's own services no agent may reach: the web program's and each chat
+    platform's daemon (platforms/<name>: private_services)."""
+    from .. import platforms
+    ports = {settings.port}
+    for platform in platforms.all_platforms():
+        for url in platform.private_services(settings.platform):
+            port = urlsplit(url).port
+            if port:
+                ports.add(port)
+    return ports
 
 
 def plan(wanted: Iterable[str], served: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -52,7 +66,7 @@ class ProxyServer:
         self.credentials = CredentialRelay(secrets)
         # The group's credential routes are asked first, then this table in order.
         self.door = Door(RouteTable((*tuple(extra_routes), ("/v1/", self.model_api))),
-                         egress=EgressGate(self.policies, resolver=resolver),
+                         egress=EgressGate(self.policies, resolver=resolver, own_ports=own_ports(settings)),
                          local_routes=self._credential_by_path, forward=self._credential_by_host,
                          logger=self.log)
         self._reload_policies = threading.Event()

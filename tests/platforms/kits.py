@@ -57,6 +57,13 @@ def _discord(body: bytes, right: bool) -> dict:
     return {"X-Signature-Ed25519": key.sign(ts.encode() + body).signature.hex(), "X-Signature-Timestamp": ts}
 
 
+def _signal(body: bytes, right: bool) -> dict:
+    from nanoclaw.channels import handoff
+    from nanoclaw.platforms.signal.adapter import EVENTS_KEY_PURPOSE
+    secret = MATRIX_INSTALL_SECRET if right else "another-install-secret-0123456789abcdef"
+    return handoff.signed_headers(handoff.purpose_key(secret, EVENTS_KEY_PURPOSE), body, time.time())
+
+
 def _matrix(body: bytes, right: bool) -> dict:
     from nanoclaw.channels import handoff
     from nanoclaw.platforms.matrix.adapter import SYNC_KEY_PURPOSE
@@ -113,4 +120,8 @@ KITS = {kit.name: kit for kit in (
                                 "MATRIX_ACCESS_TOKEN": "syt_YW5keQ_contract_token", "NANOCLAW_SECRET_KEY":
                                 MATRIX_INSTALL_SECRET},
         "MATRIX_ACCESS_TOKEN", _matrix, {"": "/webhooks/matrix/sync"}),
+    # the signal-events program's hand-over, signed with a key from the install's secret
+    Kit("signal", lambda dead: {"SIGNAL_ACCOUNT": "+4915100000001", "SIGNAL_CLI_URL": dead,
+                                "NANOCLAW_SECRET_KEY": MATRIX_INSTALL_SECRET},
+        "SIGNAL_ACCOUNT", _signal, {"": "/webhooks/signal/events"}),
 )}

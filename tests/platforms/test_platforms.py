@@ -48,7 +48,7 @@ def test_the_adapter_is_found_by_the_platforms_name(platform, tmp_path):
 
 @pytest.mark.parametrize("platform", PLATFORMS, ids=lambda p: p.name)
 def test_its_settings_are_read_with_their_defaults(platform, tmp_path):
-    values = {s.name: f"value-of-{s.name.lower()}" for s in platform.settings if s.default is None}
+    values = {s.name: s.example or f"value-of-{s.name.lower()}" for s in platform.settings if s.default is None}
     settings = Settings.load(environ={"NANOCLAW_DATA_DIR": str(tmp_path), "TZ": "UTC", **values},
                              dotenv_path=tmp_path / "x")
     for setting in platform.settings:

@@ -1,0 +1,277 @@
+"""A fake of signal-cli's JSON-RPC daemon over HTTP (`signal-cli -a +NUMBER daemon --http HOST:PORT
+--receive-mode on-connection`), written from signal-cli-jsonrpc(5), signal-cli(1) and its JSON
+classes (JsonMessageEnvelope, JsonDataMessage, JsonSyncMessage, JsonSendMessageResult …):
+
+- POST /api/v1/rpc: version, getUserStatus, send (recipient | groupId | noteToSelf, message,
+  attachments as data: URIs, quoteTimestamp/quoteAuthor, editTimestamp, voiceNote), sendReaction,
+  remoteDelete, sendTyping, getAttachment (base64), listGroups; errors as signal-cli gives them
+  (-1 user error, -5 rate limit, -32601 no such method);
+- GET /api/v1/events: server-sent events (`event:receive`, `data:{"envelope": …, "account": …}`),
+  a `:` keep-alive every 15 s, the body chunked as Java's HttpServer sends it;
+- GET /api/v1/check: 200.
+
+On-connection receive mode: what people send while no client reads the events waits (with
+Signal's servers), and goes out when one connects; one event at a time, in order. A reader that
+died is noticed before the next event is written to it (the real daemon may write one more event
+into a dead connection: the README's "at most the one event in flight"). Every RPC call is
+recorded, so a test can assert what Signal would have been asked to do.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import select
+import threading
+import time
+import uuid as uuids
+from collections import deque
+
+from tests.fakes.platform_server import FakePlatform, _Handler
+
+VERSION = "0.14.6"
+KEEPALIVE_S = 15.0
+
+
+def person_uuid(n: int) -> str:
+    return str(uuids.UUID(int=0xA11CE000_0000_4000_8000_000000000000 + n))
+
+
+class _SignalHandler(_Handler):
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/api/v1/events":
+            return self._handle()
+        fake: FakeSignalCli = self.fake
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        fake._connected(+1)
+        try:
+            last = time.monotonic()
+            while not fake.closed.is_set():
+                if self._gone():
+                    return
+                event = fake._next(timeout=0.05)
+                if event is not None and self._gone():  # the reader died while this waited: it stays queued
+                    fake._requeue(event)
+                    return
+                if event is not None:
+                    self._chunk(b"event:receive\ndata:" + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
+                    fake._sent_event(event)
+                    last = time.monotonic()
+                elif time.monotonic() - last >= fake.keepalive_s:
+                    self._chunk(b":\n")
+                    last = time.monotonic()
+        except OSError:
+            return
+        finally:
+            fake._connected(-1)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _gone(self) -> bool:
+        """The client closed its end (a reader that died): its socket reads as ended."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, 0x40) == b""  # MSG_DONTWAIT
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+
+class FakeSignalCli(FakePlatform):
+    name = "signal-cli"
+
+    def __init__(self, account: str = "+4915100000001", version: str = VERSION):
+        super().__init__()
+        self.account, self.version = account, version
+        self.account_uuid = person_uuid(0)
+        self.directory: dict[str, str] = {account: self.account_uuid}  # number -> ACI uuid
+        self.known: set[str] = {self.account_uuid}                     # everyone on Signal, numbers hidden or not
+        self.attachments: dict[str, bytes] = {}
+        self.waiting: deque[dict] = deque()      # events not yet read by a client
+        self.delivered: list[dict] = []          # events written to a client, in order
+        self.clients = 0
+        self.keepalive_s = KEEPALIVE_S
+        self.closed = threading.Event()
+        self._stamps = itertools.count(int(time.time() * 1000))
+        self._events_cond = threading.Condition()
+
+    def start(self):
+        handler = type("Handler", (_SignalHandler,), {"fake": self})
+        from http.server import ThreadingHTTPServer
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-signal-cli",
+                         daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.closed.set()
+        super().stop()
+
+    # --- people and what they send -----------------------------------------------------------
+
+    def person(self, number: str | None, n: int) -> str:
+        """A Signal user (their uuid); a number of None is one who hides it."""
+        uuid = person_uuid(n)
+        self.known.add(uuid)
+        if number:
+            self.directory[number] = uuid
+        return uuid
+
+    def stamp(self) -> int:
+        return next(self._stamps)
+
+    def attachment(self, data: bytes, content_type: str, filename: str | None = None, **more) -> dict:
+        """A file someone sent, kept by the daemon: its JsonAttachment."""
+        ident = base64.urlsafe_b64encode(uuids.uuid4().bytes).decode().rstrip("=")
+        self.attachments[ident] = data
+        entry = {"contentType": content_type, "filename": filename, "id": ident, "size": len(data), "width": None,
+                 "height": None, "caption": None, "uploadTimestamp": int(time.time() * 1000), **more}
+        return entry
+
+    def envelope(self, sender: str, *, number: str | None = None, name: str | None = None, **body) -> dict:
+        """A `receive` event's payload as the daemon writes it."""
+        stamp = body.pop("timestamp", None) or self.stamp()
+        envelope = {"source": number or sender, "sourceNumber": number, "sourceUuid": sender, "sourceName": name,
+                    "sourceDevice": 1, "timestamp": stamp, "serverReceivedTimestamp": stamp + 40,
+                    "serverDeliveredTimestamp": stamp + 90, **body}
+        return {"envelope": envelope, "account": self.account}
+
+    def message(self, sender: str, text: str | None, *, number: str | None = None, name: str | None = None,
+                group: str | None = None, group_name: str | None = None, attachments: list[dict] = (),
+                mentions: list[dict] = (), quote: dict | None = None, timestamp: int | None = None) -> dict:
+        """What a person's phone sends, queued for the events stream; returns the event."""
+        stamp = timestamp or self.stamp()
+        data = {"timestamp": stamp, "message": text, "expiresInSeconds": 0, "viewOnce": False}
+        if mentions:
+            data["mentions"] = list(mentions)
+        if attachments:
+            data["attachments"] = list(attachments)
+        if quote:
+            data["quote"] = quote
+        if group:
+            data["groupInfo"] = {"groupId": group, "groupName": group_name, "revision": 3, "type": "DELIVER"}
+        return self.push(self.envelope(sender, number=number, name=name, timestamp=stamp, dataMessage=data))
+
+    def push(self, event: dict) -> dict:
+        with self._events_cond:
+            self.waiting.append(event)
+            self._events_cond.notify_all()
+        return event
+
+    def _next(self, timeout: float) -> dict | None:
+        with self._events_cond:
+            if not self.waiting:
+                self._events_cond.wait(timeout)
+            return self.waiting.popleft() if self.waiting else None
+
+    def _requeue(self, event: dict) -> None:
+        with self._events_cond:
+            self.waiting.appendleft(event)
+            self._events_cond.notify_all()
+
+    def _sent_event(self, event: dict) -> None:
+        with self._events_cond:
+            self.delivered.append(event)
+            self._events_cond.notify_all()
+
+    def _connected(self, delta: int) -> None:
+        with self._events_cond:
+            self.clients += delta
+            self._events_cond.notify_all()
+
+    def wait_connected(self, timeout: float = 30.0) -> None:
+        with self._events_cond:
+            assert self._events_cond.wait_for(lambda: self.clients > 0, timeout), "nobody read the events"
+
+    # --- the JSON-RPC API --------------------------------------------------------------------
+
+    def calls(self, method: str) -> list[dict]:
+        return [r.json.get("params") or {} for r in self.accepted(lambda r: r.path == "/api/v1/rpc")
+                if isinstance(r.json, dict) and r.json.get("method") == method]
+
+    def answer(self, req):
+        if req.path == "/api/v1/check":
+            return 200, None, {}
+        if req.path != "/api/v1/rpc" or req.method != "POST":
+            return 404, None, {}
+        if not req.headers.get("content-type", "").startswith("application/json"):
+            return 415, None, {}
+        body = req.json if isinstance(req.json, dict) else {}
+        method, params, ident = body.get("method"), body.get("params") or {}, body.get("id")
+        try:
+            result = self._call(method, params)
+        except RpcError as exc:
+            return 200, {"jsonrpc": "2.0", "error": {"code": exc.code, "message": exc.message, "data": None},
+                         "id": ident}, {}
+        return 200, {"jsonrpc": "2.0", "result": result, "id": ident}, {}
+
+    def _call(self, method, params: dict):
+        if method == "version":
+            return {"version": self.version}
+        if method == "getUserStatus":
+            numbers = params.get("recipient") or []
+            numbers = [numbers] if isinstance(numbers, str) else numbers
+            return [{"recipient": n, "number": n, "uuid": self.directory.get(n), "isRegistered": n in self.directory}
+                    for n in numbers]
+        if method in ("send", "sendReaction", "remoteDelete"):
+            return self._send(method, params)
+        if method == "sendTyping":
+            self._addressed(params)
+            return {}
+        if method == "getAttachment":
+            data = self.attachments.get(str(params.get("id")))
+            if data is None:
+                raise RpcError(-1, "Attachment file not found")
+            return {"data": base64.b64encode(data).decode()}
+        if method == "listGroups":
+            return []
+        raise RpcError(-32601, "Method not implemented")
+
+    def _addressed(self, params: dict) -> list[str]:
+        if params.get("noteToSelf"):
+            return [self.account_uuid]
+        if params.get("groupId"):
+            return []
+        found = params.get("recipient")
+        found = [found] if isinstance(found, str) else found
+        if not found:
+            raise RpcError(-1, "No recipients given")
+        return list(found)
+
+    def _send(self, method: str, params: dict) -> dict:
+        recipients = self._addressed(params)
+        for uri in params.get("attachments") or ([params["attachment"]] if params.get("attachment") else []):
+            if not str(uri).startswith("data:"):
+                raise RpcError(-1, "Attachment file not found: " + str(uri)[:60])  # a path on the daemon's side
+        known = self.known
+        results = [{"recipientAddress": {"uuid": r, "number": next((n for n, u in self.directory.items() if u == r),
+                                                                    None)},
+                    "type": "SUCCESS" if r in known else "UNREGISTERED_FAILURE"} for r in recipients]
+        if params.get("groupId"):
+            results = [{"recipientAddress": {"uuid": person_uuid(99), "number": None}, "groupId": params["groupId"],
+                        "type": "SUCCESS"}]
+        return {"timestamp": self.stamp(), "results": results}
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def data_uri(uri: str) -> tuple[str, str | None, bytes]:
+    """(mime type, file name, bytes) of a `data:<mime>;filename=<name>;base64,<data>` attachment."""
+    head, _, payload = uri.partition(",")
+    parts = head[len("data:"):].split(";")
+    name = next((p.split("=", 1)[1] for p in parts if p.startswith("filename=")), None)
+    return parts[0], name, base64.b64decode(payload)

@@ -1,0 +1,147 @@
+"""Signal end to end (issue 42): the signal-events program (the real one, a subprocess) reads the
+fake signal-cli daemon's event stream and hands each event to the web program over HTTP; the agent
+runs in a real sandbox (real SDK and CLI against the scripted model); answers go back through the
+daemon's JSON-RPC API.
+
+A DM from the owner (added by phone number) is answered; a photo reaches the model as an image
+block; the listener killed mid-stream and started again: every message answered exactly once."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import os
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from nanoclaw.config import PROJECT_ROOT
+from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER, Reply
+from tests.fakes.signal_cli import FakeSignalCli
+from tests.tg_flow import sandbox_service
+
+INSTALL_SECRET = "signal-e2e-install-secret-0123456789abcdef"
+OWNER_NO = "+4917600000002"
+
+
+def brain(req):
+    prompt = req.current_prompt()
+    if "what is this?" in prompt and req.blocks("image"):
+        return Reply.say("A green square.")
+    seen = re.findall(r"\bm(\d+)\b", prompt.split("</context>")[-1])
+    if seen:
+        return Reply.say("got " + " ".join(f"m{n}" for n in seen))
+    said = re.findall(r">([^<]*)</message>", prompt)
+    return Reply.say(f"You said: {said[-1].strip() if said else '?'}")
+
+
+class Listener:
+    """The signal-events program, as supervisord runs it."""
+
+    def __init__(self, env: dict, log: Path):
+        self.env, self.log, self.proc = env, log, None
+
+    def start(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCLAW_", "SIGNAL_", "DATABASE_URL"))}
+        self.proc = subprocess.Popen([str(PROJECT_ROOT / ".venv" / "bin" / "flask"), "--app", "app", "nanoclaw",
+                                      "signal", "listen"], cwd=PROJECT_ROOT, env={**env, **self.env},
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self):
+        """SIGTERM, as supervisord stops it; it must be gone within the program's stopwaitsecs."""
+        from nanoclaw.platforms.signal import PLATFORM
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(PLATFORM.listeners[0].stopwaitsecs)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                raise AssertionError("signal-events did not stop on SIGTERM within supervisord's stopwaitsecs")
+
+
+@contextlib.contextmanager
+def signal_service(make_settings, sqlite_url, tmp_path):
+    from werkzeug.serving import make_server
+    with FakeSignalCli() as daemon:
+        signal_env = {"SIGNAL_ACCOUNT": daemon.account, "SIGNAL_CLI_URL": daemon.url}
+        with sandbox_service(make_settings, sqlite_url, brain, NANOCLAW_SECRET_KEY=INSTALL_SECRET, **signal_env) as svc:
+            server = make_server("127.0.0.1", 0, svc.app, threaded=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            settings = svc.settings
+            listener = Listener({**signal_env, "NANOCLAW_DATA_DIR": str(settings.data_dir),
+                                 "NANOCLAW_GROUPS_DIR": str(settings.groups_dir), "DATABASE_URL": sqlite_url, "TZ": "UTC",
+                                 "NANOCLAW_SECRET_KEY": INSTALL_SECRET, "NANOCLAW_PORT": str(server.server_port),
+                                 "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"),
+                                 "NANOCLAW_MOUNT_ALLOWLIST": str(settings.mount_allowlist)},
+                                tmp_path / "signal-events.log").start()
+            svc.daemon, svc.listener = daemon, listener
+            try:
+                daemon.wait_connected()
+                yield svc
+            finally:
+                listener.stop()
+                server.shutdown()
+
+
+@pytest.fixture
+def signal_svc(make_settings, sqlite_url, tmp_path):
+    with signal_service(make_settings, sqlite_url, tmp_path) as svc:
+        yield svc
+
+
+def owner(svc) -> str:
+    alice = svc.daemon.person(OWNER_NO, 1)
+    svc.cli("agent", "create", "Andy")
+    svc.cli("user", "add", f"signal:{OWNER_NO}", "--role", "owner", "--name", "Olivia")
+    svc.cli("wire", "signal", OWNER_NO, "andy")
+    return alice
+
+
+def answers(svc, to: str) -> list[str]:
+    return [c.get("message", "") for c in svc.daemon.calls("send") if c.get("recipient") == [to]]
+
+
+def test_a_dm_is_answered_and_a_photo_reaches_the_model(signal_svc):
+    svc = signal_svc
+    alice = owner(svc)
+    svc.daemon.message(alice, "Can you check my calendar for Friday?", number=OWNER_NO, name="Olivia")
+    svc.wait(lambda: "You said: Can you check my calendar for Friday?" in answers(svc, alice), what="the answer")
+
+    out = io.BytesIO()
+    Image.new("RGB", (320, 240), (30, 170, 60)).save(out, "JPEG")
+    photo = svc.daemon.attachment(out.getvalue(), "image/jpeg", None, width=320, height=240)
+    svc.daemon.message(alice, "what is this?", number=OWNER_NO, name="Olivia", attachments=[photo])
+    svc.wait(lambda: "A green square." in answers(svc, alice), what="the photo's answer")
+    call = next(c for c in svc.model.model_calls() if c.blocks("image"))
+    seen = Image.open(io.BytesIO(base64.b64decode(call.blocks("image")[0]["source"]["data"])))
+    assert seen.size == (320, 240) and seen.getpixel((10, 10))[1] > 140
+    assert svc.daemon.calls("getAttachment") == [{"id": photo["id"], "recipient": alice}]  # over the API
+
+
+def test_the_listener_killed_mid_stream_loses_and_repeats_nothing(signal_svc):
+    svc = signal_svc
+    alice = owner(svc)
+
+    def marks() -> list[str]:
+        return [w for t in answers(svc, alice) if t.startswith("got ") for w in t.split()[1:]]
+    for n in (1, 2, 3):
+        svc.daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
+    svc.wait(lambda: {"m1", "m2", "m3"} <= set(marks()), what="the first three answered")
+    svc.listener.kill()
+    for n in (4, 5):  # wait with Signal's servers: nobody reads the events now
+        svc.daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
+    svc.listener.start()
+    svc.wait(lambda: {f"m{n}" for n in range(1, 6)} <= set(marks()), what="every message answered")
+    svc.daemon.message(alice, SENTINEL, number=OWNER_NO, name="Olivia")  # a quiet period, then count
+    svc.wait(lambda: SENTINEL_ANSWER in answers(svc, alice), what="the sentinel's answer")
+    assert sorted(marks()) == [f"m{n}" for n in range(1, 6)]  # each exactly once
