@@ -164,6 +164,10 @@ class Settings:
     transcribe_api_key: str | None = None  # its key, when it needs one (local whisper servers do not)
     transcribe_model: str = "whisper-1"
     transcribe_max_s: int = 900  # a longer recording is not sent (what it would cost and how long it would take)
+    tts_url: str | None = None  # an OpenAI-compatible text-to-speech base (…/v1): answers can be voice notes
+    tts_api_key: str | None = None  # its key, when it needs one (Kokoro-FastAPI, openedai-speech need none)
+    tts_model: str = "tts-1"
+    tts_voice: str = "alloy"
     session_transport: str = "auto"  # auto | files | network: how a sandbox reaches its session (docs/scale.md)
     door_listen: str | None = None   # host:port where the door takes remote sandboxes over TLS; None: off
     door_url: str | None = None      # how those sandboxes reach it (https://10.0.0.5:8443)
@@ -289,6 +293,10 @@ class Settings:
             transcribe_api_key=get("NANOCLAW_TRANSCRIBE_API_KEY"),
             transcribe_model=get("NANOCLAW_TRANSCRIBE_MODEL", "whisper-1"),
             transcribe_max_s=_int("NANOCLAW_TRANSCRIBE_MAX_S", get("NANOCLAW_TRANSCRIBE_MAX_S", "900"), 1, 86400),
+            tts_url=_url("NANOCLAW_TTS_URL", raw) if (raw := get("NANOCLAW_TTS_URL")) else None,
+            tts_api_key=get("NANOCLAW_TTS_API_KEY"),
+            tts_model=get("NANOCLAW_TTS_MODEL", "tts-1"),
+            tts_voice=get("NANOCLAW_TTS_VOICE", "alloy"),
             session_transport=transport,
             door_listen=door_listen,
             door_url=door_url,

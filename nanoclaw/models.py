@@ -46,6 +46,7 @@ class AgentGroup(Base):
 
 ENGAGE_MODES = ("pattern", "mention", "mention-sticky")
 SENDER_SCOPES = ("all", "known")
+VOICE_MODES = ("auto", "always", "never")  # auto: a voice note is answered with one (when a voice is set up)
 IGNORED_POLICIES = ("drop", "accumulate")
 UNKNOWN_SENDER_POLICIES = ("strict", "request_approval", "public")
 CHAT_KINDS = ("dm", "group", "thread")
@@ -76,6 +77,7 @@ class Wiring(Base):
     session_mode = pw.CharField(default="shared")
     priority = pw.IntegerField(default=0)
     progress = pw.BooleanField(default=True)  # migration 0012: a long turn's status message in the chat
+    voice = pw.CharField(max_length=8, default="auto")  # migration 0018: answers as voice notes (VOICE_MODES)
     created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:

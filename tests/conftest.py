@@ -172,3 +172,9 @@ def pytest_terminal_summary(terminalreporter):
     import beside
     if beside.summary():
         terminalreporter.write_line(f"beside ({', '.join(beside.FILES)}): {beside.summary()}")
+
+
+def counter_value(name: str, labels: dict) -> float:
+    """A counter's value for these labels in this process (0 before it was counted)."""
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value(name, labels) or 0.0

@@ -198,7 +198,7 @@ class PollLoop:
         else:
             text = format_outbound(result.text)
             self.store.finish_turn(ids + [r.id for r in plan.superseded],
-                                   {"op": "text", "text": text} if text else None, target,
+                                   {"op": "text", "text": text, "answer": True} if text else None, target,
                                    in_reply_to=answering.id, ok=True)
         self.in_flight = []
         self.store.set_tool(None)

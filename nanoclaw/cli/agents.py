@@ -8,7 +8,7 @@ import click
 from ..db import database
 from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
-from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
+from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES, VOICE_MODES,
                       AgentGroup, AgentGroupMember, MessagingGroup, Session, User, UserRole, Wiring, audit)
 from ..security import folder_problem, slugify, write_text_nofollow
 from ..sessions import store
@@ -152,8 +152,11 @@ def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: st
 @click.option("--name", help="A readable name for the chat.")
 @click.option("--progress", type=click.Choice(("on", "off")),
               help="Whether a long turn shows a status message in the chat, edited as it goes (default on).")
+@click.option("--voice", type=click.Choice(VOICE_MODES),
+              help="Answers as voice notes too, when NANOCLAW_TTS_URL is set: auto (default) answers a voice "
+                   "note with one, always, or never.")
 def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ignored, unknown_senders, name,
-         progress):
+         progress, voice):
     """Wire the chat (CHANNEL, CHAT_ID) to an agent, or update an existing wiring.
 
     \b
@@ -185,6 +188,8 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         values = dict(engage_settings.__dict__)
         if progress is not None:
             values["progress"] = progress == "on"
+        if voice is not None:
+            values["voice"] = voice
         if wiring is None:
             Wiring.create(messaging_group=mg, agent_group=agent, **values)
             verb = "wired"
@@ -194,13 +199,14 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         audit("cli", f"wiring.{'create' if verb == 'wired' else 'update'}", f"{channel}:{chat_id}",
               agent=agent_folder, kind=chat_kind, **values)
     how = engage_settings.engage_mode + (f" {engage_settings.engage_pattern!r}" if engage_settings.engage_pattern else "")
-    if progress is not None:  # the chat's sessions follow at once (their sandboxes read it at start too)
+    changed = {k: v for k, v in (("progress", progress), ("voice", voice)) if v is not None}
+    if changed:  # the chat's sessions follow at once (their sandboxes read it at start too)
         for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
-            store.set_option(store.session_path(settings().sessions_dir, agent.folder, session.id), "progress",
-                             progress)
+            for key, value in changed.items():
+                store.set_option(store.session_path(settings().sessions_dir, agent.folder, session.id), key, value)
     click.echo(f"{verb} {channel}:{chat_id} ({chat_kind}) -> {agent_folder}: engage {how}, "
                f"senders {engage_settings.sender_scope}, ignored {engage_settings.ignored_message_policy}"
-               + (f", progress {progress}" if progress else ""))
+               + (f", progress {progress}" if progress else "") + (f", voice {voice}" if voice else ""))
 
 
 @command("unwire", context_settings=CHAT_ID_ARGS)

@@ -243,9 +243,16 @@ def check_transcriber(settings) -> Finding:
     return Finding(ok, "voice notes", detail)
 
 
+def check_speech(settings) -> Finding:
+    from ..outbound import voice
+    ok, detail = voice.check(settings)
+    return Finding(ok, "voice answers", detail)
+
+
 def findings(settings, *, service: bool = True) -> list[Finding]:
     found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
-             *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings)]
+             *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings),
+             check_speech(settings)]
     for platform in platforms.all_platforms():
         if platform.doctor:
             found.extend(f for f in [platform.part(platform.doctor)(settings.platform)] if f is not None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from . import typing_indicator
+from . import typing_indicator, voice
 from .progress import progress_for
 from .. import metrics
 from ..channels.base import DeliveryError, file_limit, get_adapter
@@ -296,10 +296,14 @@ def answered_message(conn, message_in_id) -> tuple[Target, str]:
     return Target(found[0], found[1], found[2]), str(pid)
 
 
-def perform(adapter, conn, session_path: Path, row: Outgoing) -> str | None:
+def perform(adapter, conn, session_path: Path, row: Outgoing, settings=None) -> str | None:
     """Hand one row to its adapter; returns the platform message id, if any."""
     op, kind = row.op, row.op.get("op")
     if kind == "text":
+        if settings is not None and settings.tts_url and voice.wanted(
+                op, voice.chat_mode(conn), voice.answers_a_voice_note(conn, row.in_reply_to)):
+            # the audio waits in neither of the session's parts: no sandbox sees it
+            return voice.send(adapter, row.target, op["text"], settings, session_path / "voice", row.id)
         return adapter.send_text(row.target, op["text"])
     if kind == "reaction" and "on_message_in" in op:
         target, pid = answered_message(conn, op["on_message_in"])
@@ -354,7 +358,7 @@ def _deliver(conn: sqlite3.Connection, session_path: Path, settings, now: dateti
                     raise DeliveryError(f"target {row.target} is not this session's chat or destination",
                                         permanent=True)
                 adapter = get_adapter(row.target.channel_type, settings)
-                platform_id = perform(adapter, conn, session_path, row)
+                platform_id = perform(adapter, conn, session_path, row, settings)
         except Exception as exc:  # any adapter failure keeps the row for a retry
             _failed(conn, settings, row, exc, now)
             continue

@@ -113,7 +113,8 @@ def assert_no_secrets(env: Mapping[str, str], secrets: Iterable[str | None]) -> 
 def known_secrets(settings) -> list[str]:
     """Every secret value the host settings hold (API key, OAuth token, platform tokens)."""
     values = [getattr(settings, "anthropic_api_key", None), getattr(settings, "claude_code_oauth_token", None),
-              getattr(settings, "secret_key", None), getattr(settings, "metrics_token", None)]
+              getattr(settings, "secret_key", None), getattr(settings, "metrics_token", None),
+              getattr(settings, "transcribe_api_key", None), getattr(settings, "tts_api_key", None)]
     values += [v for k, v in (getattr(settings, "platform", None) or {}).items()
                if not k.endswith(("_API_BASE", "_MODE"))]  # addresses and modes are not secrets
     return [v for v in values if v]

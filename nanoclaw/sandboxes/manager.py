@@ -47,13 +47,14 @@ SDK_ENV = {
 PROXY_WAIT_S = 10.0
 
 
-def progress_of(agent_group_id: int, session_id: str) -> str:
-    """'on' or 'off': whether a long turn of this session shows a status message in its chat (its
-    wiring says; a session with no chat, such as a task's isolated run, shows none)."""
+def chat_options_of(agent_group_id: int, session_id: str) -> dict[str, str]:
+    """What the session's wiring says for its chat, as the session's options: `progress` ('on' or
+    'off': whether a long turn shows a status message) and `voice` (VOICE_MODES: whether answers are
+    also voice notes). A session with no chat, such as a task's isolated run, shows and says none."""
     session = Session.get_or_none(Session.id == session_id)
     wiring = session and session.messaging_group_id and Wiring.get_or_none(
         Wiring.agent_group == agent_group_id, Wiring.messaging_group == session.messaging_group_id)
-    return "on" if wiring and wiring.progress else "off"
+    return {"progress": "on" if wiring and wiring.progress else "off", "voice": wiring.voice if wiring else "never"}
 
 
 def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
@@ -335,7 +336,8 @@ class SandboxManager:
                 if group is not None:
                     path = store.session_path(self.settings.sessions_dir, folder, session_id)
                     destinations.sync(path, group.id)
-                    store.set_option(path, "progress", progress_of(group.id, session_id))
+                    for key, value in chat_options_of(group.id, session_id).items():
+                        store.set_option(path, key, value)
         except (peewee.DatabaseError, sqlite3.Error, OSError) as exc:  # never what keeps a sandbox from starting
             log.warning("could not refresh the destinations of %s/%s (the previous list stays): %s", folder,
                         session_id, exc)

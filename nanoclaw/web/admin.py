@@ -23,7 +23,7 @@ from ..sandboxes import setup as runtime_setup
 from ..approvals import actions, common as approvals, pending
 from ..mounts import declared_mounts
 from ..channels.events import Action
-from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES,
+from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES, VOICE_MODES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from . import auth, current_manager, current_wake, sandbox_state
 from .changes import ChangeRefused, Forbidden, WiringForm, clean_why, field_diff, remove_wiring, save_wiring
@@ -200,7 +200,7 @@ def reply():
 
 def form_choices() -> dict:
     return dict(kinds=CHAT_KINDS, engage_modes=ENGAGE_MODES, sender_scopes=SENDER_SCOPES,
-                ignored_policies=IGNORED_POLICIES, unknown_policies=UNKNOWN_SENDER_POLICIES)
+                ignored_policies=IGNORED_POLICIES, unknown_policies=UNKNOWN_SENDER_POLICIES, voice_modes=VOICE_MODES)
 
 
 def wiring_or_404(wiring_id: int) -> Wiring:
@@ -226,7 +226,7 @@ def wiring_form() -> WiringForm:
                       engage=engage, pattern=(f.get("pattern") or None) if engage == "pattern" else None,
                       sender_scope=f.get("sender_scope") or "all", ignored=f.get("ignored") or "drop",
                       unknown_senders=f.get("unknown_senders") or None, name=f.get("name") or None,
-                      why=f.get("why"))
+                      why=f.get("why"), voice=f.get("voice") or None)
 
 
 @bp.get("/admin/wirings")

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flask import current_app
+
 from .. import platforms
 from ..db import database
 from ..inbound.wiring import WiringError, resolve_engage
-from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, AgentGroup, MessagingGroup, Wiring, audit
+from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, VOICE_MODES, AgentGroup, MessagingGroup, Session, Wiring, audit
+from ..sessions import store
 from ..mounts import (MountRefused, MountRequest, current_allowlist, declared_mounts, protected_paths, save_mounts,
                       validate_mount)
 from .scope import Scope, chat_facts, removal_refusal, wiring_refusal
@@ -53,7 +56,7 @@ def wiring_state(mg: MessagingGroup | None, wiring: Wiring | None) -> dict:
         state.update(kind=mg.kind, name=mg.name, strangers=mg.unknown_sender_policy)
     if wiring is not None:
         state.update(engage=wiring.engage_mode, pattern=wiring.engage_pattern, senders=wiring.sender_scope,
-                     ignored=wiring.ignored_message_policy)
+                     ignored=wiring.ignored_message_policy, voice=wiring.voice)
     return state
 
 
@@ -73,6 +76,7 @@ class WiringForm:
     unknown_senders: str | None = None
     name: str | None = None
     why: str | None = None
+    voice: str | None = None
 
 
 def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | None = None) -> tuple[Wiring, bool]:
@@ -86,6 +90,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         raise ChangeRefused("the chat id is empty")
     if form.unknown_senders and form.unknown_senders not in UNKNOWN_SENDER_POLICIES:
         raise ChangeRefused(f"unknown policy for strangers {form.unknown_senders!r}")
+    if form.voice and form.voice not in VOICE_MODES:
+        raise ChangeRefused(f"unknown voice choice {form.voice!r}; use one of: {', '.join(VOICE_MODES)}")
     mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
     kind = form.kind or (mg.kind if mg else "dm")
     if kind not in CHAT_KINDS:
@@ -100,6 +106,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         raise ChangeRefused(str(exc).replace("--engage pattern needs --pattern REGEX",
                                              "engage 'pattern' needs a pattern")) from None
     values = dict(engage.__dict__)
+    if form.voice:
+        values["voice"] = form.voice
     with database.atomic():
         before = wiring_state(mg, mg and Wiring.get_or_none(Wiring.messaging_group == mg, Wiring.agent_group == agent))
         if mg is None:
@@ -121,6 +129,10 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         audit(actor, "wiring.create" if created else "wiring.update", f"{channel}:{chat_id}", agent=agent.folder,
               kind=kind, unknown_senders=mg.unknown_sender_policy, via="web", why=clean_why(form.why),
               diff=field_diff(before, wiring_state(mg, wiring)), **values)
+    if form.voice:  # the chat's sessions follow at once (their sandboxes read it at start too)
+        for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
+            store.set_option(store.session_path(current_app.config["NANOCLAW"].sessions_dir, agent.folder,
+                                                session.id), "voice", form.voice)
     return wiring, created
 
 

@@ -1,7 +1,8 @@
 """End to end, both runtimes (issue 30): a Telegram photo with a caption reaches the model as an
 image block of that photo, scaled in the sandbox; a PDF within the model's page limit as a
 document block, one past it as its path and why; a voice note reaches it as its transcript from an
-OpenAI-compatible service (a fake one on 127.0.0.1); and a PNG the agent makes and sends with
+OpenAI-compatible service (a fake one on 127.0.0.1) and is answered with a voice note (sendVoice)
+spoken by the same service, its text as the caption; and a PNG the agent makes and sends with
 send_file arrives as a photo (sendPhoto). The real runner, SDK and CLI in a real sandbox, the
 proxy, the scripted model, the fake Bot API."""
 from __future__ import annotations
@@ -53,7 +54,7 @@ def photo_jpeg() -> bytes:
 def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime, tmp_path):
     with FakeSpeech(key=KEY) as speech, sandbox_service(
             make_settings, sqlite_url, brain, runtime=runtime, NANOCLAW_TRANSCRIBE_URL=speech.base,
-            NANOCLAW_TRANSCRIBE_API_KEY=KEY) as svc:
+            NANOCLAW_TRANSCRIBE_API_KEY=KEY, NANOCLAW_TTS_URL=speech.base, NANOCLAW_TTS_API_KEY=KEY) as svc:
         svc.cli("agent", "create", "Andy")
         svc.cli("user", "add", f"telegram:{ALICE}", "--role", "owner")
         svc.cli("wire", "telegram", str(ALICE), "andy")
@@ -92,7 +93,14 @@ def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime, tmp_
         voice = fixture("telegram", "voice_message")
         svc.tg.add_file(b"OggS" + bytes(2048), file_id="AwACAgIAAxkBAAIBvoice", file_path="voice/file_2.oga")
         svc.post(voice)
-        svc.wait(lambda: "Oat milk it is." in [m["text"] for m in sent(svc.tg)], what="the voice note's answer")
+        # a voice note is answered with one: sendVoice, spoken by the text-to-speech service, its
+        # caption the answer's text (short enough: nothing follows as a message)
+        [answer] = svc.wait(lambda: svc.tg.calls("sendVoice"), what="the voice note's spoken answer")
+        assert answer["caption"] == "Oat milk it is." and answer["_files"]["voice"][0].endswith(".ogg")
+        assert answer["_files"]["voice"][1] == b"OggS\x00\x02" + bytes(20) + b"Oat milk it is."
+        assert speech.spoken() == [{"model": "tts-1", "input": "Oat milk it is.", "voice": "alloy",
+                                    "response_format": "opus"}]
+        assert "Oat milk it is." not in [m["text"] for m in sent(svc.tg)]
         heard = next(c for c in svc.model.model_calls() if SAID in c.current_prompt())
         assert "[voice note, 0:07; transcript below" in heard.current_prompt()
         assert KEY not in "".join(c.all_text() for c in svc.model.model_calls())
@@ -106,6 +114,7 @@ def test_photo_voice_and_a_picture_back(make_settings, sqlite_url, runtime, tmp_
         assert chart["caption"] == "here is your chart" and chart["_files"]["photo"][0] == "chart.png"
         assert Image.open(io.BytesIO(chart["_files"]["photo"][1])).size == (320, 200)
         assert svc.tg.calls("sendDocument") == []
+        assert len(svc.tg.calls("sendVoice")) == 1 and len(speech.spoken()) == 1  # typed messages get text
 
 
 def album_brain(req):

@@ -83,6 +83,18 @@ def test_files_both_ways_over_authenticated_media(talk, tmp_path):
         adapter.fetch_attachment({"mxc": mxc})
 
 
+def test_a_spoken_answer_is_a_voice_message_with_its_text(talk, tmp_path):
+    adapter, _bot, alice, room = talk
+    spoken = tmp_path / "answer.ogg"
+    spoken.write_bytes(b"OggS" + bytes(200))
+    sent = adapter.send_file(Target("matrix", room), spoken, "It is sunny.", voice=True)
+    event = next(e for e in alice.timeline(room) if e["event_id"] == sent)
+    content = event["content"]
+    assert content["msgtype"] == "m.audio" and "org.matrix.msc3245.voice" in content
+    assert content["body"] == "It is sunny." and content["info"]["mimetype"] == "audio/ogg"
+    assert alice.download(content["url"]) == spoken.read_bytes()
+
+
 def test_a_card_is_numbered_and_only_its_own_record_says_what_a_number_means(talk):
     adapter, bot, alice, room = talk
     card = Card("New sender", "Bob wants to talk to Andy — allow?", (("✅ Allow", "nsa-tok:allow"),

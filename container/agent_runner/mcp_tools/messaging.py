@@ -29,12 +29,15 @@ def _clean_text(text: str | None) -> str:
     return format_outbound(text or "")
 
 
-def send_message(ctx: ToolContext, text: str, to: str | None = None) -> str:
+def send_message(ctx: ToolContext, text: str, to: str | None = None, voice: bool = False) -> str:
     body = _clean_text(text)
     if not body:
         raise ToolError("the message text is empty")
     target = _target(ctx, to)
-    seq = ctx.store.write_out({"op": "text", "text": body}, target, in_reply_to=ctx.turn.in_reply_to)
+    content = {"op": "text", "text": body}
+    if voice is True:  # spoken too, where the host has a voice and the chat allows it (its choice)
+        content["voice"] = True
+    seq = ctx.store.write_out(content, target, in_reply_to=ctx.turn.in_reply_to)
     return f"Message sent (message_id {seq})."
 
 
@@ -154,7 +157,10 @@ SPECS = [
     (send_message, "send_message",
      "Send a chat message now (e.g. progress while you work). Your final answer is sent "
      "automatically; use this for extra messages or to message a named destination.",
-     {"type": "object", "properties": {"text": {"type": "string"}, "to": _TO}, "required": ["text"]}),
+     {"type": "object", "properties": {"text": {"type": "string"}, "to": _TO, "voice": {
+         "type": "boolean", "description": "Also as a voice message, spoken (when the owner set up a voice; "
+                                           "the text goes too). Only when someone asked to hear it."}},
+      "required": ["text"]}),
     (send_file, "send_file",
      "Send a file from the workspace (/workspace/group or /workspace/session) to the chat, with an "
      "optional caption. Paths outside the workspace are refused.",

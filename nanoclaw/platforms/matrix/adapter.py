@@ -126,6 +126,7 @@ def retry_after(body: dict, headers) -> float | None:
 @register("matrix")
 class MatrixAdapter:
     max_file_bytes = 50 * 1024 * 1024  # Synapse's default max_upload_size
+    voice_notes = True                 # send_file(…, voice=True) marks audio as a voice message
     live_status = True  # a long turn's status message can be edited and redacted (outbound/progress.py)
 
     def __init__(self, settings):
@@ -290,8 +291,9 @@ class MatrixAdapter:
             choices.remember("matrix", target.platform_id, message_id, card)
         return message_id
 
-    def send_file(self, target: Target, path: Path, caption: str | None) -> str | None:
-        """Uploaded to the media repository, then sent as a picture, audio or a file, with its caption."""
+    def send_file(self, target: Target, path: Path, caption: str | None, *, voice: bool = False) -> str | None:
+        """Uploaded to the media repository, then sent as a picture, audio or a file, with its caption;
+        `voice`: audio marked as a voice message (MSC3245, what Element shows as one)."""
         try:
             size = path.stat().st_size
             with open(path, "rb") as fh:
@@ -303,8 +305,11 @@ class MatrixAdapter:
         if not isinstance(uri, str) or not uri.startswith("mxc://"):
             raise DeliveryError("the homeserver's upload gave no mxc:// address")
         msgtype = {"picture": "m.image", "audio": "m.audio", "document": "m.file"}[sent_as(path, size, SENT_AS)]
-        return self._send(target, {"msgtype": msgtype, "body": caption or path.name, "filename": path.name,
-                                   "url": uri, "info": {"mimetype": mime_of(path), "size": size}})
+        content = {"msgtype": msgtype, "body": caption or path.name, "filename": path.name, "url": uri,
+                   "info": {"mimetype": mime_of(path), "size": size}}
+        if voice and msgtype == "m.audio":
+            content.update({"org.matrix.msc3245.voice": {}, "org.matrix.msc1767.audio": {}})
+        return self._send(target, content)
 
     def typing(self, target: Target, message_id: str | None = None) -> None:
         self._call("PUT", f"/_matrix/client/v3/rooms/{quote(target.platform_id)}/typing/{quote(self.user_id or '')}",

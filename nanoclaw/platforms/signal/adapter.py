@@ -105,6 +105,7 @@ def attachment_of(item: sg.Attachment, chat_id: str, sender: str) -> dict | None
 class SignalAdapter:
     max_file_bytes = 100 * 1024 * 1024  # what Signal's servers take in one attachment
     live_status = True                  # sends can be edited (editTimestamp) and deleted (remoteDelete)
+    voice_notes = True                  # send_file(…, voice=True) sends a voice note
 
     def __init__(self, settings):
         self.settings = settings
