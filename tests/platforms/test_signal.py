@@ -337,3 +337,43 @@ def test_supervisord_runs_the_listener_and_the_daemon_only_where_it_can(make_set
     assert "autostart=false" in listener_programs(remote, tmp_path, tmp_path).split("[program:signal-cli]")[1][:300]
     monkeypatch.setattr(shutil_mod, "which", lambda name: None)
     assert "autostart=false" in listener_programs(settings, tmp_path, tmp_path).split("[program:signal-cli]")[1][:300]
+
+
+def fake_signal_cli(folder, script: str):
+    """A `signal-cli` on PATH that does what the test says (the real one needs Java and an account)."""
+    folder.mkdir(exist_ok=True)
+    exe = folder / "signal-cli"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(0o755)
+    return folder
+
+
+def test_link_shows_a_qr_code_and_waits_for_the_phone(signal_app, tmp_path, monkeypatch):
+    import os
+    bin_dir = fake_signal_cli(tmp_path / "bin", 'echo "sgnl://linkdevice?uuid=AbC123&pub_key=XyZ%2B9"\n'
+                                                'echo "Associated with: +4915100000001"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    done = signal_app.test_cli_runner().invoke(args=["nanoclaw", "signal", "link", "--name", "Kitchen"])
+    assert done.exit_code == 0, done.output
+    assert "sgnl://linkdevice?uuid=AbC123&pub_key=XyZ%2B9" in done.output and "█" in done.output
+    assert "speaks as you" in done.output and "Associated with: +4915100000001" in done.output
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    missing = signal_app.test_cli_runner().invoke(args=["nanoclaw", "signal", "link"])
+    assert missing.exit_code == 2 and "signal-cli is not installed" in missing.output
+
+
+def test_daemon_runs_signal_cli_on_the_urls_port_for_the_account(tmp_path):
+    import os
+    import subprocess
+    import sys
+    seen = tmp_path / "argv"
+    bin_dir = fake_signal_cli(tmp_path / "bin", f'echo "$@" > {seen}\n')
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "NANOCLAW_DATA_DIR": str(tmp_path / "data"),
+           "SIGNAL_ACCOUNT": "+4915100000001", "SIGNAL_CLI_URL": "http://127.0.0.1:8699",
+           "NANOCLAW_ENV_FILE": str(tmp_path / "none.env")}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run([f"{os.path.dirname(sys.executable)}/flask", "--app", "app", "nanoclaw", "signal", "daemon"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text().split() == ["-a", "+4915100000001", "daemon", "--http", "127.0.0.1:8699",
+                                        "--receive-mode", "on-connection", "--no-receive-stdout"]
