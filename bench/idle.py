@@ -60,7 +60,7 @@ def role_of(pid: int, sandbox_pids: set[int]) -> str:
             return "sandbox: SDK CLI (node)"
         return "sandbox: other (bwrap, shell)"
     for mark, role in ((b"supervisord", "supervisord"), (b"gunicorn", "web (gunicorn + background)"),
-                       (b"nanoclaw proxy", "proxy")):
+                       (b"nanoclaw.proxy", "proxy"), (b"nanoclaw proxy", "proxy")):
         if mark in cmd:
             return role
     return "other"

@@ -6,7 +6,7 @@ warm overhead = (message accepted by the router → reply handed to the channel 
                 minus the fake model's own time. The path: router writes inbound.db → the
                 runner notices → real SDK + CLI → proxy → fake model → outbound.db →
                 background delivery thread → adapter. The proxy is its own program
-                (`flask … nanoclaw proxy`, as under `make run`); --proxy-in-process runs it in
+                (`python -m nanoclaw.proxy`, as under `make run`); --proxy-in-process runs it in
                 the bench's process instead, as this bench did before 2026-11-25.
 cold start    = wake (sandbox start) → first model request at the fake.
 baseline      = the same fake, called by a bare ClaudeSDKClient on the host (no sandbox, no proxy,
@@ -177,11 +177,11 @@ def same_agent_client(model: FakeModel) -> HostClient:
 
 
 class ProxyProgram:
-    """The proxy as `make run` runs it: `flask --app app nanoclaw proxy`, its own process."""
+    """The proxy as `make run` runs it: `python -m nanoclaw.proxy`, its own process."""
 
     def __init__(self, env: dict, folder: str, socket: Path):
         import subprocess
-        self.proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "flask"), "--app", "app", "nanoclaw", "proxy"],
+        self.proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "python"), "-m", "nanoclaw.proxy"],
                                      cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         from nanoclaw.proxy.sockets import is_live

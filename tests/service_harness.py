@@ -117,7 +117,7 @@ class SupervisedService:
             if b"gunicorn" in cmd:
                 under_gunicorn = any(pid in children.get(p, []) and b"gunicorn" in cmdline(p) for p in ours)
                 found.setdefault("web-worker" if under_gunicorn else "web-master", []).append(pid)
-            elif b"nanoclaw proxy" in cmd:
+            elif b"nanoclaw.proxy" in cmd or b"nanoclaw proxy" in cmd:
                 found.setdefault("proxy", []).append(pid)
             elif b"nanoclaw telegram poll" in cmd:
                 found.setdefault("telegram-poll", []).append(pid)

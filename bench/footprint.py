@@ -1,0 +1,137 @@
+"""What the whole install costs, at rest and warm: memory (RSS, with PSS beside it) and CPU of every
+process of the tree, per role and in total.
+
+    .venv/bin/python -m bench.footprint [SECONDS] [--runtime bwrap|docker]   (default 60 s a phase)
+
+The service runs as `make run` starts it (supervisord: web with the background jobs, proxy), three
+people each have a DM wired to the agent. Three phases, one run:
+  1. at rest: started, no message yet, no sandbox ever started; quiet for SECONDS;
+  2. after 20 messages (round robin over the three people, each answered before the next): memory
+     of every process;
+  3. warm and quiet: the three sandboxes idle for SECONDS.
+CPU is utime + stime from /proc (children that ended included) over the phase's wall time, as a
+share of one core; memory is the sum of RSS of every process (PSS from smaps_rollup beside it:
+shared pages counted once). Issue 43's goals: at rest ≤ 150 MB and ≤ 0.1 % of a core; warm, three
+sandboxes, ≤ 0.3 % for the whole tree and the host programs ≤ 150 MB together.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from fakes.model_api import FakeModel, Reply  # noqa: E402
+from fakes.telegram_api import TOKEN, FakeTelegram  # noqa: E402
+from idle import cpu_seconds, role_of, rss_mib, tree  # noqa: E402
+from service_harness import SupervisedService, post  # noqa: E402
+
+SECRET = "bench-footprint-secret-0123456789"
+PEOPLE = (111222331, 111222332, 111222333)
+MESSAGES = 20
+
+
+def pss_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def memory(svc) -> dict[str, tuple[float, float, int]]:
+    """role -> (RSS MiB, PSS MiB, processes)."""
+    pids, sandbox = tree(svc)
+    out: dict[str, tuple[float, float, int]] = {}
+    for pid in pids:
+        role = role_of(pid, sandbox)
+        rss, pss, n = out.get(role, (0.0, 0.0, 0))
+        out[role] = (rss + rss_mib(pid), pss + pss_mib(pid), n + 1)
+    return out
+
+
+def quiet(svc, seconds: int) -> tuple[dict[str, float], float]:
+    """role -> CPU seconds over a quiet period; its wall time."""
+    pids, _ = tree(svc)
+    before = {pid: cpu_seconds(pid) for pid in pids}
+    started = time.monotonic()
+    time.sleep(seconds)
+    wall = time.monotonic() - started
+    pids_after, sandbox = tree(svc)
+    used: dict[str, float] = {}
+    for pid in pids_after:
+        role = role_of(pid, sandbox)
+        used[role] = used.get(role, 0.0) + cpu_seconds(pid) - before.get(pid, 0.0)
+    return used, wall
+
+
+def send(svc, tg, n: int) -> None:
+    person = PEOPLE[n % len(PEOPLE)]
+    update = {"update_id": 950000000 + n, "message": {
+        "message_id": 100 + n, "from": {"id": person, "is_bot": False, "first_name": f"P{n % 3}"},
+        "chat": {"id": person, "type": "private", "first_name": f"P{n % 3}"}, "date": int(time.time()),
+        "text": f"message {n}"}}
+    before = len(tg.calls("sendMessage"))
+    post(svc.port, "/webhooks/telegram", json.dumps(update).encode(), {"X-Telegram-Bot-Api-Secret-Token": SECRET})
+    deadline = time.monotonic() + 120
+    while len(tg.calls("sendMessage")) <= before:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"message {n} was not answered in 120 s")
+        time.sleep(0.05)
+
+
+def report(title: str, mem: dict, cpu: dict | None = None, wall: float | None = None) -> None:
+    print(f"\n{title}")
+    host = {r: m for r, m in mem.items() if not r.startswith("sandbox")}
+    total_rss, total_pss = sum(m[0] for m in mem.values()), sum(m[1] for m in mem.values())
+    line = f"  whole tree: RSS {total_rss:7.1f} MiB  PSS {total_pss:7.1f} MiB"
+    if cpu is not None:
+        line += f"   CPU {100 * sum(cpu.values()) / wall:.2f}% of one core"
+    print(line)
+    print(f"  host programs: RSS {sum(m[0] for m in host.values()):7.1f} MiB  PSS {sum(m[1] for m in host.values()):7.1f} MiB"
+          + (f"   CPU {100 * sum(v for r, v in cpu.items() if not r.startswith('sandbox')) / wall:.2f}%"
+             if cpu is not None else ""))
+    for role in sorted(mem, key=lambda r: -mem[r][0]):
+        rss, pss, n = mem[role]
+        extra = f"   CPU {100 * cpu.get(role, 0.0) / wall:5.2f}%" if cpu is not None else ""
+        print(f"  {role:32s} RSS {rss:7.1f} MiB  PSS {pss:7.1f} MiB in {n} process(es){extra}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("seconds", nargs="?", type=int, default=60)
+    ap.add_argument("--runtime", choices=("bwrap", "docker"), default="bwrap")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nanoclaw-footprint-") as tmp, \
+            FakeModel(script=lambda req: Reply.say("ok")) as model, FakeTelegram() as tg:
+        setup = [["agent", "create", "Andy"]]
+        for person in PEOPLE:
+            setup += [["user", "add", f"telegram:{person}", "--role", "member", "--agent", "andy"],
+                      ["wire", "telegram", str(person), "andy"]]
+        svc = SupervisedService(Path(tmp), {
+            "NANOCLAW_RUNTIME": args.runtime, "ANTHROPIC_UPSTREAM_URL": model.url,
+            "ANTHROPIC_API_KEY": "sk-ant-footprint", "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN,
+            "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup)
+        try:
+            time.sleep(5)  # start-up settles (the first sweep, the scheduler's first jobs)
+            cpu, wall = quiet(svc, args.seconds)
+            report(f"at rest: no sandbox ever started, quiet for {wall:.0f} s", memory(svc), cpu, wall)
+            for n in range(MESSAGES):
+                send(svc, tg, n)
+            time.sleep(5)  # the turns' tails (typing stops, acks, delivery) settle
+            report(f"after {MESSAGES} messages ({args.runtime}, {len(svc.sandbox_roots())} warm sandboxes)", memory(svc))
+            cpu, wall = quiet(svc, args.seconds)
+            report(f"warm and quiet: {len(svc.sandbox_roots())} sandboxes idle for {wall:.0f} s", memory(svc), cpu, wall)
+        finally:
+            svc.stop()
+
+
+if __name__ == "__main__":
+    main()
