@@ -39,6 +39,7 @@ PUSH_EVERY_S = 1.0
 FILES_EVERY_S = 2.0
 BACKOFF_MAX_S = 5.0
 PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
+ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
 
 
 def extract(data: bytes, root: Path) -> list[str]:
@@ -105,6 +106,7 @@ class RemoteSession:
         self._stamp: str | None = None
         self._inbox: set[tuple[str, int]] = set()
         self._host_seq = 0
+        self._acks_sent: dict[str, tuple] = {}   # message_id -> (status, status_changed) the door has
         self._sent_outbox: set[tuple[str, int]] = set()
         self._sent_files: dict[str, dict] = {}
         self._files_at = 0.0
@@ -132,6 +134,7 @@ class RemoteSession:
         path.write_bytes(data)
         self._out = schema.connect(path)  # our reading connection, open for the runner's whole life
         self._host_seq = self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0]
+        self._acks_sent = self._acks()  # what came down is what the door's copy holds
         self._sent_outbox = set(self._outbox_files())
         self.pull(wait=0)
         log.info("session fetched from the door in %.0f ms", (time.monotonic() - started) * 1000)
@@ -197,9 +200,16 @@ class RemoteSession:
                 if out and size > PUSH_BYTES:
                     break  # the rest goes with the next push (the door takes bodies of 16 MiB at most)
                 out.append(dict(row))
+            # acks go up as changes since what the door confirmed (a busy chat keeps tens of thousands)
+            acks = self._acks()
+            changed = [{"message_id": m, "status": v[0], "status_changed": v[1]} for m, v in acks.items()
+                       if self._acks_sent.get(m) != v][:ACKS_PER_PUSH]
+            gone = [m for m in self._acks_sent if m not in acks][:ACKS_PER_PUSH]
             payload = {
                 "out": out,
-                "acks": [dict(r) for r in conn.execute("SELECT * FROM processing_ack")],
+                "acks": changed,
+                "acks_gone": gone,
+                "acks_delta": True,
                 "state": [dict(r) for r in conn.execute("SELECT * FROM session_state")],
                 "container": next((dict(r) for r in conn.execute(
                     "SELECT current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject "
@@ -210,6 +220,14 @@ class RemoteSession:
             status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload).encode())
             self._expect(status, "outbound rows", data)
             self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
+            for ack in changed:
+                self._acks_sent[ack["message_id"]] = (ack["status"], ack["status_changed"])
+            for message_id in gone:
+                self._acks_sent.pop(message_id, None)
+
+    def _acks(self) -> dict[str, tuple]:
+        return {r[0]: (r[1], r[2]) for r in self._out.execute(
+            "SELECT message_id, status, status_changed FROM processing_ack")}
 
     def _has_new_rows(self) -> bool:
         return self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0] > self._host_seq

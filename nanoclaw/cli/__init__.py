@@ -12,7 +12,35 @@ from .. import platforms
 from .base import Group
 
 
-@click.group("nanoclaw", cls=Group)
+class WithPlatforms(Group):
+    """The command group; each platform's own commands (nanoclaw/platforms/<name>/commands.py) are
+    loaded the first time a command not found among ours is asked for, or the list is shown: the web
+    program, which never runs one, does not load their clients (mautrix, aiohttp, the Slack SDK)."""
+    _loaded = False
+
+    def _platforms(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for platform in platforms.all_platforms():
+            if platform.commands:
+                found = platform.part(platform.commands)
+                for one in found if isinstance(found, (list, tuple)) else (found,):
+                    self.add_command(one)
+
+    def get_command(self, ctx, name):
+        found = super().get_command(ctx, name)
+        if found is None and not self._loaded:
+            self._platforms()
+            found = super().get_command(ctx, name)
+        return found
+
+    def list_commands(self, ctx):
+        self._platforms()
+        return super().list_commands(ctx)
+
+
+@click.group("nanoclaw", cls=WithPlatforms)
 def nanoclaw_group():
     """NanoClaw: agents, users, wirings, migrations and the service's helper programs."""
 
@@ -26,9 +54,3 @@ for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, age
                  memory.memory_group, memory.history_group):
     nanoclaw_group.add_command(_command)
 
-# each platform's set-up commands, from its folder (nanoclaw/platforms/<name>/commands.py)
-for _platform in platforms.all_platforms():
-    if _platform.commands:
-        _found = _platform.part(_platform.commands)
-        for _command in _found if isinstance(_found, (list, tuple)) else (_found,):
-            nanoclaw_group.add_command(_command)

@@ -35,6 +35,8 @@ class Push:
     acks: list[tuple] = field(default_factory=list)
     state: list[tuple] = field(default_factory=list)
     container: tuple | None = None
+    acks_delta: bool = False          # acks are changes since the last push (and acks_gone the released)
+    acks_gone: list[str] = field(default_factory=list)
     keep_from_seq: int | None = None  # the runner pruned below this seq
     heartbeat: float | None = None    # the runner's own heartbeat stamp (changes when it beats)
 
@@ -87,6 +89,11 @@ def check(payload) -> Push:
             raise BadPush("an ack is not {message_id, status, status_changed}")
         push.acks.append((_text(row.get("message_id"), MAX_TEXT), row["status"],
                           _text(row.get("status_changed"), MAX_TEXT)))
+    push.acks_delta = payload.get("acks_delta") is True
+    gone = payload.get("acks_gone") or []
+    if not isinstance(gone, list) or len(gone) > MAX_ACKS:
+        raise BadPush(f"acks_gone must be a list of at most {MAX_ACKS}")
+    push.acks_gone = [_text(m, MAX_TEXT) for m in gone]
     state = payload.get("state") or []
     if not isinstance(state, list) or len(state) > MAX_STATE:
         raise BadPush(f"state must be a list of at most {MAX_STATE}")
@@ -130,7 +137,9 @@ def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
         if push.keep_from_seq is not None:
             conn.execute("DELETE FROM messages_out WHERE seq < ? AND seq < (SELECT MAX(seq) FROM messages_out)",
                          (push.keep_from_seq,))
-        conn.execute("DELETE FROM processing_ack")
+        if not push.acks_delta:  # a runner that sends its whole table
+            conn.execute("DELETE FROM processing_ack")
+        conn.executemany("DELETE FROM processing_ack WHERE message_id = ?", [(m,) for m in push.acks_gone])
         conn.executemany("INSERT OR REPLACE INTO processing_ack (message_id, status, status_changed) VALUES (?, ?, ?)",
                          push.acks)
         conn.execute("DELETE FROM session_state")

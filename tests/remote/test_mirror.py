@@ -135,3 +135,14 @@ def test_any_run_of_pushes_keeps_seq_rising_rows_unchanged_and_ids_single(tmp_pa
             before, top = after, new_top
     finally:
         conn.close()
+
+
+def test_acks_as_changes_keep_the_rest_and_release_what_is_gone(copy):
+    full = [{"message_id": f"m{n}", "status": "completed", "status_changed": "t"} for n in range(5)]
+    mirror.apply(copy, mirror.check({"acks": full}))
+    mirror.apply(copy, mirror.check({"acks_delta": True, "acks": [
+        {"message_id": "m5", "status": "processing", "status_changed": "u"}], "acks_gone": ["m0"]}))
+    kept = dict(copy.execute("SELECT message_id, status FROM processing_ack").fetchall())
+    assert kept == {"m1": "completed", "m2": "completed", "m3": "completed", "m4": "completed", "m5": "processing"}
+    with pytest.raises(mirror.BadPush):
+        mirror.check({"acks_delta": True, "acks_gone": [{"id": 1}]})
