@@ -457,7 +457,7 @@ def _turn(fake: FakeModel, lay: Layout, text: str, script, **kw):
 def test_a_message_gets_an_answer_in_its_chat(agent):
     lay, fake, runner = agent
     mid, n = _turn(fake, lay, "hello there", lambda r: "Hi Alice!")
-    reply = lay.wait_out(lambda r: r["content"] == {"op": "text", "text": "Hi Alice!"}, timeout=60)
+    reply = lay.wait_out(lambda r: r["content"] == {"op": "text", "text": "Hi Alice!", "answer": True}, timeout=60)
     assert (reply["channel_type"], reply["platform_id"], reply["in_reply_to"]) == ("cli", "owner-chat", mid)
     lay.wait_ack(mid)
     call = fake.wait_for(lambda r: "hello there" in r.current_prompt(), after=n)

@@ -40,8 +40,9 @@ def _check(values: dict) -> str | None:
     where = host_port(url)
     if where is None:
         return f"SIGNAL_CLI_URL={url!r} is not an http:// URL (the daemon's --http address, e.g. {DEFAULT_URL})"
-    web_port = int(values.get("NANOCLAW_PORT") or 8080)
-    if where[0] in LOOPBACK + ("0.0.0.0",) and where[1] == web_port:
+    raw_port = str(values.get("NANOCLAW_PORT") or "8080")
+    web_port = int(raw_port) if raw_port.isdigit() else None  # a bad port is the settings' own message
+    if web_port is not None and where[0] in LOOPBACK + ("0.0.0.0",) and where[1] == web_port:
         return (f"SIGNAL_CLI_URL={url!r} is the web program's own address (NANOCLAW_PORT={web_port}); run the "
                 f"daemon on another port, e.g. {DEFAULT_URL}")
     account = values.get("SIGNAL_ACCOUNT")
