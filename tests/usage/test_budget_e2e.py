@@ -4,6 +4,8 @@ it; the next is refused before any request reaches the model, the chat is told o
 the owner gets a card, and pressing "Raise by $5" answers the message that waited."""
 from __future__ import annotations
 
+import pytest
+
 from nanoclaw.usage.tables import BudgetEvent, ModelUsage
 from tests.fakes.model_api import Reply
 from tests.tg_flow import buttons, cards, click, message, person, sandbox_service, texts
@@ -44,6 +46,92 @@ def test_a_spent_budget_holds_the_message_until_the_owner_raises_it(make_setting
         svc.wait(lambda: "Second answer." in texts(svc.tg, 111), what="the waiting message answered")
         assert len([t for t in texts(svc.tg, 111) if "used up its daily budget" in t]) == 1  # told once
         assert not [t for t in texts(svc.tg, 111) if t.startswith("Sorry")]  # waited, never failed
+
+
+def mid_turn(req):
+    """Says it is on it (a tool call), then answers; a retry told what went out answers at once."""
+    if "<already_sent>" in req.current_prompt() and "Working on it." in req.current_prompt():
+        return Reply.say("Here is the rest.", model="claude-sonnet-4-5-20250929", input_tokens=100_000)
+    if not req.turn_tool_results():
+        call = Reply.call("mcp__nanoclaw__send_message", text="Working on it.")
+        call.input_tokens = 100_000  # $0.40 at the CLI's default model: the budget is spent by this call
+        return call
+    return Reply.say("Here is the rest.", model="claude-sonnet-4-5-20250929", input_tokens=100_000)
+
+
+@pytest.mark.parametrize("transport", ["bwrap", "network"])
+def test_a_refusal_mid_turn_after_a_tool_ran_repeats_nothing_the_chat_got(make_settings, sqlite_url, transport):
+    """The turn's first call spends the budget and sends a message; the call after the tool is
+    refused. The message waits (the chat is told once), and after the owner's raise the retried turn
+    is told what went out: the chat gets each line once. Over the network transport too, where the
+    runner's release reaches the host only through the door."""
+    env = dict(TZ="Europe/Berlin")
+    runtime = "bwrap"
+    if transport == "network":
+        from tests.remote.test_network_session_e2e import network
+        from tests.service_harness import free_port
+        env.update(network(free_port()))
+        runtime = "docker"
+    with sandbox_service(make_settings, sqlite_url, mid_turn, runtime=runtime, **env) as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy")
+        svc.cli("budget", "set", "andy", "--daily", "0.30", "--why", "a test of a refusal mid-turn")
+
+        svc.post(message(111, OWNER, "please do the long job"))
+        card = svc.wait(lambda: next((c for c in cards(svc.tg) if "budget is used up" in c["text"]), None),
+                        what="the owner's card")
+        told = svc.wait(lambda: [t for t in texts(svc.tg, 111) if "used up its daily budget" in t], what="the notice")
+        assert texts(svc.tg, 111)[0] == "Working on it." and len(told) == 1
+        assert "Here is the rest." not in texts(svc.tg, 111)
+
+        svc.post(click(buttons(card)["Raise by $5"], OWNER, card))
+        svc.wait(lambda: "Here is the rest." in texts(svc.tg, 111), what="the rest of the answer")
+        retried = [c for c in svc.model.model_calls() if "<already_sent>" in c.current_prompt()]
+        assert retried and "Working on it." in retried[0].current_prompt()
+        svc.settled(111, OWNER)
+        said = texts(svc.tg, 111)
+        assert said.count("Working on it.") == 1 and said.count("Here is the rest.") == 1, said
+        assert len([t for t in said if "used up its daily budget" in t]) == 1
+        assert not [t for t in said if t.startswith("Sorry")]
+
+
+def test_a_task_run_due_while_the_budget_is_spent_waits_and_is_answered_after_the_raise(make_settings, sqlite_url):
+    """The turn that schedules the task spends the day's budget; the run that comes due is refused at
+    the door, waits (told once), and is answered when the owner raises the budget."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+    due = (datetime.now(ZoneInfo("Europe/Berlin")) + timedelta(seconds=12)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    def script(req):
+        prompt = req.current_prompt()
+        if "Time to stretch" in prompt:
+            return Reply.say("Stretch now!", model="claude-sonnet-4-5-20250929")
+        if not req.turn_tool_results():
+            call = Reply.call("mcp__nanoclaw__schedule_task", prompt="Time to stretch", at=due)
+            call.input_tokens = 100_000  # $0.40
+            return call
+        return Reply.say("Scheduled.", model="claude-sonnet-4-5-20250929", input_tokens=100_000)  # $0.80 now
+
+    with sandbox_service(make_settings, sqlite_url, script, TZ="Europe/Berlin") as svc:
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", "telegram", "111", "andy")
+        svc.cli("budget", "set", "andy", "--daily", "0.50", "--why", "a test of a held task run")
+        svc.post(message(111, OWNER, "Remind me to stretch in a moment"))
+        svc.wait(lambda: "Scheduled." in texts(svc.tg, 111), what="the task scheduled")
+        card = svc.wait(lambda: next((c for c in cards(svc.tg) if "budget is used up" in c["text"]), None),
+                        timeout=60, what="the owner's card when the run comes due")
+        svc.wait(lambda: [t for t in texts(svc.tg, 111) if "used up its daily budget" in t], what="the notice")
+        assert "Stretch now!" not in texts(svc.tg, 111)
+        assert not [c for c in svc.model.model_calls() if "Time to stretch" in c.current_prompt()]  # refused here
+
+        svc.post(click(buttons(card)["Raise by $5"], OWNER, card))
+        svc.wait(lambda: "Stretch now!" in texts(svc.tg, 111), what="the task's answer")
+        svc.settled(111, OWNER)
+        said = texts(svc.tg, 111)
+        assert said.count("Stretch now!") == 1 and len([t for t in said if "used up its daily budget" in t]) == 1
+        assert not [t for t in said if t.startswith("Sorry")]
 
 
 def test_at_80_percent_the_owner_gets_a_card_once_and_the_answer_still_comes(make_settings, sqlite_url):

@@ -316,3 +316,46 @@ def test_the_start_gate_opens_at_the_owners_midnight(sqlite_app, cli):
     assert gate.spent_up("andy")
     clock.set("2026-11-29T23:00:01+00:00")
     assert not gate.spent_up("andy")
+
+
+def test_usage_budget_list_and_clear_and_the_cost_metric_agree_with_the_ledger(door, cli, sqlite_app):
+    """What the owner reads (usage, budget list, /metrics) is the ledger's figures; clearing a budget
+    lets a spent agent's next call go."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def cost_metric() -> float:
+        response = sqlite_app.test_client().get("/metrics")
+        assert response.status_code == 200
+        return sum(s.value for f in text_string_to_metric_families(response.get_data(as_text=True))
+                   for s in f.samples if s.name == "nanoclaw_model_cost_usd_total" and s.labels.get("agent") == "andy")
+
+    assert "no model calls in the last 30 day(s)" in cli("usage").output
+    assert "no budgets" in cli("budget", "list").output
+    before = cost_metric()
+    assert cli("budget", "set", "andy", "--daily", "0.50", "--monthly", "20", "--why", "test").exit_code == 0
+    assert [ask(door, "andy", "s-andy")[0] for _ in range(2)] == [200, 200]   # $0.30075 each
+    recorded(2)
+    assert ask(door, "andy", "s-andy")[0] == 402
+    assert ask(door, "bea", "s-bea")[0] == 200
+    recorded(3)
+
+    usage = cli("usage").output
+    lines = {line.split()[1]: line for line in usage.splitlines() if line[:4].isdigit()}
+    assert " 2 " in lines["andy"] and "$0.60" in lines["andy"] and "$0.30" in lines["bea"]
+    assert "total: $0.90" in usage
+    only = cli("usage", "andy").output
+    assert "bea" not in only and "total: $0.60" in only
+    listed = cli("budget", "list").output
+    andy = next(line for line in listed.splitlines() if line.startswith("andy"))
+    assert "daily $0.50, monthly $20.00" in andy and andy.count("$0.60") == 2  # today and this month
+    spent = sum(r.cost_micro_usd for r in ModelUsage.select().where(ModelUsage.agent_folder == "andy"))
+    assert spent == 600_150 and cost_metric() - before == pytest.approx(spent / 1e6, abs=1e-9)
+
+    cleared = cli("budget", "clear", "andy", "--why", "done testing")
+    assert cleared.exit_code == 0 and "andy: no budget" in cleared.output
+    again = cli("budget", "clear", "andy")
+    assert again.exit_code == 2 and again.output.strip().endswith("andy has no budget")
+    assert "Traceback" not in again.output
+    door.model_api.spending.limits.forget()
+    assert ask(door, "andy", "s-andy")[0] == 200   # no budget: it goes
+    assert cli("usage", "nobody").exit_code == 2
