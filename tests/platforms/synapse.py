@@ -75,7 +75,8 @@ def _free_port() -> int:
 
 
 class Synapse:
-    def __init__(self):
+    def __init__(self, server_name: str = SERVER):
+        self.server_name = server_name
         self.dir = Path(tempfile.mkdtemp(prefix="nanoclaw-synapse-"))
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,7 +85,7 @@ class Synapse:
     def start(self) -> "Synapse":
         python = str(VENV / "bin" / "python")
         config = self.dir / "homeserver.yaml"
-        subprocess.run([python, "-m", "synapse.app.homeserver", "--server-name", SERVER, "--config-path", str(config),
+        subprocess.run([python, "-m", "synapse.app.homeserver", "--server-name", self.server_name, "--config-path", str(config),
                         "--generate-config", "--report-stats=no", "--data-directory", str(self.dir)],
                        check=True, capture_output=True, cwd=self.dir)
         with config.open("a") as fh:
