@@ -126,11 +126,35 @@ def main() -> None:
             for n in range(MESSAGES):
                 send(svc, tg, n)
             time.sleep(5)  # the turns' tails (typing stops, acks, delivery) settle
-            report(f"after {MESSAGES} messages ({args.runtime}, {len(svc.sandbox_roots())} warm sandboxes)", memory(svc))
+            mem = memory(svc)
+            warm = mem.get("sandbox: SDK CLI (node)", (0, 0, 0))[2]
+            report(f"after {MESSAGES} messages ({args.runtime}, {warm} warm sandboxes)", mem)
             cpu, wall = quiet(svc, args.seconds)
-            report(f"warm and quiet: {len(svc.sandbox_roots())} sandboxes idle for {wall:.0f} s", memory(svc), cpu, wall)
+            report(f"warm and quiet: {warm} sandboxes idle for {wall:.0f} s", memory(svc), cpu, wall)
         finally:
             svc.stop()
+        baseline_proxy(Path(tmp))
+
+
+def baseline_proxy(tmp: Path) -> None:
+    """The proxy as it ran before (`flask --app app nanoclaw proxy`, the whole web app loaded) beside
+    the program now, on the same data folder, in this run."""
+    import os
+    import subprocess
+    env = {**os.environ, "NANOCLAW_DATA_DIR": str(tmp / "data"), "NANOCLAW_ENV_FILE": str(tmp / "none.env"), "TZ": "UTC"}
+    env.pop("DATABASE_URL", None)
+    sizes = {}
+    for name, cmd in (("flask --app app nanoclaw proxy (before)", [str(ROOT / ".venv/bin/flask"), "--app", "app",
+                                                                   "nanoclaw", "proxy"]),
+                      ("python -m nanoclaw.proxy (now)", [str(ROOT / ".venv/bin/python"), "-m", "nanoclaw.proxy"])):
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(5)
+        sizes[name] = (rss_mib(proc.pid), pss_mib(proc.pid))
+        proc.terminate()
+        proc.wait(20)
+    print("\nthe proxy program alone, the same folder, this run:")
+    for name, (rss, pss) in sizes.items():
+        print(f"  {name:42s} RSS {rss:6.1f} MiB  PSS {pss:6.1f} MiB")
 
 
 if __name__ == "__main__":
