@@ -53,6 +53,7 @@ SWEEP_INTERVAL_S = 10.0
 INTAKE_RECOVERY_S = 10.0
 DRAIN_INTERVAL_S = 2.0
 RUNTIME_RETRY_S = 30.0     # no sandbox runtime at start: how often to look again
+STARTUP_STOP_WAIT_S = 30.0  # a stop during start-up lets it finish (it checks the stop between its steps)
 LOCK_RETRY_S = 1.0         # the lock held elsewhere at start: how often to try it again
 
 
@@ -82,6 +83,7 @@ class Background:
     ready: threading.Event = field(default_factory=threading.Event)  # start-up done
     last_sweep: sweep.PassResult | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _startup_done: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _pool: ThreadPoolExecutor | None = None
     _timer: object | None = None
@@ -91,6 +93,7 @@ class Background:
         self.created = time.monotonic()
         self.active = ActiveSet(self.settings)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
+        self._drain_lock = threading.Lock()
 
     # --- sessions ------------------------------------------------------------------------------
     def watch(self, ref: SessionRef | Path) -> None:
@@ -148,6 +151,12 @@ class Background:
 
     # --- jobs ------------------------------------------------------------------------------------
     def startup(self) -> None:
+        try:
+            self._startup()
+        finally:
+            self._startup_done.set()
+
+    def _startup(self) -> None:
         """Orphans out; the sends a killed predecessor left half done settled; then wakes, delivery
         and tasks run while the first sweep goes over every session; then the regular sweep."""
         started = time.monotonic()
@@ -174,6 +183,8 @@ class Background:
         self._thread.start()
         self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(timezone.utc))
+        if self.manager is not None:
+            self.manager.on_queued = self._queued
         if self._timer is not None:
             self._timer.start()
         housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
@@ -252,13 +263,26 @@ class Background:
 
     def attach(self, wake, manager) -> None:
         self.manager = manager
+        manager.on_queued = self._queued
         wake.connect(self.start_session, manager)
         log.info("a sandbox runtime works now (%s): answering what waited for it", manager.runtime.name)
         self.sweep(full=True, skip_woken=False)  # sessions "woken" while nothing could start them too
 
     def drain(self) -> None:
-        if self.manager is not None and self.manager.queue:
+        """Start queued wakes while there is room; the job runs only while some wait (a queued wake
+        resumes it), so an idle host does not wake every DRAIN_INTERVAL_S for nothing."""
+        if self.manager is None:
+            return
+        if self.manager.queue:
             self.manager.drain()
+        with self._drain_lock:
+            if not self.manager.queue and self.scheduler.get_job("drain") is not None:
+                self.scheduler.pause_job("drain")
+
+    def _queued(self) -> None:
+        with self._drain_lock:
+            if self.scheduler is not None and self.scheduler.get_job("drain") is not None:
+                self.scheduler.resume_job("drain")
 
     # --- life ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -286,6 +310,9 @@ class Background:
         if self._timer is not None:
             self._timer.close()
         if self.scheduler and self.scheduler.running:
+            # APScheduler's shutdown holds its job-store lock while it waits for running jobs: a
+            # start-up still adding its jobs would wait for that lock for ever (a stop during start-up)
+            self._startup_done.wait(STARTUP_STOP_WAIT_S)
             self.scheduler.shutdown(wait=True)  # a running job (sweep, task run) finishes
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.manager is not None and stop_sandboxes:

@@ -32,6 +32,7 @@ log = logging.getLogger("nanoclaw.delivery")
 POLL_S = 0.02          # only without inotify
 FULL_PASS_S = 1.0
 LIVE_REFRESH_S = 2.0
+IDLE_REFRESH_S = 10.0  # no live session: a wake and the sweep's refresh interrupt the wait anyway
 WAKE_RATE = 500.0   # passes per second a runner that churns its folder can cost us, sustained
 WAKE_BURST = 20.0   # wakes allowed back to back: a turn's commit writes the WAL, then touches the nudge
 
@@ -250,6 +251,10 @@ class DeliveryLoop:
         if self.watcher is None:
             self._sleep(POLL_S)
             return
+        if not self.live:  # at rest: nothing to pass over until a session is watched (which interrupts)
+            self._next_full = self._next_refresh = max(self._next_refresh, now + IDLE_REFRESH_S)
+        elif self._next_full - now > FULL_PASS_S:  # the first live session after rest: its passes now
+            self._next_full, self._next_refresh = now + FULL_PASS_S, min(self._next_refresh, now + LIVE_REFRESH_S)
         self._sleep(min(self._next_full, self._next_refresh) - time.monotonic())
         woke = time.monotonic()
         self._budget, wait = wake_budget(self._budget, woke - self._last_wake)

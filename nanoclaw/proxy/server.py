@@ -281,7 +281,7 @@ def serve_forever(settings, list_folders: Callable[[], Iterable[str]],
     server.start()
     log.info("proxy: serving %d agent group(s) under %s", len(server.served), server.proxy_dir)
     try:
-        while not stop.wait(1.0):
+        while not stop.wait(60):  # the signal handlers set it; the timeout only bounds a missed wake
             pass
     finally:
         server.stop()

@@ -8,6 +8,7 @@ to connect; the mount is what limits who can).
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import socketserver
 import stat
@@ -75,8 +76,9 @@ class FolderListener(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         super().__init__(str(self.path), DoorHandler)
         os.chmod(self.path, 0o666)
         self.inode = self.path.stat().st_ino
-        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name=f"proxy-{folder}", daemon=True)
+        self._closing = False
+        self._wake_r, self._wake_w = os.pipe()  # stop() wakes the accept loop: it never polls
+        self.thread = threading.Thread(target=self._serve, name=f"proxy-{folder}", daemon=True)
 
     def start(self) -> "FolderListener":
         self.thread.start()
@@ -88,6 +90,17 @@ class FolderListener(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
             return self.path.stat().st_ino == self.inode
         except OSError:
             return False
+
+    def _serve(self) -> None:
+        """socketserver's serve_forever without its poll: it sleeps until a connection or stop()
+        (an idle proxy with a socket per agent woke five times a second per socket)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._closing:
+                for key, _events in selector.select():
+                    if key.fileobj is self and not self._closing:
+                        self._handle_request_noblock()
 
     def process_request(self, request, client_address):
         with self._conns_lock:
@@ -101,8 +114,14 @@ class FolderListener(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
 
     def stop(self) -> None:
         """Stop accepting, cut open keep-alive connections, remove our socket file."""
-        if self.thread.is_alive():
-            self.shutdown()
+        if self._closing:
+            return
+        self._closing = True
+        os.write(self._wake_w, b"x")
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         self.server_close()
         with self._conns_lock:
             conns = list(self._conns)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import peewee
 
@@ -198,6 +199,7 @@ class SandboxManager:
         self._lock = threading.Lock()
         self._starting: set[str] = set()
         self.queue: list[QueuedWake] = []
+        self.on_queued: Callable[[], None] = lambda: None  # the background jobs drain only while it has any
         self.held = False     # start-up: wakes queue until orphans are gone and the first sweep ran
         self.closing = False  # shutdown: no new sandboxes
         self.last_error: str | None = None
@@ -222,6 +224,7 @@ class SandboxManager:
                 q.task = q.task or task
                 return
         self.queue.append(QueuedWake(folder, session_id, task))
+        self.on_queued()
 
     def wake(self, folder: str, session_id: str, *, task: bool = False) -> bool:
         """Make sure the session's sandbox runs. False if it had to queue (capacity) or failed."""

@@ -64,3 +64,29 @@ def test_a_reply_cut_off_by_a_killed_worker_is_settled_even_in_a_session_woken_a
         if bg._thread is not None:
             bg._thread.join(10)
     assert not [c for c in tg.calls("sendMessage") if "Here is your answer" in str(c.json)]  # never sent twice
+
+
+def test_a_stop_during_start_up_ends(app, monkeypatch):
+    """SIGTERM while the start-up job runs (here: settling a predecessor's sends): the stop waits for
+    it and ends. Before, APScheduler's shutdown held its job-store lock while waiting for the job,
+    and the job waited for that lock to add its next job: the web program hung until killed."""
+    import threading
+
+    from nanoclaw.lifecycle import background
+    inside, go_on = threading.Event(), threading.Event()
+
+    def slow_settle(refs):
+        inside.set()
+        go_on.wait(30)
+        return 0
+    monkeypatch.setattr(background.sweep, "settle_half_sent", slow_settle)
+    settings = app.config["NANOCLAW"]
+    bg = Background(settings=settings, manager=None, lock_handle=open(settings.data_dir / "scheduler.lock", "a+"))
+    bg.start()
+    assert inside.wait(30), "the start-up never began"
+    stopping = threading.Thread(target=bg.shutdown, daemon=True)
+    stopping.start()
+    waited = threading.Timer(1.0, go_on.set)  # the stop is under way when the start-up goes on
+    waited.start()
+    stopping.join(40)
+    assert not stopping.is_alive(), "the stop hung behind the start-up"
