@@ -27,12 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from fakes.model_api import FakeModel, Reply  # noqa: E402
-from fakes.telegram_api import TOKEN, FakeTelegram  # noqa: E402
-from idle import cpu_seconds, role_of, rss_mib, tree  # noqa: E402
-from service_harness import SupervisedService, post  # noqa: E402
+from fakes.telegram_api import FakeTelegram  # noqa: E402
+from idle import PEOPLE, SECRET, cpu_seconds, role_of, rss_mib, three_people_service, tree  # noqa: E402
+from service_harness import post  # noqa: E402
 
-SECRET = "bench-footprint-secret-0123456789"
-PEOPLE = (111222331, 111222332, 111222333)
 MESSAGES = 20
 
 
@@ -111,14 +109,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nanoclaw-footprint-") as tmp, \
             FakeModel(script=lambda req: Reply.say("ok")) as model, FakeTelegram() as tg:
-        setup = [["agent", "create", "Andy"]]
-        for person in PEOPLE:
-            setup += [["user", "add", f"telegram:{person}", "--role", "member", "--agent", "andy"],
-                      ["wire", "telegram", str(person), "andy"]]
-        svc = SupervisedService(Path(tmp), {
-            "NANOCLAW_RUNTIME": args.runtime, "ANTHROPIC_UPSTREAM_URL": model.url,
-            "ANTHROPIC_API_KEY": "sk-ant-footprint", "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN,
-            "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup)
+        svc = three_people_service(Path(tmp), args.runtime, model, tg)
         try:
             time.sleep(5)  # start-up settles (the first sweep, the scheduler's first jobs)
             cpu, wall = quiet(svc, args.seconds)

@@ -78,6 +78,17 @@ def tree(svc: SupervisedService) -> tuple[list[int], set[int]]:
     return sorted(set(svc.tree()) | sandbox), sandbox
 
 
+def three_people_service(tmp: Path, runtime: str, model, tg) -> SupervisedService:
+    """The service as `make run` starts it, with PEOPLE each wired to Andy in a DM of their own."""
+    setup = [["agent", "create", "Andy"]]
+    for person in PEOPLE:
+        setup += [["user", "add", f"telegram:{person}", "--role", "member", "--agent", "andy"],
+                  ["wire", "telegram", str(person), "andy"]]
+    return SupervisedService(tmp, {
+        "NANOCLAW_RUNTIME": runtime, "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-bench",
+        "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("seconds", nargs="?", type=int, default=60)
@@ -85,13 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nanoclaw-idle-") as tmp, \
             FakeModel(script=lambda req: Reply.say("ok")) as model, FakeTelegram() as tg:
-        setup = [["agent", "create", "Andy"]]
-        for person in PEOPLE:
-            setup += [["user", "add", f"telegram:{person}", "--role", "member", "--agent", "andy"],
-                      ["wire", "telegram", str(person), "andy"]]
-        svc = SupervisedService(Path(tmp), {
-            "NANOCLAW_RUNTIME": args.runtime, "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-idle",
-            "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup)
+        svc = three_people_service(Path(tmp), args.runtime, model, tg)
         try:
             for n, person in enumerate(PEOPLE):
                 update = {"update_id": 940000000 + n, "message": {

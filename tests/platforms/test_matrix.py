@@ -29,9 +29,8 @@ def synapse():
     server.stop()
 
 
-@pytest.fixture
-def talk(synapse, app):
-    """A bot and Alice in a room of their own; the adapter speaks as the bot."""
+def bot_and_alice(synapse, app):
+    """A bot and Alice in a DM room of their own, and the app's settings speaking as the bot."""
     bot = synapse.register(f"andy{uuid.uuid4().hex[:6]}")
     alice = synapse.register(f"alice{uuid.uuid4().hex[:6]}")
     room = alice.create_room(invite=[bot.user_id], direct=True)
@@ -39,6 +38,13 @@ def talk(synapse, app):
     settings = app.config["NANOCLAW"]
     settings = type(settings)(**{**settings.__dict__, "platform": {
         "MATRIX_HOMESERVER": synapse.url, "MATRIX_USER_ID": bot.user_id, "MATRIX_ACCESS_TOKEN": bot.token}})
+    return settings, bot, alice, room
+
+
+@pytest.fixture
+def talk(synapse, app):
+    """A bot and Alice in a room of their own; the adapter speaks as the bot."""
+    settings, bot, alice, room = bot_and_alice(synapse, app)
     return MatrixAdapter(settings), bot, alice, room
 
 
@@ -305,13 +311,7 @@ def test_the_sync_token_stays_put_while_the_web_program_refuses_hand_overs(synap
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from nanoclaw.platforms.matrix.listener import SyncListener
-    bot = synapse.register(f"andy{uuid.uuid4().hex[:6]}")
-    alice = synapse.register(f"alice{uuid.uuid4().hex[:6]}")
-    room = alice.create_room(invite=[bot.user_id], direct=True)
-    bot.join(room)
-    settings = app.config["NANOCLAW"]
-    settings = type(settings)(**{**settings.__dict__, "platform": {
-        "MATRIX_HOMESERVER": synapse.url, "MATRIX_USER_ID": bot.user_id, "MATRIX_ACCESS_TOKEN": bot.token}})
+    settings, bot, alice, room = bot_and_alice(synapse, app)
     web = {"status": 503, "events": []}
 
     class Web(BaseHTTPRequestHandler):

@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import signal
-import subprocess
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from conftest import require
-from nanoclaw.config import PROJECT_ROOT
 from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER, Reply
 from tests.platforms import synapse as synapse_mod
 from tests.platforms.synapse import Synapse
+from tests.platforms.listener_program import ListenerProgram
 from tests.tg_flow import sandbox_service
 
 INSTALL_SECRET = "matrix-e2e-install-secret-0123456789abcdef"
@@ -71,35 +67,6 @@ def synapse():
     server.stop()
 
 
-class Listener:
-    """The matrix-sync program, as supervisord runs it."""
-
-    def __init__(self, env: dict, log: Path):
-        self.env, self.log, self.proc = env, log, None
-
-    def start(self):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCLAW_", "MATRIX_", "DATABASE_URL"))}
-        self.proc = subprocess.Popen([str(PROJECT_ROOT / ".venv" / "bin" / "flask"), "--app", "app", "nanoclaw",
-                                      "matrix", "sync"], cwd=PROJECT_ROOT, env={**env, **self.env},
-                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        return self
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        """SIGTERM, as supervisord stops it; it must be gone within the program's stopwaitsecs."""
-        from nanoclaw.platforms.matrix import PLATFORM
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(PLATFORM.listeners[0].stopwaitsecs)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                raise AssertionError("matrix-sync did not stop on SIGTERM within supervisord's stopwaitsecs")
-
-
 @contextlib.contextmanager
 def matrix_service(make_settings, sqlite_url, synapse, tmp_path):
     from werkzeug.serving import make_server
@@ -110,7 +77,7 @@ def matrix_service(make_settings, sqlite_url, synapse, tmp_path):
         server = make_server("127.0.0.1", 0, svc.app, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         settings = svc.settings
-        listener = Listener({**matrix, "NANOCLAW_DATA_DIR": str(settings.data_dir), "NANOCLAW_GROUPS_DIR":
+        listener = ListenerProgram("matrix", {**matrix, "NANOCLAW_DATA_DIR": str(settings.data_dir), "NANOCLAW_GROUPS_DIR":
                              str(settings.groups_dir), "DATABASE_URL": sqlite_url, "TZ": "UTC",
                              "NANOCLAW_SECRET_KEY": INSTALL_SECRET, "NANOCLAW_PORT": str(server.server_port),
                              "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"),

@@ -10,19 +10,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
-import os
 import re
-import signal
-import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from nanoclaw.config import PROJECT_ROOT
 from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER, Reply
 from tests.fakes.signal_cli import FakeSignalCli
+from tests.platforms.listener_program import ListenerProgram
 from tests.tg_flow import sandbox_service
 
 INSTALL_SECRET = "signal-e2e-install-secret-0123456789abcdef"
@@ -40,35 +36,6 @@ def brain(req):
     return Reply.say(f"You said: {said[-1].strip() if said else '?'}")
 
 
-class Listener:
-    """The signal-events program, as supervisord runs it."""
-
-    def __init__(self, env: dict, log: Path):
-        self.env, self.log, self.proc = env, log, None
-
-    def start(self):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCLAW_", "SIGNAL_", "DATABASE_URL"))}
-        self.proc = subprocess.Popen([str(PROJECT_ROOT / ".venv" / "bin" / "flask"), "--app", "app", "nanoclaw",
-                                      "signal", "listen"], cwd=PROJECT_ROOT, env={**env, **self.env},
-                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        return self
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self):
-        """SIGTERM, as supervisord stops it; it must be gone within the program's stopwaitsecs."""
-        from nanoclaw.platforms.signal import PLATFORM
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(PLATFORM.listeners[0].stopwaitsecs)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                raise AssertionError("signal-events did not stop on SIGTERM within supervisord's stopwaitsecs")
-
-
 @contextlib.contextmanager
 def signal_service(make_settings, sqlite_url, tmp_path):
     from werkzeug.serving import make_server
@@ -78,7 +45,7 @@ def signal_service(make_settings, sqlite_url, tmp_path):
             server = make_server("127.0.0.1", 0, svc.app, threaded=True)
             threading.Thread(target=server.serve_forever, daemon=True).start()
             settings = svc.settings
-            listener = Listener({**signal_env, "NANOCLAW_DATA_DIR": str(settings.data_dir),
+            listener = ListenerProgram("signal", {**signal_env, "NANOCLAW_DATA_DIR": str(settings.data_dir),
                                  "NANOCLAW_GROUPS_DIR": str(settings.groups_dir), "DATABASE_URL": sqlite_url, "TZ": "UTC",
                                  "NANOCLAW_SECRET_KEY": INSTALL_SECRET, "NANOCLAW_PORT": str(server.server_port),
                                  "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"),

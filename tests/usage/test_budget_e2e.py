@@ -13,6 +13,14 @@ from tests.tg_flow import buttons, cards, click, message, person, sandbox_servic
 OWNER = person(111, "Olivia")
 
 
+def owner_dm_with_budget(svc, daily: str, why: str) -> None:
+    """Andy, Olivia its owner in her Telegram DM, and Andy's daily budget."""
+    svc.cli("agent", "create", "Andy")
+    svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
+    svc.cli("wire", "telegram", "111", "andy")
+    svc.cli("budget", "set", "andy", "--daily", daily, "--why", why)
+
+
 def brain(req):
     prompt = req.current_prompt()
     text = "Second answer." if "second question" in prompt else "First answer."
@@ -21,10 +29,7 @@ def brain(req):
 
 def test_a_spent_budget_holds_the_message_until_the_owner_raises_it(make_settings, sqlite_url):
     with sandbox_service(make_settings, sqlite_url, brain, TZ="Europe/Berlin") as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy")
-        svc.cli("budget", "set", "andy", "--daily", "0.20", "--why", "a test of the cap")
+        owner_dm_with_budget(svc, "0.20", "a test of the cap")
 
         svc.post(message(111, OWNER, "hello"))
         svc.wait(lambda: "First answer." in texts(svc.tg, 111), what="the first answer")
@@ -73,10 +78,7 @@ def test_a_refusal_mid_turn_after_a_tool_ran_repeats_nothing_the_chat_got(make_s
         env.update(network(free_port()))
         runtime = "docker"
     with sandbox_service(make_settings, sqlite_url, mid_turn, runtime=runtime, **env) as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy")
-        svc.cli("budget", "set", "andy", "--daily", "0.30", "--why", "a test of a refusal mid-turn")
+        owner_dm_with_budget(svc, "0.30", "a test of a refusal mid-turn")
 
         svc.post(message(111, OWNER, "please do the long job"))
         card = svc.wait(lambda: next((c for c in cards(svc.tg) if "budget is used up" in c["text"]), None),
@@ -114,10 +116,7 @@ def test_a_task_run_due_while_the_budget_is_spent_waits_and_is_answered_after_th
         return Reply.say("Scheduled.", model="claude-sonnet-4-5-20250929", input_tokens=100_000)  # $0.80 now
 
     with sandbox_service(make_settings, sqlite_url, script, TZ="Europe/Berlin") as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy")
-        svc.cli("budget", "set", "andy", "--daily", "0.50", "--why", "a test of a held task run")
+        owner_dm_with_budget(svc, "0.50", "a test of a held task run")
         svc.post(message(111, OWNER, "Remind me to stretch in a moment"))
         svc.wait(lambda: "Scheduled." in texts(svc.tg, 111), what="the task scheduled")
         card = svc.wait(lambda: next((c for c in cards(svc.tg) if "budget is used up" in c["text"]), None),
@@ -136,10 +135,7 @@ def test_a_task_run_due_while_the_budget_is_spent_waits_and_is_answered_after_th
 
 def test_at_80_percent_the_owner_gets_a_card_once_and_the_answer_still_comes(make_settings, sqlite_url):
     with sandbox_service(make_settings, sqlite_url, brain) as svc:
-        svc.cli("agent", "create", "Andy")
-        svc.cli("user", "add", "telegram:111", "--role", "owner", "--name", "Olivia")
-        svc.cli("wire", "telegram", "111", "andy")
-        svc.cli("budget", "set", "andy", "--daily", "0.45", "--why", "a test of the warning")
+        owner_dm_with_budget(svc, "0.45", "a test of the warning")
         svc.post(message(111, OWNER, "hello"))  # one call: $0.40 of $0.45
         svc.wait(lambda: "First answer." in texts(svc.tg, 111), what="the answer")
         card = svc.wait(lambda: next((c for c in cards(svc.tg) if "% of its daily budget" in c["text"]), None),
