@@ -6,12 +6,15 @@ and SQLite is happiest with one writer process.
 import sys
 
 from nanoclaw.config import Settings, SettingsError
+from nanoclaw.lean import skip_postgres_drivers
 
 try:
     _settings = Settings.load()
 except SettingsError as exc:
     print(f"nanoclaw: cannot start: {exc}", file=sys.stderr)
     sys.exit(2)
+
+skip_postgres_drivers(_settings.database_url)  # the worker forks from here and inherits it
 
 bind = f"127.0.0.1:{_settings.port}"
 workers = 1

@@ -20,7 +20,6 @@ from ..inbound import transcribe
 from ..models import UserRole
 from ..proxy.headers import OAUTH_BETA, credential_headers
 from ..runtime import bwrap
-from ..runtime import docker as docker_rt
 from ..platforms import Finding
 from ..runtime.image import image_source, source_digest
 from .base import command, settings as current_settings
@@ -106,6 +105,7 @@ def check_runtime(settings) -> list[Finding]:
     found: list[Finding] = []
     if settings.runtime == "kubernetes":
         return [check_cluster(settings)]
+    from ..runtime import docker as docker_rt  # not loaded with the web program (nanoclaw/lean.py)
     client, where = (docker_rt.connect() if settings.runtime in ("docker", "auto") else (None, ""))
     if client is not None:
         built_from = image_source(settings, client=client)

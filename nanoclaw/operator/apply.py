@@ -22,7 +22,6 @@ from ..sandboxes.manager import package_prefix
 from ..runtime.base import PACKAGES_TARGET
 from ..approvals.common import create_agent
 from ..proxy.policy import check_route
-from ..runtime import docker as docker_rt
 from ..runtime.image import ImageBuildError, build_group_image
 from ..runtime.image import group_image_repo
 from ..runtime.image import prune_group_images
@@ -96,6 +95,7 @@ def docker_available(settings) -> str | None:
     if settings.runtime == "bwrap":
         return ("this host runs sandboxes with bubblewrap, which uses the host's own programs (set "
                 "NANOCLAW_RUNTIME=docker, with Docker installed, for apt packages)")
+    from ..runtime import docker as docker_rt  # the SDK only where an engine is asked
     client, where = docker_rt.connect()
     if client is None:
         return f"no Docker engine answers ({where}); start Docker for apt packages"

@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from docker.errors import APIError, ImageNotFound
-
 from ..config import PROJECT_ROOT
-from .docker import DEFAULT_ENGINE, connect
+
+# The docker SDK (and .docker, which loads it) is imported in the functions that talk to an
+# engine: the web program imports this module for names and digests, and a bwrap install never
+# loads the SDK (1.7 MiB resident).
 
 log = logging.getLogger("nanoclaw.runtime.image")
 
@@ -87,6 +88,7 @@ def host_apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
 def _client(client=None):
     if client is not None:
         return client
+    from .docker import connect
     found, where = connect()
     if found is None:
         raise ImageBuildError(f"no Docker engine answers ({where}); start one with scripts/docker-engine.sh start "
@@ -95,6 +97,7 @@ def _client(client=None):
 
 
 def _has_image(client, name: str) -> bool:
+    from docker.errors import ImageNotFound
     try:
         client.images.get(name)
         return True
@@ -122,6 +125,7 @@ def source_digest() -> str:
 
 def image_source(settings, *, client=None) -> str | None:
     """The source digest the agent image was built from (None: no such image, or built without one)."""
+    from docker.errors import ImageNotFound
     try:
         image = _client(client).images.get(settings.agent_image)
     except ImageNotFound:
@@ -153,6 +157,7 @@ def _docker_host_of(client) -> str:
     if url.startswith("http+docker://"):  # a unix socket; the SDK hides which one
         adapter = client.api.get_adapter(url)
         path = getattr(adapter, "socket_path", None)
+        from .docker import DEFAULT_ENGINE
         return f"unix://{path}" if path else DEFAULT_ENGINE
     return url
 
@@ -260,6 +265,7 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
 
     ca_bundle: trusted during the build only (apt over https, npm), e.g. behind an intercepting
     proxy; by default $NANOCLAW_BUILD_CA_BUNDLE, else the host's own system bundle."""
+    from docker.errors import ImageNotFound
     client = _client(client)
     try:
         base_id = client.images.get(settings.agent_image).id
@@ -297,6 +303,7 @@ def prune_group_images(folder: str, keep: set[str] = frozenset(), *, client=None
     """Remove the group's images (nanoclaw-agent-<folder>:*) except `keep` and those a container
     uses. A tag is removed, not the image by force: an image another repository also names stays,
     and one a container was made from meanwhile is refused by the engine. Returns the removed tags."""
+    from docker.errors import APIError, ImageNotFound
     client = _client(client)
     repo = group_image_repo(folder)
     images = [(image.id, tuple(t for t in image.tags if t.startswith(repo + ":"))) for image in

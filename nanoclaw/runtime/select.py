@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import bwrap, docker as docker_rt
+from . import bwrap
 from .base import Runtime, RuntimeUnavailable, known_secrets
-from .image import image_exists
+
+# docker.py and image.py load the docker SDK: imported where Docker may be used, so a bwrap
+# install's programs never load it (1.7 MiB resident).
 
 
 def _say(log) -> Callable[[str], None]:
@@ -24,6 +26,7 @@ def session_transport(choice: str, engine_url: str | None) -> str:
 
 
 def _docker(settings, client, where: str, secrets) -> Runtime:
+    from . import docker as docker_rt
     transport = session_transport(getattr(settings, "session_transport", "auto"), where)
     if transport == "files":
         return docker_rt.DockerRuntime(client, image=settings.agent_image, secrets=secrets)
@@ -64,6 +67,8 @@ def select_runtime(settings, log) -> Runtime:
         return runtime
 
     if choice in ("docker", "auto"):
+        from . import docker as docker_rt
+        from .image import image_exists
         client, where = docker_rt.connect()
         if client is not None:
             if image_exists(settings, client=client):
@@ -109,6 +114,8 @@ def image_to_build(settings):
     and only the agent image is missing: building it makes Docker usable. None otherwise."""
     if settings.runtime not in ("auto", "docker"):
         return None
+    from . import docker as docker_rt
+    from .image import image_exists
     client, _where = docker_rt.connect()
     if client is None or image_exists(settings, client=client):
         return None

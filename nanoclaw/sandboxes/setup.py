@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 from ..channels.base import get_adapter
-from ..runtime import docker as docker_rt
 from ..runtime.base import known_secrets
 from ..runtime.image import build_ca_bundle, build_image
 from ..runtime.switching import SwitchingRuntime
@@ -47,6 +46,7 @@ def build_in_background(manager, settings, client) -> None:
                   settings.agent_image, BUILD.error)
         return
     if manager is not None and isinstance(manager.runtime, SwitchingRuntime):
+        from ..runtime import docker as docker_rt  # the SDK only once there is an engine to use
         manager.runtime.switch_to(docker_rt.DockerRuntime(client, image=settings.agent_image,
                                                           secrets=known_secrets(settings)))
     BUILD.state = "built"
