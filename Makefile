@@ -67,6 +67,8 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/test_db.py \
 	tests/test_docs.py \
 	tests/test_layout.py \
+	tests/test_host_changes.py \
+	tests/test_lean.py \
 	tests/test_migrations.py \
 	tests/test_security.py \
 	tests/usage/test_usage.py \

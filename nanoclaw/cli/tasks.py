@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..host_changes import announce
 from ..models import audit
 from ..tasks.scheduling import TaskError, local_text, open_tasks, schedule_text, set_state
 from .base import Mistake, get_agent, group, print_table, require_schema, settings
@@ -36,6 +37,7 @@ def _task_action(task_id: str, action: str) -> None:
     except TaskError as exc:
         raise Mistake(str(exc)) from None
     audit("cli", f"task.{action}", task.id)
+    announce(settings().data_dir, "tasks")  # the running service replans it now
     done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}[action]
     click.echo(f"task {task.id} {done}" + (f"; next run {local_text(task.next_run_at, settings().timezone)}"
                                            if action == "resume" else ""))

@@ -36,6 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import metrics
 from ..db import database
+from ..host_changes import ChangeListener
 from ..inbound import intake
 from ..outbound.watcher import DeliveryLoop
 from ..runtime.base import RuntimeUnavailable
@@ -73,6 +74,20 @@ def take_lock(path: Path):
     return handle
 
 
+# topic announced by another host program -> the job that acts on it (host_changes.py)
+CHANGE_JOBS = {"tasks": "tasks_changes", "budget": "housekeeping:budget.notices",
+               "outages": "housekeeping:model.outages"}
+
+
+def listen_for_changes(data_dir: Path, scheduler: BackgroundScheduler, stopped: threading.Event) -> ChangeListener:
+    """Each announced change runs its job now (its interval is only the safety net)."""
+    def run_now(job_id: str) -> None:
+        if not stopped.is_set() and scheduler.get_job(job_id) is not None:
+            scheduler.modify_job(job_id, next_run_time=datetime.now(timezone.utc))
+    return ChangeListener(data_dir, {topic: (lambda job_id=job_id: run_now(job_id))
+                                     for topic, job_id in CHANGE_JOBS.items()}).start()
+
+
 @dataclass
 class Background:
     settings: object
@@ -87,6 +102,7 @@ class Background:
     _thread: threading.Thread | None = None
     _pool: ThreadPoolExecutor | None = None
     _timer: object | None = None
+    _changes: ChangeListener | None = None
     delivery: DeliveryLoop | None = None
 
     def __post_init__(self):
@@ -188,6 +204,8 @@ class Background:
         if self._timer is not None:
             self._timer.start()
         housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
+        # what the proxy and the CLI change is acted on when they say so, not on a poll (host_changes.py)
+        self._changes = listen_for_changes(self.settings.data_dir, self.scheduler, self._stop)
         # before the sweep (it wakes the sessions these write to); only what came in before this
         # process started: what it accepted since is on its own intake thread's queue
         self.recover_intake(older_than_s=time.monotonic() - self.created)
@@ -309,6 +327,8 @@ class Background:
                 self.delivery.close()
         if self._timer is not None:
             self._timer.close()
+        if self._changes is not None:
+            self._changes.stop()
         if self.scheduler and self.scheduler.running:
             # APScheduler's shutdown holds its job-store lock while it waits for running jobs: a
             # start-up still adding its jobs would wait for that lock for ever (a stop during start-up)

@@ -92,7 +92,7 @@ class ModelApi:
         self.credential = self.book.default_credential
         self.spending = spending  # usage and budgets (spending.py); None: not counted
         self.breaker = failover.Breaker()
-        self.outages = Outages() if spending is not None else None
+        self.outages = Outages(settings.data_dir) if spending is not None else None
         self._free_logged: set[str] = set()
 
     @classmethod

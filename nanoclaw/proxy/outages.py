@@ -7,6 +7,7 @@ import logging
 import threading
 
 from ..db import database
+from ..host_changes import announce
 from ..models import utcnow
 from ..usage.tables import ModelOutage
 
@@ -14,7 +15,8 @@ log = logging.getLogger("nanoclaw.proxy")
 
 
 class Outages:
-    def __init__(self):
+    def __init__(self, data_dir=None):
+        self.data_dir = data_dir  # where to announce a change to the web program (host_changes.py)
         self._open: set[str] | None = None  # agents with an open outage (read once, then kept here)
         self._lock = threading.Lock()
 
@@ -32,6 +34,7 @@ class Outages:
                     return
                 ModelOutage.create(agent_folder=folder, upstream=upstream, status=status, detail=detail[:500])
                 self._open.add(folder)
+            self._announce()
         except Exception as exc:  # noqa: BLE001 - the card is a courtesy; the log line above has it all
             log.warning("could not record the model outage of %s: %s", folder, exc)
 
@@ -45,5 +48,10 @@ class Outages:
                 ModelOutage.update(ended_at=utcnow()).where(ModelOutage.agent_folder == folder,
                                                             ModelOutage.ended_at.is_null()).execute()
                 self._open.discard(folder)
+            self._announce()
         except Exception as exc:  # noqa: BLE001
             log.warning("could not end the model outage of %s: %s", folder, exc)
+
+    def _announce(self) -> None:
+        if self.data_dir is not None:
+            announce(self.data_dir, "outages")

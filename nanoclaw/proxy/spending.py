@@ -31,6 +31,7 @@ from ..models import AgentGroup, Session, new_token, utcnow
 from ..usage import budgets, estimate, ledger, prices
 from ..usage.meter import Meter
 from ..usage.tables import BudgetEvent
+from ..host_changes import announce
 
 log = logging.getLogger("nanoclaw.proxy.spending")
 
@@ -51,6 +52,7 @@ class Ticket:
 class Spending:
     def __init__(self, settings, clock=ledger.now):
         self.tz = settings.timezone
+        self.data_dir = settings.data_dir  # where to announce a budget event (host_changes.py)
         self.clock = clock  # which day it is for the ledger and the budgets (a test's own clock moves it)
         self.table = prices.load(settings.prices_file)
         self.limits = budgets.LimitCache()
@@ -212,6 +214,8 @@ class Spending:
                                limit_micro_usd=limit, created_at=utcnow()).on_conflict_ignore().execute()
         except peewee.DatabaseError as exc:
             log.error("could not record a budget %s of %s: %s", kind, folder, exc)
+            return
+        announce(self.data_dir, "budget")  # the web program tells the owner now, not on its next look
 
 
 def _connect() -> None:

@@ -226,14 +226,17 @@ def _killed_while_processing(service, model, tg):
     assert took < SWEEP_INTERVAL_S, f"answered {took:.1f} s after the restart"
     service.settled(tg)
     texts = sent_texts(tg)[:-1]
+    (row,) = service.inbound_rows()
     if service.runtime == "bwrap":
         assert texts == [answer]  # answered once, nothing else
+        assert (row["status"], row["tries"]) == ("completed", 1)
     else:
-        # the Docker sandbox outlived the host and saw its door close: its "will be retried"
-        # notice reaches the user, then the answer, once
+        # the Docker sandbox outlived the host. Either it saw its door close and failed the turn (its
+        # "will be retried" notice, one try used), or its SDK's retry of the call reached the
+        # restarted door first and it finished the turn itself (no notice, no try used): which one
+        # is a race between that retry and the start-up; the answer comes once either way
         assert texts[-1] == answer and texts.count(answer) == 1 and all("retried" in t for t in texts[:-1])
-    (row,) = service.inbound_rows()
-    assert (row["status"], row["tries"]) == ("completed", 1)
+        assert (row["status"], row["tries"]) == ("completed", 1 if texts[:-1] else 0), texts
     assert len(model.model_calls()) >= 2
 
 
