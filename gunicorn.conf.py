@@ -5,8 +5,7 @@ and SQLite is happiest with one writer process.
 """
 import sys
 
-from nanoclaw.config import Settings, SettingsError
-from nanoclaw.lean import skip_postgres_drivers
+from nanoclaw.config import Settings, SettingsError, skip_postgres_drivers
 
 try:
     _settings = Settings.load()

@@ -364,3 +364,20 @@ def install_secret(settings) -> str:
 
 __all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone", "PROJECT_ROOT", "install_secret",
            "local_secret_key"]
+
+
+# peewee imports a PostgreSQL driver whenever one is installed (psycopg2: 4.6 MiB resident in each
+# program). A long-running program whose settings name SQLite marks the drivers absent before peewee
+# loads, so peewee sees PostgreSQL as unavailable in that process only; commands and tests are
+# untouched (gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
+_POSTGRES_DRIVERS = ("psycopg2", "psycopg2cffi", "psycopg")
+
+
+def skip_postgres_drivers(database_url: str) -> bool:
+    """True when the drivers were marked absent (SQLite, and peewee not loaded yet)."""
+    import sys
+    if not database_url.startswith("sqlite") or "peewee" in sys.modules:
+        return False
+    for name in _POSTGRES_DRIVERS:
+        sys.modules.setdefault(name, None)  # `import psycopg2` now raises ImportError
+    return True

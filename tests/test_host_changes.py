@@ -1,4 +1,4 @@
-"""Changes another host program announces reach the background's job at once (host_changes.py): the
+"""Changes another host program announces reach the background's job at once (db.py: changes told): the
 proxy's budget events and outages, the `tasks` CLI's pauses. The jobs' own intervals are a minute or
 more now, so without the announcement the owner would wait that long."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from nanoclaw.host_changes import ChangeListener, announce, topic_dir
+from nanoclaw.db import ChangeListener, announce, topic_dir
 from nanoclaw.lifecycle.background import CHANGE_JOBS, listen_for_changes
 
 

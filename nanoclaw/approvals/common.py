@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from .. import platforms
 from ..channels.base import Card, get_adapter
 from ..db import database
+from ..db import announce
 from ..inbound import router
 from ..inbound.wiring import resolve_engage
 from ..lifecycle.housekeeping import register_job
@@ -227,6 +228,7 @@ def create_agent(settings, name: str, actor: str, folder: str | None = None) -> 
     with database.atomic():
         agent = AgentGroup.create(name=name, folder=folder, instructions=instructions)
         audit(actor, "agent.create", folder, name=name, via="approval")
+    announce(settings.data_dir, "proxy")  # its door opens now, not at the proxy's next look
     return agent
 
 

@@ -6,6 +6,7 @@ import shutil
 import click
 
 from ..db import database
+from ..db import announce
 from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES, VOICE_MODES,
@@ -43,6 +44,7 @@ def agent_create(name, folder, instructions):
     with database.atomic():
         AgentGroup.create(name=name, folder=folder, instructions=instructions)
         audit("cli", "agent.create", folder, name=name)
+    announce(settings().data_dir, "proxy")  # a running proxy opens its door now
     click.echo(f"created agent {name!r} in {path}")
 
 

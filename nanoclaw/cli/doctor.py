@@ -105,7 +105,7 @@ def check_runtime(settings) -> list[Finding]:
     found: list[Finding] = []
     if settings.runtime == "kubernetes":
         return [check_cluster(settings)]
-    from ..runtime import docker as docker_rt  # not loaded with the web program (nanoclaw/lean.py)
+    from ..runtime import docker as docker_rt  # a bwrap install never loads the SDK (issue 43)
     client, where = (docker_rt.connect() if settings.runtime in ("docker", "auto") else (None, ""))
     if client is not None:
         built_from = image_source(settings, client=client)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..host_changes import announce
+from ..db import announce
 from ..models import audit
 from ..tasks.scheduling import TaskError, local_text, open_tasks, schedule_text, set_state
 from .base import Mistake, get_agent, group, print_table, require_schema, settings

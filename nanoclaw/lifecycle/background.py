@@ -36,7 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import metrics
 from ..db import database
-from ..host_changes import ChangeListener
+from ..db import ChangeListener
 from ..inbound import intake
 from ..outbound.watcher import DeliveryLoop
 from ..runtime.base import RuntimeUnavailable
@@ -74,7 +74,7 @@ def take_lock(path: Path):
     return handle
 
 
-# topic announced by another host program -> the job that acts on it (host_changes.py)
+# topic announced by another host program -> the job that acts on it (db.py: changes told)
 CHANGE_JOBS = {"tasks": "tasks_changes", "budget": "housekeeping:budget.notices",
                "outages": "housekeeping:model.outages"}
 
@@ -204,7 +204,7 @@ class Background:
         if self._timer is not None:
             self._timer.start()
         housekeeping.start(self.scheduler, self.settings, self.manager)  # expiries, retention, image pruning
-        # what the proxy and the CLI change is acted on when they say so, not on a poll (host_changes.py)
+        # what the proxy and the CLI change is acted on when they say so, not on a poll (db.py: changes told)
         self._changes = listen_for_changes(self.settings.data_dir, self.scheduler, self._stop)
         # before the sweep (it wakes the sessions these write to); only what came in before this
         # process started: what it accepted since is on its own intake thread's queue

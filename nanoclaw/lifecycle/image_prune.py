@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from .housekeeping import register_job
+from ..db import announce
 from ..models import AgentGroup
 from ..sandboxes.manager import sandbox_name
 from ..runtime.base import RuntimeUnavailable
@@ -51,6 +52,7 @@ def prune_stale_images(settings, manager) -> list[str]:
 def forget_agent(settings, folder: str, session_ids: list[str]) -> tuple[list[str], list[str]]:
     """After an agent group was deleted: stop its running sandboxes, remove its images.
     Returns (stopped sandbox names, removed image tags); best effort, it never raises."""
+    announce(settings.data_dir, "proxy")  # its door closes now
     stopped: list[str] = []
     try:
         runtime = select_runtime(settings, lambda _line: None)

@@ -100,7 +100,7 @@ def card_for(agent: AgentGroup, event: BudgetEvent, tz: str) -> Card:
     return Card(title, body, buttons)
 
 
-@register_job("budget.notices", every_s=60)  # and at once when the proxy announces an event (host_changes.py)
+@register_job("budget.notices", every_s=60)  # and at once when the proxy announces an event (db.py: changes told)
 def tell(settings, manager, now=None) -> int:
     """Tell what the proxy recorded: once each."""
     told = 0

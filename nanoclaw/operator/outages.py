@@ -23,7 +23,7 @@ def card_for(agent: AgentGroup, outage: ModelOutage) -> Card:
     return Card(f"{agent.name}: its models are not answering", body)
 
 
-@register_job("model.outages", every_s=60)  # and at once when the proxy announces one (host_changes.py)
+@register_job("model.outages", every_s=60)  # and at once when the proxy announces one (db.py: changes told)
 def tell(settings, manager, now=None) -> int:
     told = 0
     for outage in ModelOutage.select().where(ModelOutage.told_at.is_null()).order_by(ModelOutage.id):

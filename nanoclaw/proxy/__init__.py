@@ -12,7 +12,7 @@ _HOME = {"ProxyServer": "server", "serve_forever": "server", "socket_path": "soc
 
 def __getattr__(name: str):
     # Loaded on first use: `python -m nanoclaw.proxy` runs this file before its own main(), which
-    # must choose the database drivers before the server's imports load peewee (nanoclaw/lean.py).
+    # must choose the database drivers before the server's imports load peewee (config.skip_postgres_drivers).
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module

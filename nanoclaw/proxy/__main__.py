@@ -14,7 +14,7 @@ def main() -> int:
     except SettingsError as exc:
         print(f"nanoclaw proxy: cannot start: {exc}", file=sys.stderr)
         return 2
-    from ..lean import skip_postgres_drivers
+    from ..config import skip_postgres_drivers
     skip_postgres_drivers(settings.database_url)
     from .. import logs, proposal_rules
     from ..db import bind, database

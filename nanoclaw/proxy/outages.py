@@ -7,7 +7,7 @@ import logging
 import threading
 
 from ..db import database
-from ..host_changes import announce
+from ..db import announce
 from ..models import utcnow
 from ..usage.tables import ModelOutage
 
@@ -16,7 +16,7 @@ log = logging.getLogger("nanoclaw.proxy")
 
 class Outages:
     def __init__(self, data_dir=None):
-        self.data_dir = data_dir  # where to announce a change to the web program (host_changes.py)
+        self.data_dir = data_dir  # where to announce a change to the web program (db.py: changes told)
         self._open: set[str] | None = None  # agents with an open outage (read once, then kept here)
         self._lock = threading.Lock()
 

@@ -25,10 +25,14 @@ from .credentials import CredentialRelay
 from .door import Door, Request, Route, RouteTable
 from .egress import EgressGate, resolve
 from .model_api import ModelApi
+from ..db import ChangeListener
 from .policy_files import PolicyStore, policy_root
 from .sockets import FolderListener, SocketInUse, is_live, prepare_dir, socket_path
 
-RESCAN_S = 2.0
+# The look for new or removed agent groups and changed policy files: a safety net only, since each
+# writer announces an agent group it creates or removes and a sandbox start announces a socket it
+# waits for (db.py, topic "proxy"), and policy files are checked on each request anyway.
+RESCAN_S = 30.0
 
 
 def own_ports(settings) -> set[int]:
@@ -80,6 +84,7 @@ class ProxyServer:
         self._scans_begun = self._scans_done = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._changes: ChangeListener | None = None
         self.remote = None
         if settings.claude_code_oauth_token and not settings.anthropic_api_key:
             self.log.warning("model calls use CLAUDE_CODE_OAUTH_TOKEN: a subscription token may not be allowed by "
@@ -98,10 +103,13 @@ class ProxyServer:
             self.remote = RemoteDoor(self.settings, self.socket_path).start()
         self._thread = threading.Thread(target=self._rescan_loop, name="proxy-rescan", daemon=True)
         self._thread.start()
+        self._changes = ChangeListener(self.settings.data_dir, {"proxy": self._wake.set}).start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._changes is not None:
+            self._changes.stop()
         if self.remote is not None:
             self.remote.stop()
         self._wake.set()

@@ -31,7 +31,7 @@ from ..models import AgentGroup, Session, new_token, utcnow
 from ..usage import budgets, estimate, ledger, prices
 from ..usage.meter import Meter
 from ..usage.tables import BudgetEvent
-from ..host_changes import announce
+from ..db import announce
 
 log = logging.getLogger("nanoclaw.proxy.spending")
 
@@ -52,7 +52,7 @@ class Ticket:
 class Spending:
     def __init__(self, settings, clock=ledger.now):
         self.tz = settings.timezone
-        self.data_dir = settings.data_dir  # where to announce a budget event (host_changes.py)
+        self.data_dir = settings.data_dir  # where to announce a budget event (db.py: changes told)
         self.clock = clock  # which day it is for the ledger and the budgets (a test's own clock moves it)
         self.table = prices.load(settings.prices_file)
         self.limits = budgets.LimitCache()

@@ -32,6 +32,7 @@ from ..upstreams import chains, registry
 from ..usage.gate import SpendGate
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
+from ..db import announce
 from ..inbound import lookups
 from ..models import AgentGroup, Session, Wiring
 from ..mounts import MountRequest, protected_paths, validate_mounts
@@ -368,6 +369,8 @@ class SandboxManager:
     def _wait_for_proxy(self, folder: str) -> None:
         sock = self.settings.proxy_dir / folder / "proxy.sock"
         deadline = time.monotonic() + PROXY_WAIT_S
+        if not sock.exists():
+            announce(self.settings.data_dir, "proxy")  # a group the proxy has not opened yet: look now
         while not sock.exists():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no proxy socket at {sock}: is the `proxy` program running? "

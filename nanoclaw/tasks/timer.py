@@ -7,7 +7,7 @@ make the run late) and the run itself at the exact time. The times come from rec
 cron's (`0 9 * * 0` would fire on Monday). A reconcile job picks up tasks further ahead, tasks
 changed by another process, and, at start-up, overdue ones: they run once, at once, then
 continue on their grid. A change another process makes (the `tasks` CLI pauses or resumes a
-task) takes effect at once: that process announces it (host_changes.py) and the background runs
+task) takes effect at once: that process announces it (db.py: changes told) and the background runs
 the job that follows the rows' updated_at; the job also runs every CHANGES_S, the safety net.
 """
 from __future__ import annotations

@@ -363,6 +363,34 @@ def test_each_request_is_attributed_to_its_socket_group(start_proxy, upstream, c
                       ("beta", "/v1/models/from-beta")]
 
 
+def test_an_agent_created_or_deleted_elsewhere_opens_and_closes_its_door_at_once(sqlite_app, upstream):
+    """The proxy program looks for new agent groups only every RESCAN_S (a safety net): the writers
+    announce (db.py: changes told), so the door follows an agent made by an approval or the CLI at once."""
+    from nanoclaw.approvals.common import create_agent
+    from nanoclaw.db import database
+    from nanoclaw.lifecycle.image_prune import forget_agent
+    from nanoclaw.models import AgentGroup
+    settings = sqlite_app.config["NANOCLAW"]
+
+    def folders():
+        with database.connection_context():
+            return [a.folder for a in AgentGroup.select(AgentGroup.folder)]
+    proxy = ProxyServer(settings, folders, rescan_interval=3600).start()
+    try:
+        with sqlite_app.app_context():
+            agent = create_agent(settings, "Dora", "owner")
+            assert proxy.wait_ready(agent.folder, timeout=5), "the new agent's door did not open"
+            sock = proxy.socket_path(agent.folder)
+            agent.delete_instance(recursive=True)
+            forget_agent(settings, agent.folder, [])
+        deadline = time.monotonic() + 5
+        while sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not sock.exists(), "the deleted agent's door stayed open"
+    finally:
+        proxy.stop()
+
+
 def test_sockets_follow_the_list_of_groups(start_proxy, upstream):
     proxy = start_proxy(folders=("alpha", "beta"), rescan_interval=2.0)
     beta = proxy.socket_path("beta")

@@ -1,6 +1,6 @@
 """`flask nanoclaw tasks pause|resume` from another process reaches the running service's timer at
 once (not at the 30 s safety-net look): the real APScheduler BackgroundScheduler with the real
-TaskTimer and the background's change listener (the CLI announces, host_changes.py), the CLI as a
+TaskTimer and the background's change listener (the CLI announces, db.py), the CLI as a
 real subprocess on the same database (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
