@@ -19,7 +19,8 @@ import nanoclaw.web.access_log
 master = sorted(m for m in ("flask", "peewee") if m in sys.modules)
 import app
 import peewee
-print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psycopg2") if sys.modules.get(m) is not None),
+print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor")
+                                                   if sys.modules.get(m) is not None),
                   "postgres_driver": peewee.psycopg2 is not None}))
 """
 
@@ -35,7 +36,7 @@ def run(code: str, tmp_path, database_url: str | None = None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_web_program_on_sqlite_loads_neither_postgres_driver_nor_docker_sdk(tmp_path):
+def test_web_program_on_sqlite_loads_neither_postgres_driver_nor_docker_sdk_nor_commands(tmp_path):
     seen = run(MASTER_THEN_WORKER, tmp_path)
     assert seen["master"] == [], "gunicorn's master has no use for Flask or peewee"
     assert seen["loaded"] == []

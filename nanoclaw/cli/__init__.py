@@ -6,17 +6,32 @@ from __future__ import annotations
 
 import click
 
-from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, memory, models, mounts,
-               pairing, service, tasks, usage)
 from .. import platforms
 from .base import Group
 
 
 class WithPlatforms(Group):
-    """The command group; each platform's own commands (nanoclaw/platforms/<name>/commands.py) are
-    loaded the first time a command not found among ours is asked for, or the list is shown: the web
-    program, which never runs one, does not load their clients (mautrix, aiohttp, the Slack SDK)."""
+    """The command group. Our commands are loaded the first time one is asked for or the list is
+    shown; each platform's own (nanoclaw/platforms/<name>/commands.py) the first time a command not
+    found among ours is: the web program, which registers the group and never runs a command, loads
+    neither (their modules, the platforms' clients: mautrix, aiohttp, the Slack SDK)."""
     _loaded = False
+    _ours = False
+
+    def _our_commands(self) -> None:
+        if self._ours:
+            return
+        self._ours = True
+        from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, memory, models,
+                       mounts, pairing, service, tasks, usage)
+        for command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
+                        agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
+                        admin.admin_group, tasks.tasks_group,
+                        credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
+                        destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd,
+                        usage.usage_cmd, usage.budget_group, models.upstream_group, models.model_group,
+                        memory.memory_group, memory.history_group):
+            self.add_command(command)
 
     def _platforms(self) -> None:
         if self._loaded:
@@ -29,6 +44,7 @@ class WithPlatforms(Group):
                     self.add_command(one)
 
     def get_command(self, ctx, name):
+        self._our_commands()
         found = super().get_command(ctx, name)
         if found is None and not self._loaded:
             self._platforms()
@@ -36,6 +52,7 @@ class WithPlatforms(Group):
         return found
 
     def list_commands(self, ctx):
+        self._our_commands()
         self._platforms()
         return super().list_commands(ctx)
 
@@ -43,14 +60,4 @@ class WithPlatforms(Group):
 @click.group("nanoclaw", cls=WithPlatforms)
 def nanoclaw_group():
     """NanoClaw: agents, users, wirings, migrations and the service's helper programs."""
-
-
-for _command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
-                 agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
-                 admin.admin_group, tasks.tasks_group,
-                 credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
-                 destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd,
-                 usage.usage_cmd, usage.budget_group, models.upstream_group, models.model_group,
-                 memory.memory_group, memory.history_group):
-    nanoclaw_group.add_command(_command)
 
