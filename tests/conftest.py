@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
+import threading
 import uuid
 
 import pytest
@@ -24,6 +26,41 @@ def require(condition: bool, why: str) -> None:
 
 
 _pg_url_cache: list[str | None] = []
+
+
+class _Dropper:
+    """Test databases are dropped on a thread of their own: a DROP DATABASE waits for the server's
+    checkpoint (about 130 ms), which no test needs to wait for. The run's end waits for the last."""
+
+    def __init__(self):
+        self.todo: queue.Queue[str | None] = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def drop(self, server: str, name: str) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, args=(server,), name="pg-dropper", daemon=True)
+            self.thread.start()
+        self.todo.put(name)
+
+    def _run(self, server: str) -> None:
+        admin = open_database(server)
+        while (name := self.todo.get()) is not None:
+            try:
+                admin.connect(reuse_if_open=True)
+                admin.execute_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            except Exception as exc:  # noqa: BLE001 - a test database left behind harms no other test
+                print(f"could not drop the test database {name}: {exc}")
+            finally:
+                self.todo.task_done()
+        admin.close()
+
+    def finish(self) -> None:
+        if self.thread is not None:
+            self.todo.put(None)
+            self.thread.join(120)
+
+
+_dropper = _Dropper()
 
 
 def postgres_server_url() -> str | None:
@@ -59,9 +96,7 @@ def db_url(request, tmp_path):
     from nanoclaw.db import database
     if database.obj is not None and not database.obj.is_closed():
         database.obj.close()
-    admin.connect()
-    admin.execute_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.close()
+    _dropper.drop(server, name)
 
 
 @pytest.fixture
@@ -166,6 +201,10 @@ def pytest_collection_finish(session):
     long_turn_at = next((i for i, item in enumerate(items) if item.nodeid.startswith("tests/lifecycle/test_long_turn.py")),
                         len(items))
     items[long_turn_at:long_turn_at] = waiter  # before the long turn's wait, which is the longest
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _dropper.finish()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -11,11 +11,14 @@ the door's session channel (door_link.py), in three threads' worth of work:
           runner's inotify watch sees as the host's commit;
 - up:     after each commit of ours (the store's nudge) or heartbeat, and once a second anyway: new
           outbox files, then the new rows, the claims, the state and the current tool; and, while
-          no turn runs, the files of home/ and the group folder that changed.
+          no turn runs, the files of home/ and the group folder that changed, and the names of those
+          removed here, each with the digest of the content this side last knew: the host removes
+          its copy only while it is still that content (another sandbox's later change stays).
 At a stop, one last push and file upload. Nothing here is trusted by the host: it checks all of it.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -42,9 +45,9 @@ PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
 
 
-def extract(data: bytes, root: Path) -> list[str]:
-    """Plain files of a tar from the host below root (made as needed); their names."""
-    names = []
+def extract(data: bytes, root: Path) -> dict[str, str]:
+    """Plain files of a tar from the host below root (made as needed); name -> sha256 of each."""
+    names = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar:
             parts = PurePosixPath(member.name).parts
@@ -55,11 +58,13 @@ def extract(data: bytes, root: Path) -> list[str]:
             tmp = target.with_name(f".{target.name}.part")
             src = tar.extractfile(member)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600 | member.mode & 0o755)
+            digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
+                    digest.update(chunk)
             os.replace(tmp, target)
-            names.append(member.name)
+            names[member.name] = digest.hexdigest()
     return names
 
 
@@ -79,7 +84,20 @@ def manifest(root: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def pack(root: Path, names) -> bytes:
+class _Hashing:
+    """A file read through it leaves the sha256 of what was read (what the tar carries)."""
+
+    def __init__(self, src):
+        self.src, self.digest = src, hashlib.sha256()
+
+    def read(self, size=-1):
+        chunk = self.src.read(size)
+        self.digest.update(chunk)
+        return chunk
+
+
+def pack(root: Path, names, digests: dict[str, str] | None = None) -> bytes:
+    """A tar of the named plain files under root (never through a link); `digests` gets each one's."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:") as tar:
         for rel in names:
@@ -91,7 +109,10 @@ def pack(root: Path, names) -> bytes:
                 st = os.fstat(src.fileno())
                 info = tarfile.TarInfo(rel)
                 info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
-                tar.addfile(info, src)
+                reader = _Hashing(src)
+                tar.addfile(info, reader)
+                if digests is not None:
+                    digests[rel] = reader.digest.hexdigest()
     return out.getvalue()
 
 
@@ -109,6 +130,7 @@ class RemoteSession:
         self._acks_sent: dict[str, tuple] = {}   # message_id -> (status, status_changed) the door has
         self._sent_outbox: set[tuple[str, int]] = set()
         self._sent_files: dict[str, dict] = {}
+        self._known: dict[str, dict[str, str]] = {}  # part -> rel -> sha256 of the content the host has from us
         self._files_at = 0.0
         self._push_lock = threading.Lock()
         self._out: sqlite3.Connection | None = None
@@ -123,9 +145,10 @@ class RemoteSession:
             root.mkdir(parents=True, exist_ok=True)
             status, _h, data = self._up.request("GET", f"/files/{part}")
             self._expect(status, f"files {part}", data)
-            extract(data, root)
+            got = extract(data, root)
             if part in self.trees:
                 self._sent_files[part] = manifest(root)
+                self._known[part] = got
         status, _h, data = self._up.request("GET", "/outbound")
         self._expect(status, "outbound copy", data)
         path = self.session_dir / schema.OUTBOUND
@@ -242,17 +265,27 @@ class RemoteSession:
         return self._out.execute("SELECT 1 FROM processing_ack WHERE status = 'processing' LIMIT 1").fetchone() is not None
 
     def sync_files(self) -> int:
-        """Changed files of home/ and the group folder, up; how many."""
+        """Changed files of home/ and the group folder, up, then the removed ones; how many."""
         sent = 0
         for part, root in self.trees.items():
             now = manifest(root)
             before = self._sent_files.get(part, {})
+            known = self._known.setdefault(part, {})
             changed = [rel for rel, sig in now.items() if before.get(rel) != sig]
             if changed:
-                status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed),
+                digests: dict[str, str] = {}
+                status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed, digests),
                                                     content_type="application/x-tar", timeout=300)
                 self._expect(status, f"files {part}", data)
+                known.update(digests)
                 sent += len(changed)
+            removed = {rel: known[rel] for rel in before if rel not in now and rel in known}
+            if removed:
+                status, _h, data = self._up.request("DELETE", f"/files/{part}", json.dumps({"files": removed}).encode())
+                self._expect(status, f"removed files {part}", data)
+                for rel in removed:
+                    known.pop(rel, None)
+                sent += len(removed)
             self._sent_files[part] = now
         self._files_at = time.monotonic()
         return sent

@@ -12,6 +12,7 @@ session's current one (a replaced sandbox's open connection gets nothing more).
     POST /outbound       rows, acks, state, current tool, heartbeat (mirror.py)
     GET  /files/<part>   home | group | global, as a tar
     PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py)
+    DELETE /files/<part> home | group: files removed in the sandbox, {"files": {name: sha256}}
 """
 from __future__ import annotations
 
@@ -297,6 +298,8 @@ class ChannelHandler(BaseHTTPRequestHandler):
                 route(session)
             elif self.path.startswith("/files/") and self.command in ("GET", "PUT"):
                 self._files(session, self.path[len("/files/"):])
+            elif self.path.startswith("/files/") and self.command == "DELETE":
+                self._removed(session, self.path[len("/files/"):])
             else:
                 self._skip_body()
                 self._refuse(404, f"no {self.command} {self.path} on the session channel")
@@ -307,7 +310,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._refuse(503, "the door holds as many request bodies as it may; try again")
 
-    do_GET = do_POST = do_PUT = _dispatch
+    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
 
     # -- down ------------------------------------------------------------------------------------
     def _inbound(self, session: Path) -> None:
@@ -353,6 +356,18 @@ class ChannelHandler(BaseHTTPRequestHandler):
                         self.claims.session, part, len(done.skipped), done.skipped[0][:200])
         self._answer(200, json.dumps({"files": done.files, "bytes": done.bytes,
                                       "skipped": len(done.skipped)}).encode())
+
+    def _removed(self, session: Path, part: str) -> None:
+        roots = {"home": store.agent_part(session) / "home", "group": self.server.settings.groups_dir / self.claims.folder}
+        if part not in roots:
+            self._skip_body()
+            self._refuse(404, f"no removal of files '{part}'")
+            return
+        done = trees.remove_known(roots[part], trees.removals(self._json()))
+        if done.kept:
+            log.info("door: %s/%s kept %d file(s) removed in the sandbox but changed since it knew them (or not "
+                     "plain files), e.g. %s", self.claims.folder, self.claims.session, len(done.kept), done.kept[0][:200])
+        self._answer(200, json.dumps({"removed": done.removed, "kept": len(done.kept)}).encode())
 
     # -- up --------------------------------------------------------------------------------------
     def _push(self, session: Path) -> None:

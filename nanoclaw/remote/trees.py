@@ -7,11 +7,14 @@ group folder. That stream is hostile: only plain files and folders are taken, ea
 below its root and created through folder descriptors opened without following links, sizes and
 counts capped; each file lands whole (a temporary name, then a rename), so the host's copy stays as
 it was until its new content is complete, and the last writer wins per file. A file removed in
-the sandbox is not removed on the host (two sandboxes of one agent share its group folder).
+the sandbox is removed on the host only while the host's copy is still the content that sandbox
+knew (its sha256 comes with the name): two sandboxes of one agent share its group folder, and a
+change the other made since stays (`remove_known`).
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -182,3 +185,72 @@ def _copy_capped(src, out, size: int) -> int:
         out.write(chunk)
         left -= len(chunk)
     return size
+
+
+@dataclass
+class Removed:
+    removed: int = 0
+    kept: list[str] = field(default_factory=list)   # changed since the sandbox knew it, or not a plain file
+
+
+def removals(body) -> dict[str, tuple[str, ...]]:
+    """The removal request's names (sha256 by name) checked: name -> (its parts, its digest); BadTree
+    on anything else (pure)."""
+    files = body.get("files") if isinstance(body, dict) else None
+    if not isinstance(files, dict) or len(files) > MAX_FILES:
+        raise BadTree(f"a removal names its files as {{name: sha256}}, at most {MAX_FILES}")
+    checked = {}
+    for name, digest in files.items():
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise BadTree(f"{str(name)[:200]!r}: not a sha256")
+        checked[name] = (*member_path(name), digest)
+    return checked
+
+
+def remove_known(root, files: dict[str, tuple[str, ...]]) -> Removed:
+    """Remove each named plain file below root whose content still has the given sha256, through
+    folder descriptors opened without following links; a link, a folder or a changed file stays."""
+    done = Removed()
+    try:
+        top = os.open(root, _DIR)
+    except FileNotFoundError:
+        return done
+    try:
+        for name, (*parts, digest) in files.items():
+            if _remove_one(top, parts, digest):
+                done.removed += 1
+            else:
+                done.kept.append(name)
+    finally:
+        os.close(top)
+    return done
+
+
+def _remove_one(top: int, parts: list[str], digest: str) -> bool:
+    fds = []
+    try:
+        dfd = top
+        for part in parts[:-1]:
+            try:
+                dfd = os.open(part, _DIR, dir_fd=dfd)
+            except OSError:  # gone, a link or a file: nothing of ours to remove there
+                return False
+            fds.append(dfd)
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return False
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
+            os.close(fd)
+            return False
+        with os.fdopen(fd, "rb") as f:
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        if h.hexdigest() != digest:
+            return False
+        os.unlink(parts[-1], dir_fd=dfd)
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -57,6 +57,7 @@ def test_a_question_card_says_it_expired_at_its_timeout_once(app, tg):
     assert AuditLog.select().where(AuditLog.action == "question.expire").count() == 1
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # about the scheduler, not the database
 def test_the_expiry_job_sleeps_while_no_question_is_open_and_wakes_for_one(app, tg):
     """An idle host does not look for expired questions every few seconds; a question wakes the job
     and its card still says it expired at its timeout (the real scheduler and housekeeping jobs)."""

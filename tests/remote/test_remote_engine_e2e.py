@@ -175,3 +175,34 @@ def test_a_long_turn_shows_its_progress(make_settings, sqlite_url, remote):
         svc.wait(lambda: status[0][0] in chat.deleted(), what="the status message removed")
         shown = " ".join([status[0][1], *[t for i, t in chat.edits() if i == status[0][0]]])
         assert "running" in shown  # the current tool came up through the door
+
+
+def _files_script(req):
+    prompt, done = req.current_prompt(), req.turn_tool_results()
+    if "write the notes" in prompt and not done:
+        return Reply.call("Bash", command="mkdir -p /workspace/group/notes && printf draft > /workspace/group/notes/a.txt"
+                                          " && printf mine > /workspace/group/b.txt")
+    if "remove the notes" in prompt and not done:
+        return Reply.call("Bash", command="rm /workspace/group/notes/a.txt /workspace/group/b.txt")
+    return Reply.say("done")
+
+
+def test_a_file_removed_in_the_sandbox_is_gone_on_the_host_unless_changed_since(make_settings, sqlite_url, remote):
+    """Removals go up with the digest of the content the sandbox knew: the host's copy goes while it
+    is still that content; one another writer changed since (here the host itself, as another
+    sandbox's upload would) stays."""
+    with sandbox_service(make_settings, sqlite_url, _files_script, runtime="docker", **remote) as svc:
+        owner_dm(svc)
+        group = svc.settings.groups_dir / "andy"
+        svc.post(message(111, OWNER, "write the notes"))
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the first answer")
+        only_on_the_second_engine(svc)
+        svc.wait(lambda: (group / "notes" / "a.txt").exists() and (group / "b.txt").exists(), timeout=60,
+                 what="the files made in the sandbox, on the host")
+        (group / "b.txt").write_text("theirs")  # a newer version from elsewhere
+
+        svc.post(message(111, OWNER, "remove the notes"))
+        svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=120, what="the second answer")
+        svc.wait(lambda: not (group / "notes" / "a.txt").exists(), timeout=60,
+                 what="the file removed in the sandbox, gone on the host")
+        assert (group / "b.txt").read_text() == "theirs"

@@ -129,3 +129,57 @@ def test_member_path_never_leaves(name):
     except trees.BadTree:
         return
     assert parts and ".." not in parts and not name.startswith("/")
+
+
+# --- files removed in the sandbox ------------------------------------------------------------------
+
+def sha(data: bytes) -> str:
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_removed_file_goes_only_while_the_host_has_the_content_the_sandbox_knew(tmp_path):
+    g = tmp_path / "g"
+    (g / "notes").mkdir(parents=True)
+    (g / "notes" / "old.txt").write_bytes(b"draft")
+    (g / "shared.txt").write_bytes(b"changed by the other sandbox since")
+    done = trees.remove_known(g, trees.removals({"files": {"notes/old.txt": sha(b"draft"),
+                                                             "shared.txt": sha(b"what this sandbox knew"),
+                                                             "never/there.txt": sha(b"x")}}))
+    assert done.removed == 1 and sorted(done.kept) == ["never/there.txt", "shared.txt"]
+    assert not (g / "notes" / "old.txt").exists()
+    assert (g / "shared.txt").read_bytes() == b"changed by the other sandbox since"  # nothing of another lost
+
+
+def test_a_removal_never_goes_through_a_link_or_takes_a_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"keep")
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "via").symlink_to(outside)
+    (g / "link.txt").symlink_to(outside / "secret.txt")
+    (g / "folder").mkdir()
+    done = trees.remove_known(g, trees.removals({"files": {"via/secret.txt": sha(b"keep"),
+                                                             "link.txt": sha(b"keep"), "folder": sha(b"")}}))
+    assert done.removed == 0 and len(done.kept) == 3
+    assert (outside / "secret.txt").read_bytes() == b"keep" and (g / "link.txt").is_symlink() and (g / "folder").is_dir()
+
+
+@pytest.mark.parametrize("body", [
+    {"files": {"../escape.txt": "0" * 64}}, {"files": {"/etc/passwd": "0" * 64}}, {"files": {"a.txt": "not-a-digest"}},
+    {"files": ["a.txt"]}, {"names": {}}, [], {"files": {"a.txt": "A" * 64}},
+])
+def test_a_malformed_removal_is_refused_whole(body):
+    with pytest.raises(trees.BadTree):
+        trees.removals(body)
+
+
+@given(st.dictionaries(st.text(max_size=40), st.text(max_size=70), max_size=5))
+def test_removals_either_checks_every_name_or_refuses(files):
+    try:
+        checked = trees.removals({"files": files})
+    except trees.BadTree:
+        return
+    for name, (*parts, digest) in checked.items():
+        assert parts == list(trees.member_path(name)) and len(digest) == 64
