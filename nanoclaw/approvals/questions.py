@@ -25,7 +25,6 @@ import peewee
 from ..channels.base import Card, DeliveryError, get_adapter
 from ..db import connected, database
 from ..inbound import router
-from ..lifecycle import housekeeping
 from ..lifecycle.housekeeping import register_job
 from ..models import PendingQuestion, Session, User, audit, utcnow
 from ..outbound.delivery import register_op
@@ -38,7 +37,7 @@ from .pending import PendingItem, register_pending
 log = logging.getLogger("nanoclaw.questions")
 
 MAX_OPTIONS = 10
-EXPIRY_CHECK_S = 5.0  # a card says it expired at most this long after its timeout (the job sleeps while none is open)
+EXPIRY_CHECK_S = 5.0  # a card says it expired at most this long after its timeout
 EXPIRED_LINE = "⏱ Expired: no answer came in time."
 
 
@@ -83,7 +82,6 @@ def deliver_question(session_path: Path, row, settings) -> str | None:
             raise DeliveryError(f"no session {session_path.name} for this question", permanent=True) from None
         if pq.card_message_id:
             return pq.card_message_id  # applied again after a restart: the card is out already
-        housekeeping.wake("questions.expire")  # it sleeps while no question is open
         message_id = get_adapter(row.target.channel_type, settings).send_card(row.target, card_for(pq))
         PendingQuestion.update(card_message_id=message_id).where(PendingQuestion.id == pq.id).execute()
     return message_id
@@ -133,8 +131,6 @@ def expire_questions(settings, _manager=None, now=None) -> int:
     marked = sum(1 for pq in due if mark_expired(settings, pq, now))
     if marked:
         log.info("%d question card(s) marked expired", marked)
-    housekeeping.nap("questions.expire", lambda: PendingQuestion.select().where(
-        PendingQuestion.answered_at.is_null(), PendingQuestion.expired_at.is_null()).exists())
     return marked
 
 

@@ -57,40 +57,6 @@ def test_a_question_card_says_it_expired_at_its_timeout_once(app, tg):
     assert AuditLog.select().where(AuditLog.action == "question.expire").count() == 1
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # about the scheduler, not the database
-def test_the_expiry_job_sleeps_while_no_question_is_open_and_wakes_for_one(app, tg):
-    """An idle host does not look for expired questions every few seconds; a question wakes the job
-    and its card still says it expired at its timeout (the real scheduler and housekeeping jobs)."""
-    from apscheduler.schedulers.background import BackgroundScheduler
-    settings = app.config["NANOCLAW"]
-    scheduler = BackgroundScheduler(timezone="UTC")
-    scheduler.start()
-    try:
-        housekeeping.start(scheduler, settings, None)
-        job = "housekeeping:questions.expire"
-
-        def asleep() -> bool:
-            return scheduler.get_job(job).next_run_time is None
-        deadline = time.monotonic() + 10
-        while not asleep() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert asleep(), "the expiry job kept running with no question open"
-
-        ask(app, seconds=2)
-        assert not asleep()
-        deadline = time.monotonic() + 2 + questions.EXPIRY_CHECK_S + 5
-        while not edits(tg) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [e["text"].splitlines()[-1] for e in edits(tg)] == ["⏱ Expired: no answer came in time."]
-        deadline = time.monotonic() + 10
-        while not asleep() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert asleep(), "the expiry job did not sleep again once nothing was open"
-    finally:
-        scheduler.shutdown(wait=True)
-        housekeeping._running["scheduler"] = None
-
-
 def test_a_click_just_after_the_timeout_expires_the_card_itself(app, tg):
     path, _ = ask(app, seconds=-1)  # the job has not come round yet
     [card] = cards(tg)
