@@ -43,6 +43,7 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/inbound/test_sticky.py \
 	tests/lifecycle/test_image_prune.py \
 	tests/lifecycle/test_records.py \
+	tests/lifecycle/test_scheduler_stop.py \
 	tests/lifecycle/test_startup_settle.py \
 	tests/lifecycle/test_sweep_decide.py \
 	tests/lifecycle/test_sweep_effects.py \

@@ -27,11 +27,13 @@ import logging
 import os
 import threading
 import time
+import concurrent.futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from apscheduler.executors.pool import BasePoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .. import metrics
@@ -74,6 +76,23 @@ def take_lock(path: Path):
     return handle
 
 
+class JobThreads(BasePoolExecutor):
+    """APScheduler's thread-pool executor over a pool we keep, so a stop can wait for the running
+    jobs without holding the scheduler's job-store lock: `shutdown(wait=True)` holds it while it
+    waits, and a job that calls the scheduler (the drain pausing itself, the task timer planning a
+    run) would wait for that lock for ever."""
+
+    def __init__(self, max_workers: int = 10):
+        self.threads = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="nanoclaw-job")
+        super().__init__(self.threads)
+
+
+def stop_scheduler(scheduler: BackgroundScheduler, jobs: JobThreads) -> None:
+    """No new runs; the running jobs finish (they may still call the scheduler meanwhile)."""
+    scheduler.shutdown(wait=False)
+    jobs.threads.shutdown(wait=True)
+
+
 # topic announced by another host program -> the job that acts on it (db.py: changes told)
 CHANGE_JOBS = {"tasks": "tasks_changes", "budget": "housekeeping:budget.notices",
                "outages": "housekeeping:model.outages"}
@@ -103,6 +122,7 @@ class Background:
     _pool: ThreadPoolExecutor | None = None
     _timer: object | None = None
     _changes: ChangeListener | None = None
+    _jobs: JobThreads | None = None
     delivery: DeliveryLoop | None = None
 
     def __post_init__(self):
@@ -307,7 +327,8 @@ class Background:
         if self.manager is not None:
             self.manager.held = True  # until the orphans are gone and the first sweep ran
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per job run (every 2 s)
-        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self._jobs = JobThreads()
+        self.scheduler = BackgroundScheduler(timezone="UTC", executors={"default": self._jobs})
         self._timer = TaskTimer(self.settings, self.scheduler, wake=self.wake, watch=self.watch)
         self.scheduler.add_job(self.startup, "date", id="startup", run_date=datetime.now(timezone.utc),
                                misfire_grace_time=None)
@@ -333,7 +354,7 @@ class Background:
             # APScheduler's shutdown holds its job-store lock while it waits for running jobs: a
             # start-up still adding its jobs would wait for that lock for ever (a stop during start-up)
             self._startup_done.wait(STARTUP_STOP_WAIT_S)
-            self.scheduler.shutdown(wait=True)  # a running job (sweep, task run) finishes
+            stop_scheduler(self.scheduler, self._jobs)  # a running job (sweep, task run) finishes
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.manager is not None and stop_sandboxes:
             stopped = self.manager.stop_all()
