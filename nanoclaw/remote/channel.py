@@ -334,10 +334,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self._answer(200, conn.serialize(), "application/vnd.sqlite3")
 
     def _files(self, session: Path, part: str) -> None:
-        roots = {"home": store.agent_part(session) / "home",
-                 "group": self.server.settings.groups_dir / self.claims.folder,
-                 "global": self.server.settings.groups_dir / "global",
-                 "outbox": store.outbox_dir(session)}
+        roots = self._roots(session)
         if part not in (DOWN_PARTS if self.command == "GET" else UP_PARTS):
             self._refuse(404, f"no {self.command} of files '{part}'")
             return
@@ -357,9 +354,16 @@ class ChannelHandler(BaseHTTPRequestHandler):
         self._answer(200, json.dumps({"files": done.files, "bytes": done.bytes,
                                       "skipped": len(done.skipped)}).encode())
 
+    def _roots(self, session: Path) -> dict[str, Path]:
+        """The folders the session's files come from and go to, from the host's own records."""
+        return {"home": store.agent_part(session) / "home",
+                "group": self.server.settings.groups_dir / self.claims.folder,
+                "global": self.server.settings.groups_dir / "global",
+                "outbox": store.outbox_dir(session)}
+
     def _removed(self, session: Path, part: str) -> None:
-        roots = {"home": store.agent_part(session) / "home", "group": self.server.settings.groups_dir / self.claims.folder}
-        if part not in roots:
+        roots = self._roots(session)
+        if part not in ("home", "group"):
             self._skip_body()
             self._refuse(404, f"no removal of files '{part}'")
             return
