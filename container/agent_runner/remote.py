@@ -6,9 +6,10 @@ the door's session channel (door_link.py), in three threads' worth of work:
 - start:  home/ (the transcript), the group folder and the global folder come down; so does the
           host's copy of outbound.db, so a restarted sandbox carries on from the host's record
           (seq numbers, claims, the SDK session id) as a local one would from its file;
-- down:   a long poll for the host's inbound.db; each change arrives as a whole snapshot (with the
-          person's new inbox files first) and replaces the local file by a rename, which the
-          runner's inotify watch sees as the host's commit;
+- down:   a long poll for the host's inbound.db; each change arrives (the person's new inbox files
+          first) as the rows changed since our copy's position in the host's change log
+          (change_log.py), applied in one transaction; the whole file only at the start or after a
+          gap, replacing ours by a rename. The runner's inotify watch sees either as the host's commit;
 - up:     after each commit of ours (the store's nudge) or heartbeat, and once a second anyway: new
           outbox files, then the new rows, the claims, the state and the current tool; and, while
           no turn runs, the files of home/ and the group folder that changed, and the names of those
@@ -31,7 +32,7 @@ import threading
 import time
 from pathlib import Path, PurePosixPath
 
-from . import nudge
+from . import change_log, nudge
 from . import session_schema as schema
 from .door_link import DoorLink
 
@@ -45,13 +46,17 @@ PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
 
 
-def extract(data: bytes, root: Path) -> dict[str, str]:
-    """Plain files of a tar from the host below root (made as needed); name -> sha256 of each."""
+def extract(data: bytes, root: Path, aside: dict[str, bytes | None] | None = None) -> dict[str, str]:
+    """Plain files of a tar from the host below root (made as needed); name -> sha256 of each. A
+    member named in `aside` is read into it instead of written."""
     names = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar:
             parts = PurePosixPath(member.name).parts
             if not member.isreg() or not parts or PurePosixPath(member.name).is_absolute() or ".." in parts:
+                continue
+            if aside is not None and member.name in aside:
+                aside[member.name] = tar.extractfile(member).read()
                 continue
             target = root.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +130,8 @@ class RemoteSession:
         self.outbox = self.session_dir / "outbox"
         self._stop = threading.Event()
         self._stamp: str | None = None
+        self._position: dict | None = None  # where our inbound.db copy stands in the host's change log
+        self.pulled = {"snapshot": 0, "delta": 0, "bytes": 0}
         self._inbox: set[tuple[str, int]] = set()
         self._host_seq = 0
         self._acks_sent: dict[str, tuple] = {}   # message_id -> (status, status_changed) the door has
@@ -176,7 +183,8 @@ class RemoteSession:
 
     # -- down ------------------------------------------------------------------------------------
     def pull(self, wait: float) -> bool:
-        ask = json.dumps({"after": self._stamp, "wait": wait, "have": sorted(self._inbox)}).encode()
+        ask = json.dumps({"after": self._stamp, "wait": wait, "have": sorted(self._inbox),
+                          "position": self._position}).encode()
         status, headers, data = self._down.request("POST", "/inbound", ask, timeout=wait + 30)
         if status == 204:
             return False
@@ -184,9 +192,31 @@ class RemoteSession:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
         self._inbox |= {(m.name[len("inbox/"):], m.size) for m in members if m.name.startswith("inbox/")}
-        extract(data, self.inbound_dir)  # inbox files first in the stream, inbound.db last (a rename)
-        self._stamp = headers.get("x-stamp") or None
+        aside: dict[str, bytes | None] = {change_log.DELTA_NAME: None}
+        extract(data, self.inbound_dir, aside)  # inbox files first in the stream, then the change or the file
+        self.pulled[headers.get("x-inbound") or "snapshot"] += 1
+        self.pulled["bytes"] += len(data)
+        try:
+            position = json.loads(headers.get("x-position") or "null")
+            if aside[change_log.DELTA_NAME] is not None:
+                position = self._apply(json.loads(aside[change_log.DELTA_NAME]))
+            else:  # a whole inbound.db came, by a rename: its log is the host's business, not ours
+                with sqlite3.connect(self.inbound_dir / schema.INBOUND, isolation_level=None) as conn:
+                    change_log.untrack(conn)
+                conn.close()
+        except (sqlite3.Error, change_log.Gap, ValueError, KeyError, TypeError) as exc:
+            log.warning("the host's change to inbound.db did not apply here (%s): asking for the whole file", exc)
+            self._stamp = self._position = None
+            return True
+        self._stamp, self._position = headers.get("x-stamp") or None, position
         return True
+
+    def _apply(self, delta: dict) -> dict:
+        conn = sqlite3.connect(self.inbound_dir / schema.INBOUND, isolation_level=None, timeout=5)
+        try:
+            return change_log.apply(conn, delta)
+        finally:
+            conn.close()
 
     def _down_loop(self) -> None:
         pause = 0.2

@@ -1,7 +1,8 @@
 """THE one definition of the per-session databases. Dependency-free (stdlib
 only): the runner imports it inside the sandbox and the host imports it too.
 
-inbound.db  — written only by the host:  messages_in, delivered, destinations, routing
+inbound.db  — written only by the host:  messages_in, delivered, destinations, routing, …, and the
+              log of their changes (change_log.py) a remote copy follows
 outbound.db — written only by the agent: messages_out, processing_ack, session_state, container_state
 
 One writer per file is what makes crash recovery simple: never break it. The session folder has
@@ -18,6 +19,8 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
+
+from . import change_log
 
 INBOUND_DDL = """
 CREATE TABLE IF NOT EXISTS messages_in (
@@ -158,12 +161,15 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
         # host's journal file in place, so the agent cannot plant a "hot" journal of its own.
         conn.execute(f"PRAGMA journal_mode={'TRUNCATE' if path.name == INBOUND else 'WAL'}")
         conn.execute("PRAGMA synchronous=NORMAL")
+        if path.name == INBOUND:  # a row REPLACE removes leaves its tombstone too (change_log)
+            conn.execute("PRAGMA recursive_triggers=ON")
         key = str(path.resolve())
         if fresh or key not in _READY:  # the schema is created once per file per process, not per write
             conn.executescript(ddl)
             if path.name == INBOUND:
                 _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
                 conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")
+                change_log.track(conn)  # last: every table above gets its triggers
             else:
                 _add_missing_columns(conn, "container_state", (("tool_subject", "TEXT"),))
             _READY.add(key)

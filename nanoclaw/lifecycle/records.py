@@ -17,6 +17,8 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from agent_runner import change_log
+
 from ..models import (AuditLog, CardChoice, DroppedMessage, HelpRequest, AcceptedEvent, PendingProposal,
                       PendingQuestion, utcnow)
 from ..outbound import delivery
@@ -65,8 +67,9 @@ def prune(settings, now: datetime | None = None) -> dict[str, int]:
 
 def prune_session(path, cutoff_iso: str) -> tuple[int, int]:
     """The host's side of one session: messages the agent finished before the cutoff (unless a
-    reply to one still waits for delivery), and delivery records of replies the agent removed
-    (its side: SessionStore.prune, at sandbox start). (messages, records) removed."""
+    reply to one still waits for delivery), delivery records of replies the agent removed (its
+    side: SessionStore.prune, at sandbox start), and all but the latest entries of inbound.db's
+    change log. (messages, records) removed."""
     conn = delivery.open_session(path)
     if conn is None:
         return 0, 0
@@ -80,6 +83,7 @@ def prune_session(path, cutoff_iso: str) -> tuple[int, int]:
                 (cutoff_iso,)).rowcount
             records = conn.execute("DELETE FROM delivered WHERE message_out_id NOT IN "
                                    "(SELECT id FROM ob.messages_out)").rowcount
+            change_log.prune(conn)  # the log a remote copy follows keeps its latest entries only
         return messages, records
     finally:
         conn.close()

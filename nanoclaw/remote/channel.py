@@ -5,9 +5,10 @@ the pass and writes the caller's identity as the connection's first line, so not
 sends can name another session. Each request checks again that the pass's start is still the
 session's current one (a replaced sandbox's open connection gets nothing more).
 
-    POST /inbound        {after, wait, have}: when the host's inbound.db differs from `after` (or
-                         within `wait` s), a tar of inbound.db (a consistent snapshot) and the inbox
-                         files the sandbox lacks; 204 when nothing changed
+    POST /inbound        {after, wait, have, position}: when the host's inbound.db differs from
+                         `after` (or within `wait` s), a tar of the inbox files the sandbox lacks,
+                         then what changed since `position` (change_log.py), or inbound.db whole (a
+                         consistent snapshot) to start or after a gap; 204 when nothing changed
     GET  /outbound       the host's copy of the session's outbound.db (a restarted sandbox resumes it)
     POST /outbound       rows, acks, state, current tool, heartbeat (mirror.py)
     GET  /files/<part>   home | group | global, as a tar
@@ -30,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from agent_runner import nudge
+from agent_runner import change_log, nudge
 
 from ..security import walk_tree
 from ..sessions import session_schema as schema
@@ -325,8 +326,10 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self._answer(204)
             return
         with tempfile.TemporaryFile() as out:
-            stamp = snapshot(session, out, have)
-            self._answer(200, content_type="application/x-tar", headers={"X-Stamp": stamp or ""}, file=out)
+            stamp, position, whole = inbound_answer(session, out, have, ask.get("position"))
+            self._answer(200, content_type="application/x-tar", file=out, headers={
+                "X-Stamp": stamp or "", "X-Position": json.dumps(position) if position else "",
+                "X-Inbound": "snapshot" if whole else "delta"})
 
     def _outbound_copy(self, session: Path) -> None:
         conn, lock = self.server.writer(session)
@@ -406,13 +409,16 @@ class _Bounded:
             pass
 
 
-def snapshot(session: Path, out, have: set[tuple]) -> str | None:
-    """A tar of the inbox files the sandbox lacks, then inbound.db as one consistent copy; its stamp."""
+def inbound_answer(session: Path, out, have: set[tuple], held) -> tuple[str | None, dict | None, bool]:
+    """A tar of the inbox files the sandbox lacks, then the changes since the position it holds, or
+    inbound.db as one consistent copy when only a snapshot will do. (stamp, position, whole?)"""
     db = store.inbound_db(session)
     conn = schema.connect(db, readonly=True)
     try:
-        conn.execute("BEGIN")  # one read transaction: the stamp and the bytes belong together
-        data = conn.serialize()
+        conn.execute("BEGIN")  # one read transaction: the stamp, the position and the bytes belong together
+        delta = change_log.since(conn, held) if held else None
+        data = change_log.encode(delta) if delta is not None else conn.serialize()
+        position = delta["position"] if delta is not None else change_log.position(conn)
         stamp = inbound_stamp(db)
         conn.execute("COMMIT")
     finally:
@@ -425,7 +431,10 @@ def snapshot(session: Path, out, have: set[tuple]) -> str | None:
             info.size, info.mode = entry.st.st_size, 0o644
             with os.fdopen(os.dup(entry.fd), "rb") as src:
                 tar.addfile(info, src)
-        info = tarfile.TarInfo(schema.INBOUND)
+        info = tarfile.TarInfo(schema.INBOUND if delta is None else change_log.DELTA_NAME)
         info.size, info.mode = len(data), 0o644
         tar.addfile(info, io.BytesIO(data))
-    return stamp
+        end = tar.offset + 2 * tarfile.BLOCKSIZE  # the end-of-archive blocks, without tar's padding
+    out.truncate(end)                             # to 10 KiB records (a delta is a few hundred bytes)
+    out.seek(end)
+    return stamp, position, delta is None

@@ -118,3 +118,31 @@ def test_a_sessions_finished_rows_go_on_both_sides_and_nothing_undelivered(tmp_p
     inbound.close()
     assert runner.prune(30) == (0, 1)           # the outcome of the message the host removed
     runner.close()
+
+
+def test_the_daily_pass_keeps_inbound_dbs_change_log_to_its_latest_entries(tmp_path, monkeypatch):
+    """A year of a busy chat leaves the log a remote copy follows no longer than a few days of it
+    (issue 44): past that, a remote runner so far behind gets the whole file."""
+    from agent_runner import change_log
+    from agent_runner.store import SessionStore
+    from nanoclaw.lifecycle.records import prune_session
+    from nanoclaw.sessions import store
+    monkeypatch.setattr(change_log, "KEEP_CHANGES", 50)
+    monkeypatch.setattr(change_log.prune, "__defaults__", (50,))
+    folder = tmp_path / "s1"
+    store.prepare(folder, store.Target("cli", "c"))
+    SessionStore.of_session(folder).close()  # a sandbox ran: outbound.db is there
+    conn = store.schema.connect(store.inbound_db(folder))
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO messages_in (id, seq, timestamp, content) VALUES (?, ?, '2026-11-01T00:00:00Z', '{}')",
+                     [(f"m{n}", n + 10) for n in range(400)])
+    conn.execute("COMMIT")
+    held = change_log.position(conn)
+    assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] > 400
+    prune_session(folder, "2026-01-01T00:00:00")
+    assert conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0] <= 50
+    conn.execute("INSERT INTO messages_in (id, seq, timestamp, content) VALUES ('late', 9999, 't', '{}')")
+    conn.execute("BEGIN")
+    assert change_log.since(conn, held)["tables"]["messages_in"]["rows"][0][0] == "late"  # a runner at the top
+    assert change_log.since(conn, {**held, "seq": 5}) is None                              # one from before the cut
+    conn.execute("COMMIT")
