@@ -186,5 +186,6 @@ def test_each_new_message_comes_down_as_a_small_change_whatever_the_history(door
     assert sandbox.pulled["snapshot"] == 1 and sandbox.pulled["delta"] == 10
     per_change = (sandbox.pulled["bytes"] - start_bytes) / 10
     assert per_change < 4 * 1024, f"{per_change:.0f} bytes per change with {history} messages kept"
+    print(f"history {history}: start {start_bytes} bytes, {per_change:.0f} bytes per change")
     if history:
         assert start_bytes > 1 << 20  # the start still carries the whole file (what the sandbox lacks)
