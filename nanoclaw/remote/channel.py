@@ -17,26 +17,22 @@ session's current one (a replaced sandbox's open connection gets nothing more).
 """
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
-import select
 import socketserver
 import sqlite3
-import tarfile
 import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from agent_runner import change_log, nudge
+from agent_runner import nudge
 
-from ..security import walk_tree
-from ..sessions import session_schema as schema
 from ..sessions import store
 from . import mirror, passes, starts, trees
+from .inbound import InboundWatch, inbound_answer
 
 log = logging.getLogger("nanoclaw.remote.channel")
 
@@ -49,88 +45,6 @@ BODY_WAIT_S = 30.0            # how long a request waits for that room before a 
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global")
 UP_PARTS = ("home", "group", "outbox")
-
-
-def inbound_stamp(path: Path) -> str | None:
-    """inode and SQLite's file change counter (header bytes 24-27, bumped by every commit in a
-    rollback-journal database such as inbound.db): exact, and one read of 100 bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        head = os.pread(fd, 100, 0)
-        return f"{os.fstat(fd).st_ino}:{int.from_bytes(head[24:28], 'big')}" if len(head) == 100 else None
-    finally:
-        os.close(fd)
-
-
-class InboundWatch:
-    """Wakes long polls when a session's inbound.db changes: one inotify watch per waited-on host/
-    folder, one thread for all of them, and only that folder's waiters woken (a 20 ms look without
-    inotify)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._folders: dict[Path, tuple[threading.Condition, int]] = {}  # folder -> (its condition, waiters)
-        try:
-            self._watcher: nudge.Watcher | None = nudge.Watcher((schema.INBOUND,))
-        except nudge.Unavailable:
-            self._watcher = None
-        self._stop = threading.Event()
-        if self._watcher is not None:
-            threading.Thread(target=self._run, name="door-inbound-watch", daemon=True).start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._watcher], [], [], 0.5)
-            if not ready:
-                continue
-            with self._lock:
-                hit = self._watcher.drain()
-                conds = [self._folders[f][0] for f in hit if f in self._folders]
-            for cond in conds:
-                with cond:
-                    cond.notify_all()
-
-    def _enter(self, folder: Path) -> threading.Condition:
-        with self._lock:
-            cond, waiters = self._folders.get(folder) or (threading.Condition(), 0)
-            self._folders[folder] = (cond, waiters + 1)
-            if self._watcher is not None:
-                self._watcher.watch(folder)
-            return cond
-
-    def _leave(self, folder: Path) -> None:
-        with self._lock:
-            cond, waiters = self._folders[folder]
-            if waiters > 1:
-                self._folders[folder] = (cond, waiters - 1)
-                return
-            del self._folders[folder]
-            if self._watcher is not None:
-                self._watcher.unwatch(folder)
-
-    def wait(self, folder: Path, path: Path, after: str | None, timeout: float) -> str | None:
-        """The stamp once it differs from `after`, or the same stamp after `timeout`."""
-        deadline = time.monotonic() + timeout
-        stamp = inbound_stamp(path)
-        if stamp != after or timeout <= 0:
-            return stamp
-        cond = self._enter(folder)
-        try:
-            while True:
-                with cond:
-                    stamp = inbound_stamp(path)  # under the condition: a commit now still wakes us
-                    left = deadline - time.monotonic()
-                    if stamp != after or left <= 0:
-                        return stamp
-                    cond.wait(min(left, 0.5 if self._watcher is not None else 0.02))
-        finally:
-            self._leave(folder)
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 class BodyRoom:
@@ -172,6 +86,7 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         self._writer_locks: dict[Path, threading.Lock] = {}
         self._beats: dict[Path, float] = {}
         self._guard = threading.Lock()
+        self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
         Path(path).unlink(missing_ok=True)
         super().__init__(str(path), ChannelHandler)
         os.chmod(path, 0o600)
@@ -210,6 +125,10 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
                 self._writer_locks[session] = threading.Lock()
             return self._writers[session], self._writer_locks[session]
 
+    def count(self, direction: str, size: int) -> None:
+        with self._guard:
+            self.moved[direction] += size
+
     def beat(self, session: Path, stamp: float | None) -> None:
         """The host's heartbeat file moves only when the runner's own heartbeat did (never through a
         link a local sandbox of this session left there)."""
@@ -244,6 +163,7 @@ class ChannelHandler(BaseHTTPRequestHandler):
                 headers: dict | None = None, file=None) -> None:
         """body, or `file` (written, not yet rewound) streamed from its start."""
         size = file.tell() if file is not None else len(body)
+        self.server.count("down", size)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(size))
@@ -286,6 +206,10 @@ class ChannelHandler(BaseHTTPRequestHandler):
             self.server.room.give(size)
 
     def _dispatch(self) -> None:
+        try:
+            self.server.count("up", max(int(self.headers.get("Content-Length") or 0), 0))
+        except ValueError:
+            pass
         session = self._session()
         if session is None:
             self._skip_body()  # unread bytes at the close would reset the connection and lose the answer
@@ -407,34 +331,3 @@ class _Bounded:
     def drain(self) -> None:
         while self.read(1 << 20):
             pass
-
-
-def inbound_answer(session: Path, out, have: set[tuple], held) -> tuple[str | None, dict | None, bool]:
-    """A tar of the inbox files the sandbox lacks, then the changes since the position it holds, or
-    inbound.db as one consistent copy when only a snapshot will do. (stamp, position, whole?)"""
-    db = store.inbound_db(session)
-    conn = schema.connect(db, readonly=True)
-    try:
-        conn.execute("BEGIN")  # one read transaction: the stamp, the position and the bytes belong together
-        delta = change_log.since(conn, held) if held else None
-        data = change_log.encode(delta) if delta is not None else conn.serialize()
-        position = delta["position"] if delta is not None else change_log.position(conn)
-        stamp = inbound_stamp(db)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    with tarfile.open(fileobj=out, mode="w|") as tar:
-        for entry in walk_tree(store.inbox_dir(session)):
-            if entry.is_dir or (entry.rel, entry.st.st_size) in have:
-                continue
-            info = tarfile.TarInfo(f"inbox/{entry.rel}")
-            info.size, info.mode = entry.st.st_size, 0o644
-            with os.fdopen(os.dup(entry.fd), "rb") as src:
-                tar.addfile(info, src)
-        info = tarfile.TarInfo(schema.INBOUND if delta is None else change_log.DELTA_NAME)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
-        end = tar.offset + 2 * tarfile.BLOCKSIZE  # the end-of-archive blocks, without tar's padding
-    out.truncate(end)                             # to 10 KiB records (a delta is a few hundred bytes)
-    out.seek(end)
-    return stamp, position, delta is None
