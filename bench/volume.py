@@ -1,6 +1,11 @@
-"""A busy chat for a year: does one turn cost more? (issue 44, first part: one machine, bubblewrap)
+"""A busy chat for a year: does one turn cost more? (issue 44)
 
-    .venv/bin/python -m bench.volume [TURNS]      (warm turns per state, default 20)
+    .venv/bin/python -m bench.volume [TURNS] [--on bwrap|engine2]   (warm turns per state, default 20)
+
+--on bwrap (the default): this machine's bubblewrap sandbox, the session folders shared.
+--on engine2: the second Docker engine (scripts/remote-engine.sh: another network namespace, TLS),
+the session over the network transport through the door; bytes per turn are the session channel's
+bodies both ways, counted by the door.
 
 One owner's DM with one agent, the web program's pieces in this process (as tests/tg_flow.py runs
 them: the router, delivery, the proxy door, a real bubblewrap sandbox with the real SDK and CLI
@@ -18,8 +23,6 @@ Printed per state: warm turn p50 and p90 (webhook accepted → the answer at the
 first answer after a sandbox start (the filled states: the restart on the full databases), this
 process's CPU per turn (router, delivery, door and fakes: the same fakes in every state), and the
 session databases' sizes; then each state's p50 against the empty chat's (goal: within 10 %).
-Not measured here: the network transport's bytes per turn and the second engine (issue 44's
-bench is not finished).
 """
 from __future__ import annotations
 
@@ -105,7 +108,27 @@ def fill_session(session: Path, rows: int) -> None:
     outbound.close()
 
 
-def run_state(name: str, turns: int, session_rows: int | None) -> dict:
+def engine2() -> dict:
+    """The second engine's client settings, the engine started (and the agent image on it) as needed."""
+    import os
+    import subprocess
+    script = ROOT / "scripts" / "remote-engine.sh"
+    started = subprocess.run([str(script), "start"], capture_output=True, text=True, check=True)
+    env = dict(line.split("=", 1) for line in started.stdout.split())
+    subprocess.run([str(script), "load", "nanoclaw-agent:latest"], check=True, capture_output=True)
+    for name in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
+        os.environ[name] = env[name]
+    from tests.service_harness import free_port
+    return {"runtime": "docker", "NANOCLAW_DOOR_LISTEN": f"{env['NANOCLAW_TEST_DOOR_ADDRESS']}:{free_port()}",
+            "NANOCLAW_DOOR_RELAY_NETWORK": "host"}
+
+
+def moved(svc) -> int:
+    remote = getattr(svc.proxy, "remote", None)  # the door's network side, when it listens
+    return sum(remote.channel.moved.values()) if remote is not None else 0
+
+
+def run_state(name: str, turns: int, session_rows: int | None, on: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="nanoclaw-volume-") as tmp:
         tmp_path = Path(tmp)
 
@@ -115,7 +138,7 @@ def run_state(name: str, turns: int, session_rows: int | None) -> dict:
             base.update({k: str(v) for k, v in env.items()})
             return Settings.load(environ=base, dotenv_path=tmp_path / "no.env")
         db = tmp_path / "data" / "nanoclaw.db"
-        with sandbox_service(make_settings, f"sqlite:///{db}", brain) as svc:
+        with sandbox_service(make_settings, f"sqlite:///{db}", brain, **on) as svc:
             for args in (("agent", "create", "Andy"), ("user", "add", "telegram:111", "--role", "owner"),
                          ("wire", "telegram", "111", "andy")):
                 svc.cli(*args)
@@ -138,7 +161,7 @@ def run_state(name: str, turns: int, session_rows: int | None) -> dict:
                 svc.post(message(111, OWNER, "back again"))  # the restart on the full databases: apart
                 svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, what="the answer after the restart")
                 cold = time.monotonic() - restarted
-            times, cpu0 = [], time.process_time()
+            times, cpu0, bytes0 = [], time.process_time(), moved(svc)
             for n in range(turns):
                 before = len(texts(svc.tg, 111))
                 time.sleep(0.2)  # a person does not answer within 200 ms
@@ -147,27 +170,35 @@ def run_state(name: str, turns: int, session_rows: int | None) -> dict:
                 svc.wait(lambda: len(texts(svc.tg, 111)) > before, what=f"the answer to turn {n}")
                 times.append(time.monotonic() - t0)
             cpu = (time.process_time() - cpu0) / turns
+            per_turn = (moved(svc) - bytes0) / turns
             sizes = {p.name: p.stat().st_size for p in (store.inbound_db(session),
                                                         store.agent_part(session) / "outbound.db")}
         return {"name": name, "p50": statistics.median(times) * 1000,
                 "p90": sorted(times)[int(len(times) * 0.9) - 1] * 1000, "cpu_ms": cpu * 1000, "cold_s": cold,
-                "sizes": sizes}
+                "bytes_per_turn": per_turn, "sizes": sizes}
 
 
-def main() -> None:
-    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+def main(argv: list[str]) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m bench.volume", description=__doc__.split("\n")[0])
+    parser.add_argument("turns", nargs="?", type=int, default=20, help="warm turns per state (20)")
+    parser.add_argument("--on", choices=("bwrap", "engine2"), default="bwrap",
+                        help="this machine's bubblewrap, or the second engine over the network transport")
+    args = parser.parse_args(argv)
+    on = engine2() if args.on == "engine2" else {}
     results = []
     for name, rows in (("empty", None), ("a year, retention on", KEPT), ("a year, no retention", YEAR_MESSAGES)):
         print(f"{name} ...", flush=True)
-        results.append(run_state(name, turns, rows))
+        results.append(run_state(name, args.turns, rows, on))
     base = results[0]["p50"]
-    print(f"\n{turns} warm turns per state, bubblewrap:")
+    print(f"\n{args.turns} warm turns per state, {args.on}:")
     for r in results:
         sizes = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in r["sizes"].items())
+        network = f"  {r['bytes_per_turn'] / 1024:.1f} KiB/turn through the door" if on else ""
         print(f"  {r['name']:22s} p50 {r['p50']:6.0f} ms  p90 {r['p90']:6.0f} ms  x{r['p50'] / base:.2f}  "
-              f"CPU here {r['cpu_ms']:5.0f} ms/turn  start to answer {r['cold_s']:.1f} s  ({sizes})")
+              f"CPU here {r['cpu_ms']:5.0f} ms/turn  start to answer {r['cold_s']:.1f} s{network}  ({sizes})")
     print(json.dumps([{k: v for k, v in r.items() if k != "sizes"} for r in results]))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

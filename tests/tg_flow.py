@@ -204,7 +204,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", *
             bg = service.start(app, manager)
             try:
                 svc = Service(app, tg, model, settings)
-                svc.runtime = sandbox_runtime
+                svc.runtime, svc.proxy = sandbox_runtime, door
                 yield svc
             finally:
                 service.stop_intake(app)

@@ -57,10 +57,11 @@ def _key(row: str, pk: list[str]) -> str:
     return "json_array(" + ", ".join(f'{row}."{c}"' for c in pk) + ")"
 
 
-def track(conn: sqlite3.Connection) -> None:
-    """The log's tables and each table's triggers, where missing (the writer's connect calls it)."""
+def track(conn: sqlite3.Connection, only: tuple[str, ...] | None = None) -> None:
+    """The log's tables and each table's triggers (or those of `only`), where missing (the host's
+    connect to inbound.db; a remote runner for its claims in outbound.db)."""
     conn.executescript(TRACKING_DDL)
-    for table in tables(conn):
+    for table in only or tables(conn):
         _, pk = _columns(conn, table)
         new, old = _key("NEW", pk), _key("OLD", pk)
         # A delete, then an insert: never a conflict clause, which the statement that fired the

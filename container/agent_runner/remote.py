@@ -134,7 +134,6 @@ class RemoteSession:
         self.pulled = {"snapshot": 0, "delta": 0, "bytes": 0}
         self._inbox: set[tuple[str, int]] = set()
         self._host_seq = 0
-        self._acks_sent: dict[str, tuple] = {}   # message_id -> (status, status_changed) the door has
         self._sent_outbox: set[tuple[str, int]] = set()
         self._sent_files: dict[str, dict] = {}
         self._known: dict[str, dict[str, str]] = {}  # part -> rel -> sha256 of the content the host has from us
@@ -164,7 +163,9 @@ class RemoteSession:
         path.write_bytes(data)
         self._out = schema.connect(path)  # our reading connection, open for the runner's whole life
         self._host_seq = self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0]
-        self._acks_sent = self._acks()  # what came down is what the door's copy holds
+        # Claims and outcomes go up as changes: ours are logged from here on (what came down is what
+        # the door's copy holds), and each entry goes once the door confirmed it.
+        change_log.track(self._out, only=("processing_ack",))
         self._sent_outbox = set(self._outbox_files())
         self.pull(wait=0)
         log.info("session fetched from the door in %.0f ms", (time.monotonic() - started) * 1000)
@@ -254,10 +255,7 @@ class RemoteSession:
                     break  # the rest goes with the next push (the door takes bodies of 16 MiB at most)
                 out.append(dict(row))
             # acks go up as changes since what the door confirmed (a busy chat keeps tens of thousands)
-            acks = self._acks()
-            changed = [{"message_id": m, "status": v[0], "status_changed": v[1]} for m, v in acks.items()
-                       if self._acks_sent.get(m) != v][:ACKS_PER_PUSH]
-            gone = [m for m in self._acks_sent if m not in acks][:ACKS_PER_PUSH]
+            changed, gone, upto = self._ack_changes()
             payload = {
                 "out": out,
                 "acks": changed,
@@ -273,14 +271,24 @@ class RemoteSession:
             status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload).encode())
             self._expect(status, "outbound rows", data)
             self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
-            for ack in changed:
-                self._acks_sent[ack["message_id"]] = (ack["status"], ack["status_changed"])
-            for message_id in gone:
-                self._acks_sent.pop(message_id, None)
+            if upto:  # the door has these: a claim changed again meanwhile has a newer entry, kept
+                self._out.execute("DELETE FROM changes WHERE seq <= ?", (upto,))
 
-    def _acks(self) -> dict[str, tuple]:
-        return {r[0]: (r[1], r[2]) for r in self._out.execute(
-            "SELECT message_id, status, status_changed FROM processing_ack")}
+    def _ack_changes(self) -> tuple[list[dict], list[str], int]:
+        """Claims and outcomes changed since the door's last confirmation, at most ACKS_PER_PUSH
+        (changed, released, the log's seq they reach)."""
+        found = self._out.execute("SELECT seq, pk, gone FROM changes WHERE tbl = 'processing_ack' ORDER BY seq "
+                                  "LIMIT ?", (ACKS_PER_PUSH,)).fetchall()
+        changed, gone = [], []
+        for _seq, pk, was_removed in found:
+            message_id = json.loads(pk)[0]
+            row = None if was_removed else self._out.execute(
+                "SELECT status, status_changed FROM processing_ack WHERE message_id = ?", (message_id,)).fetchone()
+            if row is None:
+                gone.append(message_id)
+            else:
+                changed.append({"message_id": message_id, "status": row[0], "status_changed": row[1]})
+        return changed, gone, found[-1][0] if found else 0
 
     def _has_new_rows(self) -> bool:
         return self._out.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0] > self._host_seq

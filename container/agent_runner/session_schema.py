@@ -101,6 +101,8 @@ CREATE TABLE IF NOT EXISTS processing_ack (
     status         TEXT NOT NULL,                    -- processing | completed | failed
     status_changed TEXT NOT NULL
 );
+-- the claims of a turn under way, found without reading a year of outcomes
+CREATE INDEX IF NOT EXISTS idx_processing_ack_open ON processing_ack (message_id) WHERE status = 'processing';
 CREATE TABLE IF NOT EXISTS session_state (
     key    TEXT PRIMARY KEY,
     value  TEXT
