@@ -11,10 +11,11 @@ the door's session channel (door_link.py), in three threads' worth of work:
           (change_log.py), applied in one transaction; the whole file only at the start or after a
           gap, replacing ours by a rename. The runner's inotify watch sees either as the host's commit;
 - up:     after each commit of ours (the store's nudge) or heartbeat, and once a second anyway: new
-          outbox files, then the new rows, the claims, the state and the current tool; and, while
-          no turn runs, the files of home/ and the group folder that changed, and the names of those
-          removed here, each with the digest of the content this side last knew: the host removes
-          its copy only while it is still that content (another sandbox's later change stays).
+          outbox files, then the new rows, the claims, the state and the current tool; and the
+          files of home/ and the group folder that changed (every 2 s between turns, every 5 s
+          during one, so a kill mid-turn loses at most that), and the names of those removed
+          here, each with the digest of the content this side last knew: the host removes its
+          copy only while it is still that content (another sandbox's later change stays).
 At a stop, one last push and file upload. Nothing here is trusted by the host: it checks all of it.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ log = logging.getLogger("agent_runner.remote")
 LONG_POLL_S = 25.0
 PUSH_EVERY_S = 1.0
 FILES_EVERY_S = 2.0
+FILES_IN_TURN_S = 5.0  # during a turn, changed files go up at most this often: a kill loses no more
 BACKOFF_MAX_S = 5.0
 PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
@@ -350,7 +352,8 @@ class RemoteSession:
             try:
                 pushed_at = time.monotonic()
                 self.push()
-                if time.monotonic() - self._files_at > FILES_EVERY_S and not self._turn_running():
+                every = FILES_IN_TURN_S if self._turn_running() else FILES_EVERY_S
+                if time.monotonic() - self._files_at > every:
                     self.sync_files()
                 pause = 0.2
             except Exception as exc:  # noqa: BLE001 - as for the down loop

@@ -206,3 +206,25 @@ def test_a_file_removed_in_the_sandbox_is_gone_on_the_host_unless_changed_since(
         svc.wait(lambda: not (group / "notes" / "a.txt").exists(), timeout=60,
                  what="the file removed in the sandbox, gone on the host")
         assert (group / "b.txt").read_text() == "theirs"
+
+
+def test_a_file_written_mid_turn_survives_a_kill_of_the_sandbox(make_settings, sqlite_url, remote):
+    """Changed files go up during a turn too (every few seconds), not only between turns: a sandbox
+    killed in a long turn loses at most the last few seconds of its files."""
+    held = HeldTurn("draft it")
+
+    def brain(req):
+        if "draft it" in req.current_prompt() and not req.turn_tool_results():
+            return Reply.call("Bash", command="printf 'half a plan' > /workspace/group/plan.txt")
+        return held(req)
+    with sandbox_service(make_settings, sqlite_url, brain, runtime="docker", **remote) as svc:
+        owner_dm(svc)
+        svc.post(message(111, OWNER, "draft it"))
+        assert held.held.wait(90), "the model call after the file was written never came"
+        plan = svc.settings.groups_dir / "andy" / "plan.txt"
+        svc.wait(plan.exists, timeout=30, what="the file written mid-turn, on the host while the turn runs")
+        [name] = only_on_the_second_engine(svc)
+        svc.runtime.client.containers.get(name).kill()  # SIGKILL: no last upload
+        held.release()
+        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer after the restart")
+        assert plan.read_text() == "half a plan"
