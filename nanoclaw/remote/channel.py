@@ -14,18 +14,26 @@ session's current one (a replaced sandbox's open connection gets nothing more).
     GET  /files/<part>   home | group | global, as a tar
     PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py)
     DELETE /files/<part> home | group: files removed in the sandbox, {"files": {name: sha256}}
+
+Thousands of sandboxes each keep a long poll open, so connections live on one event loop (a
+coroutine and its buffers each, no thread): HTTP/1.1 is read there, a long poll waits there, and
+request bodies are read there within a shared budget. What touches SQLite or the disk runs on a
+small pool of threads (WORKERS), one request at a time per connection.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
-import socketserver
+import socket
 import sqlite3
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 from agent_runner import nudge
@@ -40,8 +48,10 @@ MAX_WAIT_S = 30.0
 IDLE_S = MAX_WAIT_S + 30      # a kept-alive connection with no request for this long is closed
 MAX_JSON = 16 << 20           # a push (the runner sends rows in pieces below this) or an ask
 MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
+MAX_HEAD = 64 << 10           # a request's line and headers
 BODIES_IN_FLIGHT = 64 << 20   # request bodies held in memory at once, all connections together
 BODY_WAIT_S = 30.0            # how long a request waits for that room before a 503
+WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global")
 UP_PARTS = ("home", "group", "outbox")
@@ -50,37 +60,68 @@ UP_PARTS = ("home", "group", "outbox")
 class BodyRoom:
     """How many request body bytes the channel holds in memory at once: a request takes its length
     before reading and gives it back when done, so concurrent large bodies wait (or get a 503) rather
-    than add up past what the door's process may use."""
+    than add up past what the door's process may use. Used on the channel's loop only."""
 
     def __init__(self, total: int = BODIES_IN_FLIGHT):
         self.total, self.used = total, 0
-        self._cond = threading.Condition()
+        self._freed: asyncio.Event | None = None
 
-    def take(self, size: int, timeout: float = BODY_WAIT_S) -> bool:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self.used + size <= self.total, timeout):
+    async def take(self, size: int, timeout: float = BODY_WAIT_S) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.used + size > self.total:
+            self._freed = self._freed or asyncio.Event()
+            try:
+                await asyncio.wait_for(self._freed.wait(), deadline - time.monotonic())
+            except (TimeoutError, ValueError):
                 return False
-            self.used += size
-            return True
+            self._freed = None
+        self.used += size
+        return True
 
     def give(self, size: int) -> None:
-        with self._cond:
-            self.used -= size
-            self._cond.notify_all()
+        self.used -= size
+        if self._freed is not None:
+            self._freed.set()
 
 
 class Busy(Exception):
     """No room for a request body now: 503, the runner tries again."""
 
 
-class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
+class Refused(Exception):
+    """A request answered with an error and the connection closed (its body may be unread)."""
 
-    def __init__(self, path: Path, settings, key: bytes, *, sandbox_uid: int | None = None):
+    def __init__(self, status: int, why: str):
+        super().__init__(why)
+        self.status = status
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    claims: passes.Claims
+    session: Path
+    length: int = 0
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: dict = field(default_factory=dict)
+    file: object = None  # written, not yet rewound: streamed from its start instead of body
+
+
+def json_answer(status: int, payload) -> Answer:
+    return Answer(status, json.dumps(payload).encode())
+
+
+class SessionChannel:
+    def __init__(self, path: Path, settings, key: bytes):
         self.settings, self.key = settings, key
-        self.sandbox_uid = sandbox_uid
-        self.watch = InboundWatch()
         self.room = BodyRoom()
         self._writers: dict[Path, sqlite3.Connection] = {}
         self._writer_locks: dict[Path, threading.Lock] = {}
@@ -88,33 +129,48 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
         Path(path).unlink(missing_ok=True)
-        super().__init__(str(path), ChannelHandler)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
         os.chmod(path, 0o600)
-        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name="door-session-channel", daemon=True)
+        self._sock.listen(1024)
+        self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="door-channel")
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="door-session-channel", daemon=True)
 
     def start(self) -> "SessionChannel":
         self.thread.start()
+        self._ready.wait(10)
         return self
 
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.watch = InboundWatch(self.loop)
+        self._server = self.loop.run_until_complete(
+            asyncio.start_unix_server(self._connection, sock=self._sock, limit=MAX_HEAD))
+        self._ready.set()
+        self.loop.run_forever()
+        self.loop.close()
+
     def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self.watch.close()
+        async def close() -> None:
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=5) if tasks else None  # each closes its connection
+            self.watch.close()
+        if self.thread.is_alive():
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+        self.pool.shutdown(wait=False, cancel_futures=True)
         with self._guard:
             for conn in self._writers.values():
                 conn.close()
             self._writers.clear()
 
-    def handle_error(self, request, client_address) -> None:
-        """A sandbox that went away mid-answer (stopped, killed) is not an error of the door's."""
-        import sys
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
-            log.info("door: a sandbox went away mid-answer (%s)", type(exc).__name__)
-        else:
-            log.exception("door: the session channel failed on a request")
-
+    # -- what the pool's threads share ---------------------------------------------------------
     def writer(self, session: Path) -> tuple[sqlite3.Connection, threading.Lock]:
         """The door's one connection to a session's outbound.db copy (it is that file's one writer)."""
         with self._guard:
@@ -137,197 +193,222 @@ class SessionChannel(socketserver.ThreadingMixIn, socketserver.UnixStreamServer)
         self._beats[session] = stamp
         nudge.touch_plain(store.heartbeat_file(session))
 
+    def roots(self, claims: passes.Claims, session: Path) -> dict[str, Path]:
+        """The folders the session's files come from and go to, from the host's own records."""
+        return {"home": store.agent_part(session) / "home",
+                "group": self.settings.groups_dir / claims.folder,
+                "global": self.settings.groups_dir / "global",
+                "outbox": store.outbox_dir(session)}
 
-class ChannelHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: SessionChannel
-    timeout = IDLE_S  # the socket's: an idle connection (no request, no bytes) ends, and its thread
-
-    def log_message(self, format, *args):  # noqa: A002 - the stdlib's name; our own line is below
-        pass
-
-    def setup(self) -> None:
-        super().setup()
-        line = self.rfile.readline(512).decode("ascii", "replace").split()
-        self.claims: passes.Claims | None = None
-        if len(line) == 4:
-            folder, session_id, expires, nonce = line
-            self.claims = passes.Claims(self.server.settings.install_id, folder, session_id, nonce, int(expires))
-
-    def _session(self) -> Path | None:
-        if self.claims is None or self.claims.expires < time.time():
-            return None
-        return starts.session_if_current(self.server.settings.sessions_dir, self.claims)
-
-    def _answer(self, status: int, body: bytes = b"", content_type: str = "application/json",
-                headers: dict | None = None, file=None) -> None:
-        """body, or `file` (written, not yet rewound) streamed from its start."""
-        size = file.tell() if file is not None else len(body)
-        self.server.count("down", size)
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(size))
-        fresh = passes.renewed(self.server.key, self.claims) if self.claims else None
-        if fresh:
-            self.send_header(PASS_HEADER, fresh)
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if file is not None:
-            file.seek(0)
-            while chunk := file.read(1 << 20):
-                self.wfile.write(chunk)
-        elif body:
-            self.wfile.write(body)
-
-    def _refuse(self, status: int, why: str) -> None:
-        log.warning("door: %s %s for %s refused: %s", self.command, self.path,
-                    self.claims and f"{self.claims.folder}/{self.claims.session}", why)
-        self._answer(status, json.dumps({"error": why}).encode())
-
-    def _skip_body(self) -> None:
+    # -- a connection, on the loop --------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        claims = None
         try:
-            size = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            size = 0
-        if 0 < size <= MAX_JSON:
-            _Bounded(self.rfile, size).drain()
+            line = (await asyncio.wait_for(reader.readline(), IDLE_S)).decode("ascii", "replace").split()
+            if len(line) == 4:
+                folder, session_id, expires, nonce = line
+                claims = passes.Claims(self.settings.install_id, folder, session_id, nonce, int(expires))
+            while await self._one_request(claims, reader, writer):
+                pass
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass  # idle past IDLE_S, gone, or not HTTP: the connection ends
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one request's failure ends its connection, not the channel
+            log.exception("door: the session channel failed on a request of %s",
+                          claims and f"{claims.folder}/{claims.session}")
+        finally:
+            writer.close()
 
-    def _json(self, limit: int = MAX_JSON):
+    async def _one_request(self, claims, reader, writer) -> bool:
+        """Read, serve and answer one request; whether the connection goes on."""
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _version = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        if length < 0:
+            raise ValueError("a negative body length")
+        self.count("up", length)
+        session = None
+        if claims is not None and claims.expires >= time.time():
+            session = starts.session_if_current(self.settings.sessions_dir, claims)
+        request = Request(method, path, headers, claims, session, length)
+        try:
+            if session is None:
+                await self._skip(reader, length)  # unread bytes at the close would reset it and lose the answer
+                raise Refused(403, "this pass's sandbox is no longer the session's")
+            answer = await self._serve(request, reader)
+            keep = headers.get("connection", "").lower() != "close"
+        except (Refused, ValueError, trees.BadTree, mirror.BadPush, Busy) as exc:
+            status = exc.status if isinstance(exc, Refused) else 503 if isinstance(exc, Busy) else 400
+            why = "the door holds as many request bodies as it may; try again" if isinstance(exc, Busy) else str(exc)
+            log.warning("door: %s %s for %s refused: %s", method, path,
+                        claims and f"{claims.folder}/{claims.session}", why)
+            answer, keep = json_answer(status, {"error": why}), False  # the rest of a refused body is not read
+        await self._send(answer, claims, writer)
+        return keep
+
+    async def _skip(self, reader, length: int) -> None:
+        if 0 < length <= MAX_JSON:
+            while length > 0:
+                chunk = await asyncio.wait_for(reader.read(min(length, 1 << 20)), IDLE_S)
+                if not chunk:
+                    raise ConnectionError("the body ended early")
+                length -= len(chunk)
+
+    async def _json(self, reader, length: int, limit: int = MAX_JSON):
         """The request's JSON body, read within the channel's room for bodies (Busy when there is none)."""
-        size = int(self.headers.get("Content-Length") or 0)
-        if size < 0 or size > limit:
+        if length > limit:
             raise ValueError(f"body over {limit} bytes")
-        if not self.server.room.take(size):
+        if not await self.room.take(length):
             raise Busy()
         try:
-            return json.loads(self.rfile.read(size) or b"{}")
+            return json.loads(await asyncio.wait_for(reader.readexactly(length), IDLE_S) or b"{}")
         finally:
-            self.server.room.give(size)
+            self.room.give(length)
 
-    def _dispatch(self) -> None:
+    async def _work(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def _send(self, answer: Answer, claims, writer: asyncio.StreamWriter) -> None:
+        size = answer.file.tell() if answer.file is not None else len(answer.body)
+        self.count("down", size)
+        lines = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}",
+                 f"Content-Type: {answer.content_type}", f"Content-Length: {size}"]
+        fresh = passes.renewed(self.key, claims) if claims else None
+        if fresh:
+            lines.append(f"{PASS_HEADER}: {fresh}")
+        lines += [f"{name}: {value}" for name, value in answer.headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         try:
-            self.server.count("up", max(int(self.headers.get("Content-Length") or 0), 0))
-        except ValueError:
-            pass
-        session = self._session()
-        if session is None:
-            self._skip_body()  # unread bytes at the close would reset the connection and lose the answer
-            self._refuse(403, "this pass's sandbox is no longer the session's")
-            self.close_connection = True
-            return
-        route = {("POST", "/inbound"): self._inbound, ("GET", "/outbound"): self._outbound_copy,
-                 ("POST", "/outbound"): self._push}.get((self.command, self.path))
-        try:
-            if route is not None:
-                route(session)
-            elif self.path.startswith("/files/") and self.command in ("GET", "PUT"):
-                self._files(session, self.path[len("/files/"):])
-            elif self.path.startswith("/files/") and self.command == "DELETE":
-                self._removed(session, self.path[len("/files/"):])
+            if answer.file is not None:
+                answer.file.seek(0)
+                while chunk := answer.file.read(1 << 20):
+                    writer.write(chunk)
+                    await writer.drain()
             else:
-                self._skip_body()
-                self._refuse(404, f"no {self.command} {self.path} on the session channel")
-        except (ValueError, trees.BadTree, mirror.BadPush) as exc:
-            self.close_connection = True  # the rest of a refused body is not read
-            self._refuse(400, str(exc))
-        except Busy:
-            self.close_connection = True
-            self._refuse(503, "the door holds as many request bodies as it may; try again")
+                writer.write(answer.body)
+            await writer.drain()
+        finally:
+            if answer.file is not None:
+                answer.file.close()
 
-    do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+    # -- the routes ------------------------------------------------------------------------------
+    async def _serve(self, request: Request, reader) -> Answer:
+        method, path, session = request.method, request.path, request.session
+        if (method, path) == ("POST", "/inbound"):
+            return await self._inbound(request, reader)
+        if (method, path) == ("GET", "/outbound"):
+            return await self._work(self._outbound_copy, session)
+        if (method, path) == ("POST", "/outbound"):
+            return await self._work(self._push, session, await self._json(reader, request.length))
+        if path.startswith("/files/"):
+            part = path[len("/files/"):]
+            roots = self.roots(request.claims, session)
+            if method == "GET" and part in DOWN_PARTS:
+                return await self._work(self._pack, roots[part])
+            if method == "PUT" and part in UP_PARTS:
+                body = _LoopBody(reader, request.length, asyncio.get_running_loop())
+                return await self._work(self._unpack, request, roots[part], body)
+            if method == "DELETE" and part in ("home", "group"):
+                return await self._work(self._removed, request, roots[part], await self._json(reader, request.length))
+            await self._skip(reader, request.length)
+            raise Refused(404, f"no {method} of files '{part}'")
+        await self._skip(reader, request.length)
+        raise Refused(404, f"no {method} {path} on the session channel")
 
-    # -- down ------------------------------------------------------------------------------------
-    def _inbound(self, session: Path) -> None:
-        ask = self._json(MAX_ASK)
+    async def _inbound(self, request: Request, reader) -> Answer:
+        ask = await self._json(reader, request.length, MAX_ASK)
         if not isinstance(ask, dict):
             raise ValueError("the request is not a JSON object")
         wait = min(max(float(ask.get("wait") or 0), 0.0), MAX_WAIT_S)
         have = {tuple(x) for x in ask.get("have") or [] if isinstance(x, list) and len(x) == 2}
-        db = store.inbound_db(session)
-        stamp = self.server.watch.wait(db.parent, db, ask.get("after"), wait)
+        db = store.inbound_db(request.session)
+        stamp = await self.watch.wait(db.parent, db, ask.get("after"), wait)
         if stamp is None or stamp == ask.get("after"):
-            self._answer(204)
-            return
-        with tempfile.TemporaryFile() as out:
-            stamp, position, whole = inbound_answer(session, out, have, ask.get("position"))
-            self._answer(200, content_type="application/x-tar", file=out, headers={
-                "X-Stamp": stamp or "", "X-Position": json.dumps(position) if position else "",
-                "X-Inbound": "snapshot" if whole else "delta"})
+            return Answer(204)
+        return await self._work(self._inbound_answer, request.session, have, ask.get("position"))
 
-    def _outbound_copy(self, session: Path) -> None:
-        conn, lock = self.server.writer(session)
+    # -- on the pool -----------------------------------------------------------------------------
+    @staticmethod
+    def _inbound_answer(session: Path, have: set, position) -> Answer:
+        out = tempfile.TemporaryFile()
+        stamp, position, whole = inbound_answer(session, out, have, position)
+        return Answer(200, content_type="application/x-tar", file=out, headers={
+            "X-Stamp": stamp or "", "X-Position": json.dumps(position) if position else "",
+            "X-Inbound": "snapshot" if whole else "delta"})
+
+    def _outbound_copy(self, session: Path) -> Answer:
+        conn, lock = self.writer(session)
         with lock:
-            self._answer(200, conn.serialize(), "application/vnd.sqlite3")
+            return Answer(200, conn.serialize(), "application/vnd.sqlite3")
 
-    def _files(self, session: Path, part: str) -> None:
-        roots = self._roots(session)
-        if part not in (DOWN_PARTS if self.command == "GET" else UP_PARTS):
-            self._refuse(404, f"no {self.command} of files '{part}'")
-            return
-        if self.command == "GET":
-            with tempfile.TemporaryFile() as out:
-                count = trees.pack(roots[part], out)
-                self._answer(200, content_type="application/x-tar", headers={"X-Files": str(count)}, file=out)
-            return
-        reader = _Bounded(self.rfile, int(self.headers.get("Content-Length") or 0))
-        try:
-            done = trees.unpack(roots[part], reader)
-        finally:
-            reader.drain()
-        if done.skipped:
-            log.warning("door: %s/%s %s upload passed over %d entr(ies), e.g. %s", self.claims.folder,
-                        self.claims.session, part, len(done.skipped), done.skipped[0][:200])
-        self._answer(200, json.dumps({"files": done.files, "bytes": done.bytes,
-                                      "skipped": len(done.skipped)}).encode())
-
-    def _roots(self, session: Path) -> dict[str, Path]:
-        """The folders the session's files come from and go to, from the host's own records."""
-        return {"home": store.agent_part(session) / "home",
-                "group": self.server.settings.groups_dir / self.claims.folder,
-                "global": self.server.settings.groups_dir / "global",
-                "outbox": store.outbox_dir(session)}
-
-    def _removed(self, session: Path, part: str) -> None:
-        roots = self._roots(session)
-        if part not in ("home", "group"):
-            self._skip_body()
-            self._refuse(404, f"no removal of files '{part}'")
-            return
-        done = trees.remove_known(roots[part], trees.removals(self._json()))
-        if done.kept:
-            log.info("door: %s/%s kept %d file(s) removed in the sandbox but changed since it knew them (or not "
-                     "plain files), e.g. %s", self.claims.folder, self.claims.session, len(done.kept), done.kept[0][:200])
-        self._answer(200, json.dumps({"removed": done.removed, "kept": len(done.kept)}).encode())
-
-    # -- up --------------------------------------------------------------------------------------
-    def _push(self, session: Path) -> None:
-        push = mirror.check(self._json())
-        conn, lock = self.server.writer(session)
+    def _push(self, session: Path, payload) -> Answer:
+        push = mirror.check(payload)
+        conn, lock = self.writer(session)
         with lock:
             added, top = mirror.apply(conn, push)
-        self.server.beat(session, push.heartbeat)
+        self.beat(session, push.heartbeat)
         if added or push.container is not None:
             nudge.touch(store.agent_part(session))  # delivery's inotify wakes on it, as for a local runner
-        self._answer(200, json.dumps({"max_seq": top, "added": added}).encode())
+        return json_answer(200, {"max_seq": top, "added": added})
+
+    @staticmethod
+    def _pack(root: Path) -> Answer:
+        out = tempfile.TemporaryFile()
+        count = trees.pack(root, out)
+        return Answer(200, content_type="application/x-tar", headers={"X-Files": str(count)}, file=out)
+
+    @staticmethod
+    def _unpack(request: Request, root: Path, body: "_LoopBody") -> Answer:
+        try:
+            done = trees.unpack(root, body)
+        finally:
+            body.drain()
+        if done.skipped:
+            log.warning("door: %s/%s %s upload passed over %d entr(ies), e.g. %s", request.claims.folder,
+                        request.claims.session, request.path, len(done.skipped), done.skipped[0][:200])
+        return json_answer(200, {"files": done.files, "bytes": done.bytes, "skipped": len(done.skipped)})
+
+    @staticmethod
+    def _removed(request: Request, root: Path, payload) -> Answer:
+        done = trees.remove_known(root, trees.removals(payload))
+        if done.kept:
+            log.info("door: %s/%s kept %d file(s) removed in the sandbox but changed since it knew them (or not "
+                     "plain files), e.g. %s", request.claims.folder, request.claims.session, len(done.kept),
+                     done.kept[0][:200])
+        return json_answer(200, {"removed": done.removed, "kept": len(done.kept)})
 
 
-class _Bounded:
-    """The request body as a stream that ends at Content-Length (tarfile reads in blocks)."""
+class _LoopBody:
+    """A request body as a stream a pool thread reads (tarfile reads in blocks): each read is done
+    on the loop, and the stream ends at Content-Length."""
 
-    def __init__(self, raw, size: int):
-        if size < 0:
-            raise ValueError("no body length")
-        self.raw, self.left = raw, size
+    def __init__(self, reader: asyncio.StreamReader, size: int, loop: asyncio.AbstractEventLoop):
+        self.reader, self.left, self.loop = reader, size, loop
 
     def read(self, n: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
+        """n bytes (fewer only at the body's end), as a file's read gives them."""
         n = self.left if n is None or n < 0 else min(n, self.left)
-        data = self.raw.read(n)
-        self.left -= len(data)
-        return data
+        chunks = []
+        while n > 0:
+            step = min(n, 1 << 20)
+            try:
+                chunks.append(asyncio.run_coroutine_threadsafe(self.reader.readexactly(step), self.loop).result(IDLE_S))
+            except asyncio.IncompleteReadError as exc:
+                raise ConnectionError("the body ended early") from exc
+            n -= step
+            self.left -= step
+        return b"".join(chunks)
 
     def drain(self) -> None:
-        while self.read(1 << 20):
+        try:
+            while self.read(1 << 20):
+                pass
+        except (ConnectionError, TimeoutError):
             pass

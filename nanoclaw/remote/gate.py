@@ -21,6 +21,7 @@ sandbox start is no longer the session's current one (stopped, replaced) are clo
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import logging
 import resource
 import threading
@@ -34,6 +35,12 @@ from ..config import host_port
 from . import passes, starts
 
 log = logging.getLogger("nanoclaw.remote.gate")
+
+# asyncio keeps a 256 KiB read buffer per TLS connection for the connection's life: 5,000 idle
+# sandboxes' long polls would hold 1.25 GiB in them alone. A TLS record carries at most 16 KiB, so
+# 32 KiB still reads whole records (bench/door_connections.py: 481 -> 254 KiB a sandbox). The gate
+# is the proxy program's only asyncio TLS.
+asyncio.sslproto.SSLProtocol.max_size = 32 << 10
 
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048

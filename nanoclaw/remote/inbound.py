@@ -3,12 +3,10 @@ then the rows changed since the runner's position in the file's change log, or t
 (agent_runner/change_log.py), with the person's inbox files the sandbox lacks first."""
 from __future__ import annotations
 
+import asyncio
 import io
 import os
-import select
 import tarfile
-import threading
-import time
 from pathlib import Path
 
 from agent_runner import change_log, nudge
@@ -33,71 +31,60 @@ def inbound_stamp(path: Path) -> str | None:
 
 
 class InboundWatch:
-    """Wakes long polls when a session's inbound.db changes: one inotify watch per waited-on host/
-    folder, one thread for all of them, and only that folder's waiters woken (a 20 ms look without
-    inotify)."""
+    """Wakes long polls when a session's inbound.db changes, on the channel's event loop: one inotify
+    watch per waited-on host/ folder, read by the loop itself (no thread), and only that folder's
+    waiters woken. A look every SAFETY_S anyway (every 20 ms without inotify)."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._folders: dict[Path, tuple[threading.Condition, int]] = {}  # folder -> (its condition, waiters)
+    SAFETY_S = 5.0
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._folders: dict[Path, set[asyncio.Event]] = {}
         try:
             self._watcher: nudge.Watcher | None = nudge.Watcher((schema.INBOUND,))
         except nudge.Unavailable:
             self._watcher = None
-        self._stop = threading.Event()
         if self._watcher is not None:
-            threading.Thread(target=self._run, name="door-inbound-watch", daemon=True).start()
+            loop.add_reader(self._watcher.fileno(), self._readable)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._watcher], [], [], 0.5)
-            if not ready:
-                continue
-            with self._lock:
-                hit = self._watcher.drain()
-                conds = [self._folders[f][0] for f in hit if f in self._folders]
-            for cond in conds:
-                with cond:
-                    cond.notify_all()
+    def _readable(self) -> None:
+        for folder in self._watcher.drain():
+            for event in self._folders.get(folder, ()):
+                event.set()
 
-    def _enter(self, folder: Path) -> threading.Condition:
-        with self._lock:
-            cond, waiters = self._folders.get(folder) or (threading.Condition(), 0)
-            self._folders[folder] = (cond, waiters + 1)
-            if self._watcher is not None:
-                self._watcher.watch(folder)
-            return cond
-
-    def _leave(self, folder: Path) -> None:
-        with self._lock:
-            cond, waiters = self._folders[folder]
-            if waiters > 1:
-                self._folders[folder] = (cond, waiters - 1)
-                return
-            del self._folders[folder]
-            if self._watcher is not None:
-                self._watcher.unwatch(folder)
-
-    def wait(self, folder: Path, path: Path, after: str | None, timeout: float) -> str | None:
+    async def wait(self, folder: Path, path: Path, after: str | None, timeout: float) -> str | None:
         """The stamp once it differs from `after`, or the same stamp after `timeout`."""
-        deadline = time.monotonic() + timeout
+        deadline = self._loop.time() + timeout
         stamp = inbound_stamp(path)
         if stamp != after or timeout <= 0:
             return stamp
-        cond = self._enter(folder)
+        event = asyncio.Event()
+        waiters = self._folders.setdefault(folder, set())
+        if not waiters and self._watcher is not None:
+            self._watcher.watch(folder)
+        waiters.add(event)
         try:
             while True:
-                with cond:
-                    stamp = inbound_stamp(path)  # under the condition: a commit now still wakes us
-                    left = deadline - time.monotonic()
-                    if stamp != after or left <= 0:
-                        return stamp
-                    cond.wait(min(left, 0.5 if self._watcher is not None else 0.02))
+                event.clear()  # before the look: a commit from here on sets it again
+                stamp = inbound_stamp(path)
+                left = deadline - self._loop.time()
+                if stamp != after or left <= 0:
+                    return stamp
+                try:
+                    await asyncio.wait_for(event.wait(), min(left, self.SAFETY_S if self._watcher else 0.02))
+                except TimeoutError:
+                    pass
         finally:
-            self._leave(folder)
+            waiters.discard(event)
+            if not waiters:
+                del self._folders[folder]
+                if self._watcher is not None:
+                    self._watcher.unwatch(folder)
 
     def close(self) -> None:
-        self._stop.set()
+        if self._watcher is not None:
+            self._loop.remove_reader(self._watcher.fileno())
+            self._watcher.close()
 
 
 def inbound_answer(session: Path, out, have: set[tuple], held) -> tuple[str | None, dict | None, bool]:

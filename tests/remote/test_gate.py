@@ -2,6 +2,7 @@
 sandbox start is the session's current one (the real gate and channel on 127.0.0.1)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import socketserver
@@ -276,7 +277,7 @@ def test_one_pass_holds_at_most_64_connections(door, caplog):
 def test_an_idle_session_connection_ends_after_the_long_polls_wait_and_30_s(door, monkeypatch):
     from nanoclaw.remote import channel as channel_module
     assert channel_module.IDLE_S == channel_module.MAX_WAIT_S + 30
-    monkeypatch.setattr(channel_module.ChannelHandler, "timeout", 1.0)
+    monkeypatch.setattr(channel_module, "IDLE_S", 1.0)
     _path, andy = session_of(door, "andy")
     sock = andy.connect("session")
     sock.sendall(b"GET /outbound HTTP/1.1\r\nHost: door\r\n\r\n")
@@ -293,10 +294,16 @@ def test_bodies_past_the_limit_are_refused_unread_and_held_bodies_are_bounded(do
     answer = read_all(sock)  # the door closes the connection after its answer
     assert answer.startswith(b"HTTP/1.1 400") and b"body over" in answer
     sock.close()
-    room = channel_module.BodyRoom(total=100)
-    assert room.take(60) and not room.take(60, timeout=0.05)
-    room.give(60)
-    assert room.take(60)
+
+    async def bounded():
+        room = channel_module.BodyRoom(total=100)
+        assert await room.take(60) and not await room.take(60, timeout=0.05)
+        waiting = asyncio.ensure_future(room.take(60, timeout=5))  # waits for room, then gets it
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        room.give(60)
+        assert await waiting and room.used == 60
+    asyncio.run(bounded())
 
 
 def test_an_open_proxy_relay_ends_when_its_sandbox_is_replaced_or_stopped_or_its_pass_expires(door, monkeypatch):
