@@ -60,22 +60,24 @@ def _key(row: str, pk: list[str]) -> str:
 def track(conn: sqlite3.Connection, only: tuple[str, ...] | None = None) -> None:
     """The log's tables and each table's triggers (or those of `only`), where missing (the host's
     connect to inbound.db; a remote runner for its claims in outbound.db)."""
-    conn.executescript(TRACKING_DDL)
+    script = [TRACKING_DDL]
     for table in only or tables(conn):
         _, pk = _columns(conn, table)
         new, old = _key("NEW", pk), _key("OLD", pk)
+
         # A delete, then an insert: never a conflict clause, which the statement that fired the
         # trigger would override (an upsert's ON CONFLICT made "OR REPLACE" here fail).
-        def stamp(key: str, gone: int) -> str:
+        def stamp(key: str, gone: int, table=table) -> str:
             return (f"DELETE FROM changes WHERE tbl = '{table}' AND pk = {key}; "
                     f"INSERT INTO changes (tbl, pk, gone) VALUES ('{table}', {key}, {gone});")
-        conn.executescript(f"""
+        script.append(f"""
             CREATE TRIGGER IF NOT EXISTS "{TRIGGER_PREFIX}{table}_insert" AFTER INSERT ON "{table}" BEGIN
                 {stamp(new, 0)} END;
             CREATE TRIGGER IF NOT EXISTS "{TRIGGER_PREFIX}{table}_update" AFTER UPDATE ON "{table}" BEGIN
                 {stamp(old, 1)} {stamp(new, 0)} END;
             CREATE TRIGGER IF NOT EXISTS "{TRIGGER_PREFIX}{table}_delete" AFTER DELETE ON "{table}" BEGIN
                 {stamp(old, 1)} END;""")
+    conn.executescript("BEGIN;" + "\n".join(script) + "\nCOMMIT;")  # one commit: a new session's file costs one sync
 
 
 def untrack(conn: sqlite3.Connection) -> None:

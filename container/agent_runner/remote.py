@@ -10,10 +10,12 @@ the door's session channel (door_link.py), in three threads' worth of work:
           first) as the rows changed since our copy's position in the host's change log
           (change_log.py), applied in one transaction; the whole file only at the start or after a
           gap, replacing ours by a rename. The runner's inotify watch sees either as the host's commit;
-- up:     after each commit of ours (the store's nudge) or heartbeat, and once a second anyway: new
-          outbox files, then the new rows, the claims, the state and the current tool; and the
-          files of home/ and the group folder that changed (every 2 s between turns, every 5 s
-          during one, so a kill mid-turn loses at most that), and the names of those removed
+- up:     after each commit of ours (the store's nudge) or heartbeat, at most once a second unless a
+          new row waits: new outbox files, then the new rows and what changed of the claims, the
+          state and the current tool (nothing at all when nothing changed: an idle sandbox sends
+          its heartbeat alone); and the files of home/ and the group folder that changed (when a
+          turn begins and ends, every 5 s during one, so a kill mid-turn loses at most that, and
+          every 30 s between turns), and the names of those removed
           here, each with the digest of the content this side last knew: the host removes its
           copy only while it is still that content (another sandbox's later change stays).
 At a stop, one last push and file upload. Nothing here is trusted by the host: it checks all of it.
@@ -41,8 +43,8 @@ log = logging.getLogger("agent_runner.remote")
 
 LONG_POLL_S = 25.0
 PUSH_EVERY_S = 1.0
-FILES_EVERY_S = 2.0
 FILES_IN_TURN_S = 5.0  # during a turn, changed files go up at most this often: a kill loses no more
+FILES_IDLE_S = 30.0    # between turns (a process the agent left running may still write)
 BACKOFF_MAX_S = 5.0
 PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
@@ -136,10 +138,12 @@ class RemoteSession:
         self.pulled = {"snapshot": 0, "delta": 0, "bytes": 0}
         self._inbox: set[tuple[str, int]] = set()
         self._host_seq = 0
+        self._confirmed: dict = {}  # state, container, keep_from_seq and heartbeat as the door last took them
         self._sent_outbox: set[tuple[str, int]] = set()
         self._sent_files: dict[str, dict] = {}
         self._known: dict[str, dict[str, str]] = {}  # part -> rel -> sha256 of the content the host has from us
         self._files_at = 0.0
+        self._files_due = False
         self._push_lock = threading.Lock()
         self._out: sqlite3.Connection | None = None
         self._threads: list[threading.Thread] = []
@@ -256,25 +260,28 @@ class RemoteSession:
                 if out and size > PUSH_BYTES:
                     break  # the rest goes with the next push (the door takes bodies of 16 MiB at most)
                 out.append(dict(row))
-            # acks go up as changes since what the door confirmed (a busy chat keeps tens of thousands)
+            # acks go up as changes since what the door confirmed (a busy chat keeps tens of thousands);
+            # state, the current tool and the pruning point only when they changed since then
             changed, gone, upto = self._ack_changes()
-            payload = {
-                "out": out,
-                "acks": changed,
-                "acks_gone": gone,
-                "acks_delta": True,
+            now = {
                 "state": [dict(r) for r in conn.execute("SELECT * FROM session_state")],
                 "container": next((dict(r) for r in conn.execute(
                     "SELECT current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject "
                     "FROM container_state WHERE id = 1")), None),
                 "keep_from_seq": conn.execute("SELECT MIN(seq) FROM messages_out").fetchone()[0],
-                "heartbeat": self._heartbeat(),
             }
+            moved = {k: v for k, v in now.items() if self._confirmed.get(k, ...) != v}
+            beat = self._heartbeat()
+            if not (out or changed or gone or moved or beat != self._confirmed.get("beat")):
+                return  # nothing the door does not have: no request
+            payload = {"out": out, "acks": changed, "acks_gone": gone, "acks_delta": True, "heartbeat": beat, **moved}
             status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload).encode())
             self._expect(status, "outbound rows", data)
             self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
+            self._confirmed.update(now, beat=beat)
             if upto:  # the door has these: a claim changed again meanwhile has a newer entry, kept
                 self._out.execute("DELETE FROM changes WHERE seq <= ?", (upto,))
+                self._files_due = True  # a turn began or ended: its files go up now
 
     def _ack_changes(self) -> tuple[list[dict], list[str], int]:
         """Claims and outcomes changed since the door's last confirmation, at most ACKS_PER_PUSH
@@ -327,7 +334,7 @@ class RemoteSession:
                     known.pop(rel, None)
                 sent += len(removed)
             self._sent_files[part] = now
-        self._files_at = time.monotonic()
+        self._files_at, self._files_due = time.monotonic(), False
         return sent
 
     def _up_loop(self) -> None:
@@ -338,22 +345,32 @@ class RemoteSession:
             watcher = None
         pause = 0.2
         pushed_at = 0.0
+        pending, in_turn = True, False
         while not self._stop.is_set():
+            # Awake while something waits to go up, or a turn runs (its files go up every few
+            # seconds); idle, only our commits and heartbeats wake us, and a look for files now and then.
             if watcher is not None:
-                ready, _, _ = select.select([watcher], [], [], PUSH_EVERY_S)
+                wait = max(0.01, PUSH_EVERY_S - (time.monotonic() - pushed_at)) if pending else \
+                    FILES_IN_TURN_S if in_turn else FILES_IDLE_S
+                ready, _, _ = select.select([watcher], [], [], wait)
                 if ready:
                     watcher.drain()
+                    pending = True
             else:
                 self._stop.wait(0.05)
+                pending = True
             # A new row (an answer, a card) goes up at once; claims, state and heartbeats wait for the
             # next second's push: a push at the turn's start would take CPU from the turn itself.
-            if time.monotonic() - pushed_at < PUSH_EVERY_S and not self._has_new_rows():
+            if pending and time.monotonic() - pushed_at < PUSH_EVERY_S and not self._has_new_rows():
                 continue
             try:
-                pushed_at = time.monotonic()
-                self.push()
-                every = FILES_IN_TURN_S if self._turn_running() else FILES_EVERY_S
-                if time.monotonic() - self._files_at > every:
+                if pending:
+                    pushed_at = time.monotonic()
+                    self.push()
+                    pending = False
+                in_turn = self._turn_running()
+                every = FILES_IN_TURN_S if in_turn else FILES_IDLE_S
+                if self._files_due or time.monotonic() - self._files_at > every:
                     self.sync_files()
                 pause = 0.2
             except Exception as exc:  # noqa: BLE001 - as for the down loop

@@ -167,7 +167,7 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
             conn.execute("PRAGMA recursive_triggers=ON")
         key = str(path.resolve())
         if fresh or key not in _READY:  # the schema is created once per file per process, not per write
-            conn.executescript(ddl)
+            conn.executescript("BEGIN;" + ddl + "COMMIT;")  # one commit (one sync) for the whole schema
             if path.name == INBOUND:
                 _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
                 conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")

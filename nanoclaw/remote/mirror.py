@@ -33,7 +33,7 @@ class BadPush(ValueError):
 class Push:
     out: list[tuple] = field(default_factory=list)
     acks: list[tuple] = field(default_factory=list)
-    state: list[tuple] = field(default_factory=list)
+    state: list[tuple] | None = None   # None: unchanged since the last push (a runner that says so)
     container: tuple | None = None
     acks_delta: bool = False          # acks are changes since the last push (and acks_gone the released)
     acks_gone: list[str] = field(default_factory=list)
@@ -94,10 +94,11 @@ def check(payload) -> Push:
     if not isinstance(gone, list) or len(gone) > MAX_ACKS:
         raise BadPush(f"acks_gone must be a list of at most {MAX_ACKS}")
     push.acks_gone = [_text(m, MAX_TEXT) for m in gone]
-    state = payload.get("state") or []
-    if not isinstance(state, list) or len(state) > MAX_STATE:
+    state = payload.get("state") if "state" in payload else None
+    if state is not None and (not isinstance(state, list) or len(state) > MAX_STATE):
         raise BadPush(f"state must be a list of at most {MAX_STATE}")
-    for row in state:
+    push.state = None if state is None else []
+    for row in state or []:
         if not isinstance(row, dict):
             raise BadPush("a state row is not an object")
         push.state.append((_text(row.get("key"), MAX_TEXT), _text(row.get("value"), MAX_ADDRESS * 64, optional=True)))
@@ -121,9 +122,17 @@ def max_seq(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COALESCE(MAX(seq), 0) FROM messages_out").fetchone()[0]
 
 
+def writes_nothing(push: Push) -> bool:
+    """A push that only carries the runner's heartbeat (an idle sandbox's): no transaction for it."""
+    return not (push.out or push.acks or push.acks_gone or not push.acks_delta or push.state is not None
+                or push.container is not None or push.keep_from_seq is not None)
+
+
 def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
     """One transaction on the host's copy: new rows (those past what it has) appended, the runner's
     acks, state and current tool as sent. (rows added, the copy's highest seq)."""
+    if writes_nothing(push):
+        return 0, max_seq(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         have = max_seq(conn)
@@ -142,8 +151,9 @@ def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
         conn.executemany("DELETE FROM processing_ack WHERE message_id = ?", [(m,) for m in push.acks_gone])
         conn.executemany("INSERT OR REPLACE INTO processing_ack (message_id, status, status_changed) VALUES (?, ?, ?)",
                          push.acks)
-        conn.execute("DELETE FROM session_state")
-        conn.executemany("INSERT OR REPLACE INTO session_state (key, value) VALUES (?, ?)", push.state)
+        if push.state is not None:
+            conn.execute("DELETE FROM session_state")
+            conn.executemany("INSERT OR REPLACE INTO session_state (key, value) VALUES (?, ?)", push.state)
         if push.container is not None:
             conn.execute("INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at,"
                          " tool_subject) VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
