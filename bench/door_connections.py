@@ -126,7 +126,11 @@ def run(n: int) -> None:
         done.set()
     finally:
         proxy.terminate()
-        proxy.wait(10)
+        try:
+            proxy.wait(60)  # thousands of connections to close
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+            proxy.wait()
 
 
 def main() -> None:

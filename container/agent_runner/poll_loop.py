@@ -12,6 +12,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+from datetime import datetime
 from typing import Any
 
 from . import freezer, nudge
@@ -115,6 +116,7 @@ class PollLoop:
         self.owed: set[str] = set()  # rows this CLI was shown in a failed turn, not answered yet (selection.py)
         self.in_flight: list[str] = []
         self.waiting = 0  # rows seen that wait for a message that starts a turn
+        self.next_due_in: float | None = None  # seconds until the next deferred row is due (none: None)
         self.budget_spent = False  # a model call was refused for the budget: stop, the host starts us again
 
     def next_turn(self) -> TurnPlan | None:
@@ -123,6 +125,7 @@ class PollLoop:
         forget_bumped(self.released, [r for r, _ in rows])
         self.owed &= {r.id for r, _ in rows}  # answered, or no longer pending
         due = [r for r, after in rows if is_due(after, now)]
+        self.next_due_in = seconds_until(min((a for _r, a in rows if not is_due(a, now)), default=None), now)
         acked = self.store.acked_ids([r.id for r in due])
         plan = plan_turn(due, acked, self.released, self.config.max_messages, self.owed)
         waiting = 0 if plan else sum(1 for r in due if r.id not in acked and r.id not in self.released)
@@ -257,6 +260,10 @@ class PollLoop:
                 if now - last_beat >= IDLE_HEARTBEAT_S:
                     self.store.touch_heartbeat()
                     last_beat = now
+                if watcher is not None and pause == interval:  # nothing failed: sleep until time matters
+                    freeze = self.config.freeze_idle_s
+                    pause = quiet_pause(now, last_beat, self.next_due_in, idle_since + freeze - now
+                                        if freeze > 0 and not self.provider.freezer.frozen else None)
                 await _first(stop, wake, pause)
         finally:
             if watcher is not None:
@@ -265,6 +272,26 @@ class PollLoop:
             if self.in_flight:  # stopped mid-turn: give the rows back for the next runner
                 self.store.release(self.in_flight)
                 self.in_flight = []
+
+
+def quiet_pause(now: float, last_beat: float, due_in: float | None, freeze_in: float | None) -> float:
+    """How long a runner with nudges may sleep: only time can make work due (a deferred row's
+    moment, the next heartbeat stuck detection needs, the CLI's freeze), since every host commit
+    wakes it. Pure: seconds, at least a few milliseconds."""
+    until = [last_beat + IDLE_HEARTBEAT_S - now]
+    until += [t for t in (due_in, freeze_in) if t is not None]
+    return max(0.005, min(until))
+
+
+def seconds_until(iso: str | None, now_iso: str) -> float | None:
+    """From now to a UTC time of the schema's format (None for none)."""
+    if iso is None:
+        return None
+    parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    try:
+        return (parse(iso) - parse(now_iso)).total_seconds()
+    except ValueError:
+        return 0.0  # a time we cannot read: look now, as for any due row
 
 
 async def _first(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:

@@ -33,9 +33,7 @@ def inbound_stamp(path: Path) -> str | None:
 class InboundWatch:
     """Wakes long polls when a session's inbound.db changes, on the channel's event loop: one inotify
     watch per waited-on host/ folder, read by the loop itself (no thread), and only that folder's
-    waiters woken. A look every SAFETY_S anyway (every 20 ms without inotify)."""
-
-    SAFETY_S = 5.0
+    waiters woken (a queue overflow wakes them all). Without inotify, a look every 20 ms."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self._loop = loop
@@ -71,7 +69,7 @@ class InboundWatch:
                 if stamp != after or left <= 0:
                     return stamp
                 try:
-                    await asyncio.wait_for(event.wait(), min(left, self.SAFETY_S if self._watcher else 0.02))
+                    await asyncio.wait_for(event.wait(), left if self._watcher else min(left, 0.02))
                 except TimeoutError:
                     pass
         finally:
