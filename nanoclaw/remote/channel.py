@@ -52,6 +52,7 @@ MAX_HEAD = 64 << 10           # a request's line and headers
 BODIES_IN_FLIGHT = 64 << 20   # request bodies held in memory at once, all connections together
 BODY_WAIT_S = 30.0            # how long a request waits for that room before a 503
 WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
+WRITER_IDLE_S = 600.0         # a session's outbound.db copy unused this long is closed (reopened on use)
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global")
 UP_PARTS = ("home", "group", "outbox")
@@ -125,6 +126,7 @@ class SessionChannel:
         self.room = BodyRoom()
         self._writers: dict[Path, sqlite3.Connection] = {}
         self._writer_locks: dict[Path, threading.Lock] = {}
+        self._writer_used: dict[Path, float] = {}
         self._beats: dict[Path, float] = {}
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
@@ -149,6 +151,7 @@ class SessionChannel:
         self._server = self.loop.run_until_complete(
             asyncio.start_unix_server(self._connection, sock=self._sock, limit=MAX_HEAD))
         self._ready.set()
+        self.loop.call_later(60, self._close_idle_soon)
         self.loop.run_forever()
         self.loop.close()
 
@@ -179,7 +182,30 @@ class SessionChannel:
                 agent.mkdir(parents=True, exist_ok=True)
                 self._writers[session] = mirror.open_copy(store.outbound_db(session))
                 self._writer_locks[session] = threading.Lock()
+            self._writer_used[session] = time.monotonic()
             return self._writers[session], self._writer_locks[session]
+
+    def close_idle_writers(self, idle_s: float | None = None) -> int:
+        """Close the copies no request used for WRITER_IDLE_S (stopped and replaced sandboxes'):
+        the door holds a connection per live session, not per session it ever served."""
+        limit = time.monotonic() - (WRITER_IDLE_S if idle_s is None else idle_s)
+        closed = 0
+        with self._guard:
+            for session, used in list(self._writer_used.items()):
+                lock = self._writer_locks[session]
+                if used > limit or not lock.acquire(blocking=False):
+                    continue
+                try:
+                    self._writers.pop(session).close()
+                    del self._writer_locks[session], self._writer_used[session]
+                    closed += 1
+                finally:
+                    lock.release()
+        return closed
+
+    def _close_idle_soon(self) -> None:
+        self.pool.submit(self.close_idle_writers)
+        self.loop.call_later(60, self._close_idle_soon)
 
     def count(self, direction: str, size: int) -> None:
         with self._guard:

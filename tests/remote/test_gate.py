@@ -333,3 +333,22 @@ def test_an_open_proxy_relay_ends_when_its_sandbox_is_replaced_or_stopped_or_its
     while door.gate.open_connections() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert door.gate.open_connections() == 0
+
+
+def test_the_door_closes_a_sessions_copy_left_idle_and_opens_it_again_on_use(door, tmp_path):
+    """The door keeps a connection to the outbound.db copy of live sessions only: one unused for its
+    idle time is closed, and the session's next push opens it again and is kept."""
+    from agent_runner.remote import RemoteSession
+    from agent_runner.store import SessionStore
+    path, link = session_of(door, "andy")
+    local = tmp_path / "sandbox"
+    sandbox = RemoteSession(link, local / "session", local / "inbound", local / "group", local / "global")
+    sandbox.bootstrap()  # its GET /outbound opened the copy
+    assert door.channel.close_idle_writers(idle_s=3600) == 0
+    assert door.channel.close_idle_writers(idle_s=0) == 1
+    SessionStore(local / "session", local / "inbound").write_out({"op": "text", "text": "still here"},
+                                                                 Target("telegram", "111"))
+    sandbox.push()
+    kept = store.schema.connect(store.outbound_db(path), readonly=True)
+    assert [r[0] for r in kept.execute("SELECT json_extract(content, '$.text') FROM messages_out")] == ["still here"]
+    kept.close()
