@@ -77,7 +77,12 @@ def track(conn: sqlite3.Connection, only: tuple[str, ...] | None = None) -> None
                 {stamp(old, 1)} {stamp(new, 0)} END;
             CREATE TRIGGER IF NOT EXISTS "{TRIGGER_PREFIX}{table}_delete" AFTER DELETE ON "{table}" BEGIN
                 {stamp(old, 1)} END;""")
-    conn.executescript("BEGIN;" + "\n".join(script) + "\nCOMMIT;")  # one commit: a new session's file costs one sync
+    try:  # one transaction: a new session's file costs one sync, not one per trigger
+        conn.executescript("BEGIN;" + "\n".join(script) + "\nCOMMIT;")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def untrack(conn: sqlite3.Connection) -> None:

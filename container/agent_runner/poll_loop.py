@@ -261,9 +261,8 @@ class PollLoop:
                     self.store.touch_heartbeat()
                     last_beat = now
                 if watcher is not None and pause == interval:  # nothing failed: sleep until time matters
-                    freeze = self.config.freeze_idle_s
-                    pause = quiet_pause(now, last_beat, self.next_due_in, idle_since + freeze - now
-                                        if freeze > 0 and not self.provider.freezer.frozen else None)
+                    pause = quiet_pause(now, last_beat, self.next_due_in, freeze_ahead(
+                        idle_since, now, self.config.freeze_idle_s, self.provider.freezer.frozen))
                 await _first(stop, wake, pause)
         finally:
             if watcher is not None:
@@ -281,6 +280,13 @@ def quiet_pause(now: float, last_beat: float, due_in: float | None, freeze_in: f
     until = [last_beat + IDLE_HEARTBEAT_S - now]
     until += [t for t in (due_in, freeze_in) if t is not None]
     return max(0.005, min(until))
+
+
+def freeze_ahead(idle_since: float, now: float, after_s: float, frozen: bool) -> float | None:
+    """Seconds until the idle CLI is to be stopped; None when that is not ahead (off, done, or
+    already due: with no CLI to stop it stays due, and must not make the loop spin)."""
+    left = idle_since + after_s - now
+    return left if after_s > 0 and not frozen and left > 0 else None
 
 
 def seconds_until(iso: str | None, now_iso: str) -> float | None:
