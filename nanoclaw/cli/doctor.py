@@ -137,6 +137,43 @@ def check_runtime(settings) -> list[Finding]:
     return found
 
 
+def remote_gaps(agents: dict[str, dict], packaged: set[str]) -> list[str]:
+    """What the agents' sandboxes would lack on another machine (pure): extra mounts (refused
+    there) and approved packages (they stay on this machine). `agents`: folder -> container_config."""
+    gaps = []
+    for folder in sorted(set(agents) | packaged):
+        lacks = [what for what, has in (("its extra mounts (its sandboxes are refused)",
+                                         bool((agents.get(folder) or {}).get("mounts"))),
+                                        ("its approved packages", folder in packaged)) if has]
+        if lacks:
+            gaps.append(f"{folder}: {' and '.join(lacks)}")
+    return gaps
+
+
+def check_remote_sandboxes(settings) -> Finding | None:
+    """On another machine (Kubernetes, a remote engine), what an agent has here that its sandbox would
+    not (None when sandboxes run here)."""
+    import os
+
+    from ..models import AgentGroup
+    from ..runtime.select import session_transport
+    remote = settings.runtime == "kubernetes" or (
+        settings.runtime in ("docker", "auto") and
+        session_transport(settings.session_transport, os.environ.get("DOCKER_HOST")) == "network")
+    if not remote:
+        return None
+    packages = settings.data_dir / "packages"
+    packaged = {p.name for p in packages.iterdir() if p.is_dir() and any(p.iterdir())} if packages.is_dir() else set()
+    with database.connection_context():
+        agents = {a.folder: a.container_config or {} for a in AgentGroup.select(AgentGroup.folder,
+                                                                               AgentGroup.container_config)}
+    gaps = remote_gaps(agents, packaged)
+    if not gaps:
+        return Finding(True, "remote sandboxes", "every agent's sandbox has here what it has on this machine")
+    return Finding(False, "remote sandboxes", "not available on another machine yet: " + "; ".join(gaps) +
+                   ". Remove them, or run those agents' sandboxes here (NANOCLAW_SESSION_TRANSPORT=files)")
+
+
 def check_cluster(settings) -> Finding:
     """NANOCLAW_RUNTIME=kubernetes: the cluster answers and lets this service manage pods in its namespace."""
     from ..runtime import kubernetes as k8s
@@ -253,6 +290,9 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
     found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
              *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings),
              check_speech(settings)]
+    remote = check_remote_sandboxes(settings)
+    if remote is not None:
+        found.append(remote)
     for platform in platforms.all_platforms():
         if platform.doctor:
             found.extend(f for f in [platform.part(platform.doctor)(settings.platform)] if f is not None)
@@ -268,7 +308,8 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
 def doctor_cmd(no_service):
     """Check that this install can answer: model key, model upstreams and the agents' models, sandbox, image,
     data folder, time zone, each configured platform's token, the speech-to-text service, the running service and
-    an owner. Exit 0 when nothing failed."""
+    an owner; with sandboxes on another machine, what an agent has here that they would lack. Exit 0 when nothing
+    failed."""
     results = findings(current_settings(), service=not no_service)
     for finding in results:
         click.echo(finding.line())

@@ -54,6 +54,7 @@ def test_a_ready_install_is_all_good(make_settings, sqlite_url, fakes):
     for name in ("model key", "sandbox", "data folder", "timezone", "Telegram", "owner"):
         assert found[name].startswith("✓"), result.output
     assert "@andy_test_bot, long polling" in found["Telegram"]
+    assert "remote sandboxes" not in found  # they run here
     assert result.output.rstrip().endswith("all good")
     assert any(r.path == "/v1/messages/count_tokens" for r in model.requests)
 
@@ -104,3 +105,30 @@ def test_docker_the_image_built_from_these_sources_is_current(make_settings, sql
     found = lines(result)
     assert found["agent image"] == "✓ agent image: nanoclaw-agent:latest is current", result.output
     assert found["sandbox"].startswith("✓ sandbox: docker started a sandbox"), result.output
+
+
+def test_remote_sandboxes_name_what_an_agent_has_here_that_they_would_lack(make_settings, sqlite_url, fakes, tmp_path):
+    """Issue 44: on another machine an agent's extra mounts are refused and its approved packages
+    stay here; doctor says which agents, and what to do."""
+    from nanoclaw.cli.doctor import remote_gaps
+    from nanoclaw.models import AgentGroup
+    model, tg = fakes
+    settings = make_settings(DATABASE_URL=sqlite_url)
+    (settings.data_dir / "packages" / "andy" / "python").mkdir(parents=True)
+    (settings.data_dir / "packages" / "andy" / "python" / "requests.py").write_text("# approved\n")
+    (settings.data_dir / "packages" / "empty").mkdir()
+    create_app(settings)
+    database.connect(reuse_if_open=True)
+    apply_pending(database.obj, log=lambda _l: None)
+    AgentGroup.create(folder="andy", name="Andy", container_config={"mounts": [{"host_path": str(tmp_path),
+                                                                              "name": "notes"}]})
+    AgentGroup.create(folder="bob", name="Bob", container_config={})
+    database.close()
+    result = doctor(make_settings, sqlite_url, model, tg, NANOCLAW_RUNTIME="kubernetes",
+                    NANOCLAW_DOOR_LISTEN="127.0.0.1:1", NANOCLAW_DOOR_URL="https://127.0.0.1:1")
+    line = lines(result)["remote sandboxes"]
+    assert line.startswith("✗") and "andy: its extra mounts (its sandboxes are refused) and its approved packages" in line
+    assert "bob" not in line and "empty" not in line and "NANOCLAW_SESSION_TRANSPORT=files" in line
+    assert result.exit_code == 1
+    assert remote_gaps({"bob": {}}, set()) == []
+    assert remote_gaps({}, {"carol"}) == ["carol: its approved packages"]
