@@ -256,15 +256,18 @@ class SessionChannel:
             if ":" in line:
                 name, value = line.split(":", 1)
                 headers[name.strip().lower()] = value.strip()
-        length = int(headers.get("content-length") or 0)
-        if length < 0:
-            raise ValueError("a negative body length")
-        self.count("up", length)
+        try:
+            length = int(headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        self.count("up", max(length, 0))
         session = None
         if claims is not None and claims.expires >= time.time():
             session = starts.session_if_current(self.settings.sessions_dir, claims)
         request = Request(method, path, headers, claims, session, length)
         try:
+            if length < 0 or "transfer-encoding" in headers:
+                raise Refused(400, "a body needs a Content-Length (no chunked bodies)")
             if session is None:
                 await self._skip(reader, length)  # unread bytes at the close would reset it and lose the answer
                 raise Refused(403, "this pass's sandbox is no longer the session's")

@@ -3,6 +3,7 @@ sandbox start is the session's current one (the real gate and channel on 127.0.0
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import socketserver
@@ -11,7 +12,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from agent_runner.door_link import DoorLink
 from nanoclaw.config import install_secret
@@ -352,3 +353,48 @@ def test_the_door_closes_a_sessions_copy_left_idle_and_opens_it_again_on_use(doo
     kept = store.schema.connect(store.outbound_db(path), readonly=True)
     assert [r[0] for r in kept.execute("SELECT json_extract(content, '$.text') FROM messages_out")] == ["still here"]
     kept.close()
+
+
+request_line = st.tuples(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "G\x00T", ""]),
+                         st.sampled_from(["/inbound", "/outbound", "/files/home", "/files/../x", "/files/group",
+                                          "/nope", "", "*"]),
+                         st.sampled_from(["HTTP/1.1", "HTTP/1.0", "", "HTTP/9"]))
+header = st.sampled_from(["Content-Length: 5", "Content-Length: -1", "Content-Length: x", "Content-Length: 99999999999",
+                          "Transfer-Encoding: chunked", "Connection: close", "X: " + "y" * 100, "no colon"])
+sessions = itertools.count()
+
+
+@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=request_line, headers=st.lists(header, max_size=3), body=st.binary(max_size=64))
+def test_any_request_on_a_session_connection_gets_an_answer_or_a_close_never_a_5xx(door, line, headers, body):
+    """The channel's own HTTP reading: whatever a sandbox sends, it answers below 500 (or 503, busy)
+    or closes; the door goes on serving."""
+    _path, andy = session_of(door, "andy", f"h{next(sessions)}")
+    sock = andy.connect("session")
+    sock.sendall(" ".join(line).encode("latin-1") + b"\r\n" + "".join(h + "\r\n" for h in headers).encode() +
+                 b"\r\n" + body)
+    sock.settimeout(2)  # a request whose body has not all come is waited for: the door's right
+    try:
+        answer = sock.recv(64)
+    except (socket.timeout, ConnectionResetError, ssl.SSLError):
+        answer = b""  # still waiting for the rest of the body, or closed
+    sock.close()
+    if answer:
+        status = int(answer.split(b" ", 2)[1])
+        assert status < 500 or status == 503, answer
+    again = andy.connect("session")
+    again.sendall(b"GET /outbound HTTP/1.1\r\nHost: door\r\n\r\n")
+    again.settimeout(10)
+    assert again.recv(12).startswith(b"HTTP/1.1 200")
+    again.close()
+
+
+def test_a_body_without_a_readable_length_is_answered_400(door):
+    _path, andy = session_of(door, "andy")
+    for head in (b"POST /outbound HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+                 b"POST /outbound HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"):
+        sock = andy.connect("session")
+        sock.sendall(head)
+        answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 400") and b"Content-Length" in answer, answer
+        sock.close()
