@@ -100,7 +100,9 @@ def main() -> int:
         from .remote import RemoteSession
         link = DoorLink.from_env(os.environ)
         config = dataclasses.replace(config, proxy_socket=None)  # no socket here: model calls go via the door
-        remote = RemoteSession(link, config.session_dir, config.inbound_dir, config.group_dir, config.global_dir)
+        packages = config.workspace_dir / "packages"  # a folder of its own when the agent has approved packages
+        remote = RemoteSession(link, config.session_dir, config.inbound_dir, config.group_dir, config.global_dir,
+                               packages if packages.is_dir() else None)
         remote.bootstrap()
         remote.start()
         SessionStore.follow_renames = True

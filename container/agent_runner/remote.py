@@ -3,7 +3,8 @@
 The runner itself is unchanged: its SessionStore reads inbound.db and writes outbound.db in local
 folders as it does under a bind mount. This keeps those folders in step with the host's, through
 the door's session channel (door_link.py), in three threads' worth of work:
-- start:  home/ (the transcript), the group folder and the global folder come down; so does the
+- start:  home/ (the transcript), the group folder, the global folder and the agent's approved
+          packages (their digest checked, then made read-only) come down; so does the
           host's copy of outbound.db, so a restarted sandbox carries on from the host's record
           (seq numbers, claims, the SDK session id) as a local one would from its file;
 - down:   a long poll for the host's inbound.db; each change arrives (the person's new inbox files
@@ -126,8 +127,12 @@ def pack(root: Path, names, digests: dict[str, str] | None = None) -> bytes:
 
 
 class RemoteSession:
-    def __init__(self, link: DoorLink, session_dir: Path, inbound_dir: Path, group_dir: Path, global_dir: Path):
+    def __init__(self, link: DoorLink, session_dir: Path, inbound_dir: Path, group_dir: Path, global_dir: Path,
+                 packages_dir: Path | None = None):
+        """packages_dir: where the agent's approved packages go (a folder of the sandbox's own, when
+        the host gave it one: the agent has some)."""
         self.link = link
+        self.packages_dir = Path(packages_dir) if packages_dir is not None else None
         self.session_dir, self.inbound_dir = Path(session_dir), Path(inbound_dir)
         self.trees = {"home": self.session_dir / "home", "group": Path(group_dir)}
         self.global_dir = Path(global_dir)
@@ -161,6 +166,8 @@ class RemoteSession:
             if part in self.trees:
                 self._sent_files[part] = manifest(root)
                 self._known[part] = got
+        if self.packages_dir is not None:
+            self.fetch_packages()
         status, _h, data = self._up.request("GET", "/outbound")
         self._expect(status, "outbound copy", data)
         path = self.session_dir / schema.OUTBOUND
@@ -175,6 +182,21 @@ class RemoteSession:
         self._sent_outbox = set(self._outbox_files())
         self.pull(wait=0)
         log.info("session fetched from the door in %.0f ms", (time.monotonic() - started) * 1000)
+
+    def fetch_packages(self) -> int:
+        """The agent's approved packages (the host's prefix, as the door sends it, its digest checked)
+        into the sandbox's own folder for them, then made read-only; how many files."""
+        status, headers, data = self._up.request("GET", "/files/packages", timeout=600)
+        self._expect(status, "approved packages", data)
+        if hashlib.sha256(data).hexdigest() != headers.get("x-digest"):
+            raise RuntimeError("the approved packages did not arrive whole (their digest differs)")
+        got = extract(data, self.packages_dir)
+        for folder, dirs, files in os.walk(self.packages_dir):
+            for name in files:
+                os.chmod(os.path.join(folder, name), 0o444 | os.stat(os.path.join(folder, name)).st_mode & 0o111)
+            os.chmod(folder, 0o555)
+        log.info("approved packages: %d file(s) from the door", len(got))
+        return len(got)
 
     @staticmethod
     def _expect(status: int, what: str, data: bytes) -> None:

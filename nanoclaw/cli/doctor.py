@@ -139,7 +139,8 @@ def check_runtime(settings) -> list[Finding]:
 
 def remote_gaps(agents: dict[str, dict], packaged: set[str]) -> list[str]:
     """What the agents' sandboxes would lack on another machine (pure): extra mounts (refused
-    there) and approved packages (they stay on this machine). `agents`: folder -> container_config."""
+    there) and, on Kubernetes, approved packages (`packaged`: the agents that have some; a remote
+    engine's sandboxes get them through the door). `agents`: folder -> container_config."""
     gaps = []
     for folder in sorted(set(agents) | packaged):
         lacks = [what for what, has in (("its extra mounts (its sandboxes are refused)",
@@ -157,13 +158,13 @@ def check_remote_sandboxes(settings) -> Finding | None:
 
     from ..models import AgentGroup
     from ..runtime.select import session_transport
-    remote = settings.runtime == "kubernetes" or (
-        settings.runtime in ("docker", "auto") and
-        session_transport(settings.session_transport, os.environ.get("DOCKER_HOST")) == "network")
-    if not remote:
+    cluster = settings.runtime == "kubernetes"
+    if not cluster and not (settings.runtime in ("docker", "auto") and
+                            session_transport(settings.session_transport, os.environ.get("DOCKER_HOST")) == "network"):
         return None
-    packages = settings.data_dir / "packages"
-    packaged = {p.name for p in packages.iterdir() if p.is_dir() and any(p.iterdir())} if packages.is_dir() else set()
+    packages = settings.data_dir / "packages"  # a remote engine's sandboxes get them through the door; pods not yet
+    packaged = {p.name for p in packages.iterdir() if p.is_dir() and any(p.iterdir())} \
+        if cluster and packages.is_dir() else set()
     with database.connection_context():
         agents = {a.folder: a.container_config or {} for a in AgentGroup.select(AgentGroup.folder,
                                                                                AgentGroup.container_config)}

@@ -11,7 +11,8 @@ session's current one (a replaced sandbox's open connection gets nothing more).
                          consistent snapshot) to start or after a gap; 204 when nothing changed
     GET  /outbound       the host's copy of the session's outbound.db (a restarted sandbox resumes it)
     POST /outbound       rows, acks, state, current tool, heartbeat (mirror.py)
-    GET  /files/<part>   home | group | global, as a tar
+    GET  /files/<part>   home | group | global | packages (the agent's approved pip/npm prefix), as a
+                         tar, with X-Digest (sha256 of the tar) for the runner to check
     PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py)
     DELETE /files/<part> home | group: files removed in the sandbox, {"files": {name: sha256}}
 
@@ -23,6 +24,7 @@ small pool of threads (WORKERS), one request at a time per connection.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +42,7 @@ from agent_runner import nudge
 
 from ..sessions import store
 from . import mirror, passes, starts, trees
+from .bodies import BodyRoom, LoopBody
 from .inbound import InboundWatch, inbound_answer
 
 log = logging.getLogger("nanoclaw.remote.channel")
@@ -49,40 +52,11 @@ IDLE_S = MAX_WAIT_S + 30      # a kept-alive connection with no request for this
 MAX_JSON = 16 << 20           # a push (the runner sends rows in pieces below this) or an ask
 MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
 MAX_HEAD = 64 << 10           # a request's line and headers
-BODIES_IN_FLIGHT = 64 << 20   # request bodies held in memory at once, all connections together
-BODY_WAIT_S = 30.0            # how long a request waits for that room before a 503
 WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
 WRITER_IDLE_S = 600.0         # a session's outbound.db copy unused this long is closed (reopened on use)
 PASS_HEADER = "X-Door-Pass"
-DOWN_PARTS = ("home", "group", "global")
+DOWN_PARTS = ("home", "group", "global", "packages")
 UP_PARTS = ("home", "group", "outbox")
-
-
-class BodyRoom:
-    """How many request body bytes the channel holds in memory at once: a request takes its length
-    before reading and gives it back when done, so concurrent large bodies wait (or get a 503) rather
-    than add up past what the door's process may use. Used on the channel's loop only."""
-
-    def __init__(self, total: int = BODIES_IN_FLIGHT):
-        self.total, self.used = total, 0
-        self._freed: asyncio.Event | None = None
-
-    async def take(self, size: int, timeout: float = BODY_WAIT_S) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.used + size > self.total:
-            self._freed = self._freed or asyncio.Event()
-            try:
-                await asyncio.wait_for(self._freed.wait(), deadline - time.monotonic())
-            except (TimeoutError, ValueError):
-                return False
-            self._freed = None
-        self.used += size
-        return True
-
-    def give(self, size: int) -> None:
-        self.used -= size
-        if self._freed is not None:
-            self._freed.set()
 
 
 class Busy(Exception):
@@ -224,6 +198,7 @@ class SessionChannel:
         return {"home": store.agent_part(session) / "home",
                 "group": self.settings.groups_dir / claims.folder,
                 "global": self.settings.groups_dir / "global",
+                "packages": self.settings.data_dir / "packages" / claims.folder,
                 "outbox": store.outbox_dir(session)}
 
     # -- a connection, on the loop --------------------------------------------------------------
@@ -342,7 +317,7 @@ class SessionChannel:
             if method == "GET" and part in DOWN_PARTS:
                 return await self._work(self._pack, roots[part])
             if method == "PUT" and part in UP_PARTS:
-                body = _LoopBody(reader, request.length, asyncio.get_running_loop())
+                body = LoopBody(reader, request.length, asyncio.get_running_loop())
                 return await self._work(self._unpack, request, roots[part], body)
             if method == "DELETE" and part in ("home", "group"):
                 return await self._work(self._removed, request, roots[part], await self._json(reader, request.length))
@@ -391,10 +366,16 @@ class SessionChannel:
     def _pack(root: Path) -> Answer:
         out = tempfile.TemporaryFile()
         count = trees.pack(root, out)
-        return Answer(200, content_type="application/x-tar", headers={"X-Files": str(count)}, file=out)
+        digest, size = hashlib.sha256(), out.tell()
+        out.seek(0)
+        while chunk := out.read(1 << 20):
+            digest.update(chunk)
+        out.seek(size)
+        return Answer(200, content_type="application/x-tar", file=out,
+                      headers={"X-Files": str(count), "X-Digest": digest.hexdigest()})
 
     @staticmethod
-    def _unpack(request: Request, root: Path, body: "_LoopBody") -> Answer:
+    def _unpack(request: Request, root: Path, body: "LoopBody") -> Answer:
         try:
             done = trees.unpack(root, body)
         finally:
@@ -412,32 +393,3 @@ class SessionChannel:
                      "plain files), e.g. %s", request.claims.folder, request.claims.session, len(done.kept),
                      done.kept[0][:200])
         return json_answer(200, {"removed": done.removed, "kept": len(done.kept)})
-
-
-class _LoopBody:
-    """A request body as a stream a pool thread reads (tarfile reads in blocks): each read is done
-    on the loop, and the stream ends at Content-Length."""
-
-    def __init__(self, reader: asyncio.StreamReader, size: int, loop: asyncio.AbstractEventLoop):
-        self.reader, self.left, self.loop = reader, size, loop
-
-    def read(self, n: int = -1) -> bytes:
-        """n bytes (fewer only at the body's end), as a file's read gives them."""
-        n = self.left if n is None or n < 0 else min(n, self.left)
-        chunks = []
-        while n > 0:
-            step = min(n, 1 << 20)
-            try:
-                chunks.append(asyncio.run_coroutine_threadsafe(self.reader.readexactly(step), self.loop).result(IDLE_S))
-            except asyncio.IncompleteReadError as exc:
-                raise ConnectionError("the body ended early") from exc
-            n -= step
-            self.left -= step
-        return b"".join(chunks)
-
-    def drain(self) -> None:
-        try:
-            while self.read(1 << 20):
-                pass
-        except (ConnectionError, TimeoutError):
-            pass

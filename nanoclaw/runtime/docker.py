@@ -86,8 +86,11 @@ def remote_workspace(spec: SandboxSpec) -> dict[str, str]:
     """A sandbox on another engine keeps its copies of the session's folders in memory of its own
     (remote.py in the runner fills them from the door): the sandbox user's, nobody else's."""
     owner = f"uid={spec.uid},gid={spec.gid},mode=0700"
-    return {SESSION_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", INBOUND_TARGET: f"rw,nosuid,nodev,size=512m,{owner}",
-            GROUP_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", GLOBAL_TARGET: f"rw,nosuid,nodev,size=256m,{owner}"}
+    folders = {SESSION_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", INBOUND_TARGET: f"rw,nosuid,nodev,size=512m,{owner}",
+               GROUP_TARGET: f"rw,nosuid,nodev,size=1g,{owner}", GLOBAL_TARGET: f"rw,nosuid,nodev,size=256m,{owner}"}
+    if spec.packages_dir is not None:  # the agent's approved packages, fetched from the door at start
+        folders[PACKAGES_TARGET] = f"rw,nosuid,nodev,size=1g,{owner}"
+    return folders
 
 
 def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
@@ -197,11 +200,8 @@ class DockerRuntime:
                     raise RuntimeError("extra mounts are folders of this machine, which a sandbox on another "
                                        "engine cannot have; remove them from the agent group, or run its sandboxes "
                                        "on a local engine (NANOCLAW_SESSION_TRANSPORT=files)")
-                if spec.packages_dir is not None:
-                    log.warning("sandbox %s runs on another engine: its approved packages folder stays on this "
-                                "machine (what the agent's own image holds is there)", spec.name)
                 env, mounts = {**sandbox_env(spec), **self.door.env_for(spec)}, []
-                tmpfs = {**TMPFS, **remote_workspace(spec)}
+                tmpfs = {**TMPFS, **remote_workspace(spec)}  # approved packages come through the door into theirs
                 if self.network:
                     network = self.network
                     log.warning("sandbox %s joins the engine's network %r (NANOCLAW_SANDBOX_NETWORK): it reaches "
