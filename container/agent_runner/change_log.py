@@ -77,8 +77,14 @@ def track(conn: sqlite3.Connection, only: tuple[str, ...] | None = None) -> None
                 {stamp(old, 1)} {stamp(new, 0)} END;
             CREATE TRIGGER IF NOT EXISTS "{TRIGGER_PREFIX}{table}_delete" AFTER DELETE ON "{table}" BEGIN
                 {stamp(old, 1)} END;""")
-    try:  # one transaction: a new session's file costs one sync, not one per trigger
-        conn.executescript("BEGIN;" + "\n".join(script) + "\nCOMMIT;")
+    in_one_transaction(conn, "\n".join(script))  # a new session's file costs one sync, not one per trigger
+
+
+def in_one_transaction(conn: sqlite3.Connection, sql: str) -> None:
+    """Statements in one transaction (one commit, one sync); none of them if one fails, and the
+    connection is left with no transaction open (session_schema's DDL uses it too)."""
+    try:
+        conn.executescript("BEGIN;" + sql + "\nCOMMIT;")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -92,26 +98,32 @@ def untrack(conn: sqlite3.Connection) -> None:
             conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
 
 
-def position(conn: sqlite3.Connection) -> dict | None:
-    """Where this file's log stands: its generation, schema and latest seq (None without a log)."""
+def _state(conn: sqlite3.Connection) -> tuple[dict, int] | None:
+    """(where this file's log stands: generation, schema, latest seq; its floor), None without a log."""
     try:
         generation, floor = conn.execute("SELECT generation, floor FROM change_log WHERE id = 1").fetchone()
     except (sqlite3.Error, TypeError):
         return None
     top = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
     return {"generation": generation, "schema": conn.execute("PRAGMA schema_version").fetchone()[0],
-            "seq": max(top[0] if top else 0, floor)}
+            "seq": max(top[0] if top else 0, floor)}, floor
+
+
+def position(conn: sqlite3.Connection) -> dict | None:
+    """Where this file's log stands: its generation, schema and latest seq (None without a log)."""
+    state = _state(conn)
+    return state[0] if state else None
 
 
 def since(conn: sqlite3.Connection, held, limit: int = MAX_CHANGES) -> dict | None:
     """The delta from the position a runner holds (any JSON it sent) to now, read within the
     caller's read transaction; None when only a snapshot will do."""
-    here = position(conn)
-    if here is None or not isinstance(held, dict) or held.get("generation") != here["generation"] \
-            or held.get("schema") != here["schema"]:
+    state = _state(conn)
+    if state is None or not isinstance(held, dict) or held.get("generation") != state[0]["generation"] \
+            or held.get("schema") != state[0]["schema"]:
         return None
+    here, floor = state
     seq = held.get("seq")
-    floor = conn.execute("SELECT floor FROM change_log WHERE id = 1").fetchone()[0]
     if not isinstance(seq, int) or isinstance(seq, bool) or not floor <= seq <= here["seq"]:
         return None
     found = conn.execute("SELECT tbl, pk, gone FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",

@@ -141,17 +141,6 @@ def _add_missing_columns(conn: sqlite3.Connection, table: str, columns) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
-def script(conn: sqlite3.Connection, sql: str) -> None:
-    """Statements in one transaction (one commit, one sync); none of them if one fails, and the
-    connection is left with no transaction open."""
-    try:
-        conn.executescript("BEGIN;" + sql + "\nCOMMIT;")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
 def utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -178,7 +167,7 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
             conn.execute("PRAGMA recursive_triggers=ON")
         key = str(path.resolve())
         if fresh or key not in _READY:  # the schema is created once per file per process, not per write
-            script(conn, ddl)
+            change_log.in_one_transaction(conn, ddl)
             if path.name == INBOUND:
                 _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
                 conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")
