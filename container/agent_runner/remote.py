@@ -10,15 +10,17 @@ the door's session channel (door_link.py), in three threads' worth of work:
 - down:   a long poll for the host's inbound.db; each change arrives (the person's new inbox files
           first) as the rows changed since our copy's position in the host's change log
           (change_log.py), applied in one transaction; the whole file only at the start or after a
-          gap, replacing ours by a rename. The runner's inotify watch sees either as the host's commit;
+          gap, replacing ours by a rename. The runner's inotify watch sees either as the host's commit.
+          When the door's tags of home/ and the group folder (sent with each change) differ from
+          ours, what changed there is taken first (tree_sync.py), so a turn sees the host's files;
 - up:     after each commit of ours (the store's nudge) or heartbeat, at most once a second unless a
           new row waits: new outbox files, then the new rows and what changed of the claims, the
           state and the current tool (nothing at all when nothing changed: an idle sandbox sends
           its heartbeat alone); and the files of home/ and the group folder that changed (when a
           turn begins and ends, every 5 s during one, so a kill mid-turn loses at most that, and
-          every 30 s between turns), and the names of those removed
-          here, each with the digest of the content this side last knew: the host removes its
-          copy only while it is still that content (another sandbox's later change stays).
+          every 30 s between turns) and the names of those removed here, each with the digest of
+          the version this side last knew (the host settles a write over a version we never saw:
+          trees.py); then what changed on the host since (another sandbox of the agent, the host).
 At a stop, one last push and file upload. Nothing here is trusted by the host: it checks all of it.
 """
 from __future__ import annotations
@@ -30,15 +32,15 @@ import logging
 import os
 import select
 import sqlite3
-import stat
 import tarfile
 import threading
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from . import change_log, nudge
 from . import session_schema as schema
 from .door_link import DoorLink
+from .tree_sync import extract, manifest, pack, plan_pull, remove_here, tree_tag
 
 log = logging.getLogger("agent_runner.remote")
 
@@ -49,81 +51,6 @@ FILES_IDLE_S = 30.0    # between turns (a process the agent left running may sti
 BACKOFF_MAX_S = 5.0
 PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
-
-
-def extract(data: bytes, root: Path, aside: dict[str, bytes | None] | None = None) -> dict[str, str]:
-    """Plain files of a tar from the host below root (made as needed); name -> sha256 of each. A
-    member named in `aside` is read into it instead of written."""
-    names = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar:
-            parts = PurePosixPath(member.name).parts
-            if not member.isreg() or not parts or PurePosixPath(member.name).is_absolute() or ".." in parts:
-                continue
-            if aside is not None and member.name in aside:
-                aside[member.name] = tar.extractfile(member).read()
-                continue
-            target = root.joinpath(*parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.part")
-            src = tar.extractfile(member)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600 | member.mode & 0o755)
-            digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    out.write(chunk)
-                    digest.update(chunk)
-            os.replace(tmp, target)
-            names[member.name] = digest.hexdigest()
-    return names
-
-
-def manifest(root: Path) -> dict[str, tuple[int, int]]:
-    """rel → (size, mtime_ns) of the plain files under root (links are not followed or sent)."""
-    found = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
-        for name in files:
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and not name.endswith((".part", "-wal", "-shm", "-journal")):
-                found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
-    return found
-
-
-class _Hashing:
-    """A file read through it leaves the sha256 of what was read (what the tar carries)."""
-
-    def __init__(self, src):
-        self.src, self.digest = src, hashlib.sha256()
-
-    def read(self, size=-1):
-        chunk = self.src.read(size)
-        self.digest.update(chunk)
-        return chunk
-
-
-def pack(root: Path, names, digests: dict[str, str] | None = None) -> bytes:
-    """A tar of the named plain files under root (never through a link); `digests` gets each one's."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:") as tar:
-        for rel in names:
-            try:
-                fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as src:
-                st = os.fstat(src.fileno())
-                info = tarfile.TarInfo(rel)
-                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
-                reader = _Hashing(src)
-                tar.addfile(info, reader)
-                if digests is not None:
-                    digests[rel] = reader.digest.hexdigest()
-    return out.getvalue()
 
 
 class RemoteSession:
@@ -149,6 +76,7 @@ class RemoteSession:
         self._known: dict[str, dict[str, str]] = {}  # part -> rel -> sha256 of the content the host has from us
         self._files_at = 0.0
         self._files_due = False
+        self._files_lock = threading.Lock()  # the up loop's sync and the down loop's pull of files
         self._push_lock = threading.Lock()
         self._out: sqlite3.Connection | None = None
         self._threads: list[threading.Thread] = []
@@ -218,6 +146,7 @@ class RemoteSession:
         if status == 204:
             return False
         self._expect(status, "inbound", data)
+        self._take_host_files(headers.get("x-trees"))
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             members = tar.getmembers()
         self._inbox |= {(m.name[len("inbox/"):], m.size) for m in members if m.name.startswith("inbox/")}
@@ -334,30 +263,82 @@ class RemoteSession:
         return self._out.execute("SELECT 1 FROM processing_ack WHERE status = 'processing' LIMIT 1").fetchone() is not None
 
     def sync_files(self) -> int:
-        """Changed files of home/ and the group folder, up, then the removed ones; how many."""
+        """Changed files of home/ and the group folder, up (each with the digest it had when this side
+        last agreed with the host), then the removed ones; then what changed on the host. How many."""
         sent = 0
-        for part, root in self.trees.items():
-            now = manifest(root)
-            before = self._sent_files.get(part, {})
-            known = self._known.setdefault(part, {})
-            changed = [rel for rel, sig in now.items() if before.get(rel) != sig]
-            if changed:
-                digests: dict[str, str] = {}
-                status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed, digests),
-                                                    content_type="application/x-tar", timeout=300)
-                self._expect(status, f"files {part}", data)
-                known.update(digests)
-                sent += len(changed)
-            removed = {rel: known[rel] for rel in before if rel not in now and rel in known}
-            if removed:
-                status, _h, data = self._up.request("DELETE", f"/files/{part}", json.dumps({"files": removed}).encode())
-                self._expect(status, f"removed files {part}", data)
-                for rel in removed:
-                    known.pop(rel, None)
-                sent += len(removed)
-            self._sent_files[part] = now
+        with self._files_lock:
+            for part, root in self.trees.items():
+                now = manifest(root)
+                before = self._sent_files.get(part, {})
+                known = self._known.setdefault(part, {})
+                changed = [rel for rel, sig in now.items() if before.get(rel) != sig]
+                if changed:
+                    digests: dict[str, str] = {}
+                    status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed, digests, known),
+                                                        content_type="application/x-tar", timeout=300)
+                    self._expect(status, f"files {part}", data)
+                    known.update(digests)
+                    sent += len(changed)
+                removed = {rel: known[rel] for rel in before if rel not in now and rel in known}
+                if removed:
+                    status, _h, data = self._up.request("DELETE", f"/files/{part}",
+                                                        json.dumps({"files": removed}).encode())
+                    self._expect(status, f"removed files {part}", data)
+                    for rel in removed:
+                        known.pop(rel, None)
+                    sent += len(removed)
+                self._sent_files[part] = now
+                self._pull_part(self._up, part, root)
         self._files_at, self._files_due = time.monotonic(), False
         return sent
+
+    def _take_host_files(self, header: str | None) -> None:
+        """Before an inbound change applies, the host's files that changed (the host names its trees'
+        tags with the change): what the host had when a message came, the turn it starts sees."""
+        try:
+            tags = json.loads(header) if header else {}
+        except ValueError:
+            return
+        if not isinstance(tags, dict):
+            return
+        with self._files_lock:
+            for part, root in self.trees.items():
+                if tags.get(part) not in (None, tree_tag(self._known.get(part, {}))):
+                    self._pull_part(self._down, part, root)
+
+    def _pull_part(self, link, part: str, root: Path) -> int:
+        """Take what changed on the host in one tree since this side last agreed with it, leaving
+        whatever changed here meanwhile for the next upload; how many files changed here."""
+        known = self._known.setdefault(part, {})
+        sent = self._sent_files.setdefault(part, {})
+        status, _h, data = link.request("POST", f"/files/{part}/manifest", json.dumps({"tag": tree_tag(known)}).encode())
+        if status == 204:
+            return 0
+        self._expect(status, f"the manifest of {part}", data)
+        host = json.loads(data)["files"]
+        local = manifest(root)
+        fetch, drop = plan_pull(host, known, local, sent)
+        got: dict[str, str] = {}
+        if fetch:
+            status, headers, data = link.request("POST", f"/files/{part}/pick", json.dumps({"names": fetch}).encode(),
+                                                 timeout=300)
+            self._expect(status, f"files of {part}", data)
+            if hashlib.sha256(data).hexdigest() != headers.get("x-digest"):
+                raise RuntimeError(f"the files of {part} did not arrive whole (their digest differs)")
+            got = extract(data, root, expect={rel: local.get(rel) for rel in fetch})
+            known.update(got)
+        gone = [rel for rel in drop if remove_here(root, rel, local.get(rel))]
+        for rel in gone:
+            known.pop(rel, None)
+        for rel in drop:
+            sent.pop(rel, None)
+        after = manifest(root)
+        for rel in got:
+            if rel in after:
+                sent[rel] = after[rel]
+        if got or gone:
+            log.info("from the host's %s: %d file(s) changed, %d removed", part, len(got), len(gone))
+        return len(got) + len(gone)
 
     def _up_loop(self) -> None:
         try:

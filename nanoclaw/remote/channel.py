@@ -13,8 +13,13 @@ session's current one (a replaced sandbox's open connection gets nothing more).
     POST /outbound       rows, acks, state, current tool, heartbeat (mirror.py)
     GET  /files/<part>   home | group | global | packages (the agent's approved pip/npm prefix), as a
                          tar, with X-Digest (sha256 of the tar) for the runner to check
-    PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py)
+    PUT  /files/<part>   home | group | outbox: changed files, as a tar (trees.py); in the group
+                         folder, a write over a version its sandbox never saw keeps that version
+                         aside and tells its session (shared_files.py)
     DELETE /files/<part> home | group: files removed in the sandbox, {"files": {name: sha256}}
+    POST /files/<part>/manifest  home | group, {"tag": the runner's}: 204 when the host's files are
+                         what the runner has, else {"files": {name: sha256}, "tag"}
+    POST /files/<part>/pick      home | group, {"names": [...]}: those files, as a tar with X-Digest
 
 Thousands of sandboxes each keep a long poll open, so connections live on one event loop (a
 coroutine and its buffers each, no thread): HTTP/1.1 is read there, a long poll waits there, and
@@ -42,6 +47,7 @@ from agent_runner import nudge
 
 from ..sessions import store
 from . import mirror, passes, starts, trees
+from .shared_files import SharedFiles
 from .bodies import BodyRoom, LoopBody
 from .inbound import InboundWatch, inbound_answer
 
@@ -57,6 +63,7 @@ WRITER_IDLE_S = 600.0         # a session's outbound.db copy unused this long is
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global", "packages")
 UP_PARTS = ("home", "group", "outbox")
+SHARED_PARTS = ("home", "group")  # kept in step both ways while the sandbox runs
 
 
 class Busy(Exception):
@@ -104,6 +111,7 @@ class SessionChannel:
         self._beats: dict[Path, float] = {}
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
+        self.files = SharedFiles(Path(path).parent, settings.sessions_dir)
         Path(path).unlink(missing_ok=True)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(str(path))
@@ -146,6 +154,7 @@ class SessionChannel:
             for conn in self._writers.values():
                 conn.close()
             self._writers.clear()
+        self.files.close()
 
     # -- what the pool's threads share ---------------------------------------------------------
     def writer(self, session: Path) -> tuple[sqlite3.Connection, threading.Lock]:
@@ -318,9 +327,14 @@ class SessionChannel:
                 return await self._work(self._pack, roots[part])
             if method == "PUT" and part in UP_PARTS:
                 body = LoopBody(reader, request.length, asyncio.get_running_loop())
-                return await self._work(self._unpack, request, roots[part], body)
-            if method == "DELETE" and part in ("home", "group"):
-                return await self._work(self._removed, request, roots[part], await self._json(reader, request.length))
+                return await self._work(self._unpack, request, part, roots[part], body)
+            if method == "DELETE" and part in SHARED_PARTS:
+                return await self._work(self._removed, request, part, roots[part],
+                                        await self._json(reader, request.length))
+            tree, _, verb = part.partition("/")
+            if method == "POST" and tree in SHARED_PARTS and verb in ("manifest", "pick"):
+                ask = await self._json(reader, request.length, MAX_ASK)
+                return await self._work(self._manifest if verb == "manifest" else self._pick, roots[tree], ask)
             await self._skip(reader, request.length)
             raise Refused(404, f"no {method} of files '{part}'")
         await self._skip(reader, request.length)
@@ -336,16 +350,19 @@ class SessionChannel:
         stamp = await self.watch.wait(db.parent, db, ask.get("after"), wait)
         if stamp is None or stamp == ask.get("after"):
             return Answer(204)
-        return await self._work(self._inbound_answer, request.session, have, ask.get("position"))
+        return await self._work(self._inbound_answer, request, have, ask.get("position"))
 
     # -- on the pool -----------------------------------------------------------------------------
-    @staticmethod
-    def _inbound_answer(session: Path, have: set, position) -> Answer:
+    def _inbound_answer(self, request: Request, have: set, position) -> Answer:
+        """The change, and the tags of the shared folders as they are now: the runner takes what
+        changed in them before the change applies, so a message's turn sees the files it came with."""
+        roots = self.roots(request.claims, request.session)
+        tags = {part: self.files.manifest(roots[part])[1] for part in SHARED_PARTS}
         out = tempfile.TemporaryFile()
-        stamp, position, whole = inbound_answer(session, out, have, position)
+        stamp, position, whole = inbound_answer(request.session, out, have, position)
         return Answer(200, content_type="application/x-tar", file=out, headers={
             "X-Stamp": stamp or "", "X-Position": json.dumps(position) if position else "",
-            "X-Inbound": "snapshot" if whole else "delta"})
+            "X-Inbound": "snapshot" if whole else "delta", "X-Trees": json.dumps(tags)})
 
     def _outbound_copy(self, session: Path) -> Answer:
         conn, lock = self.writer(session)
@@ -363,9 +380,9 @@ class SessionChannel:
         return json_answer(200, {"max_seq": top, "added": added})
 
     @staticmethod
-    def _pack(root: Path) -> Answer:
+    def _pack(root: Path, only: set[str] | None = None) -> Answer:
         out = tempfile.TemporaryFile()
-        count = trees.pack(root, out)
+        count = trees.pack(root, out, only=only)
         digest, size = hashlib.sha256(), out.tell()
         out.seek(0)
         while chunk := out.read(1 << 20):
@@ -374,22 +391,38 @@ class SessionChannel:
         return Answer(200, content_type="application/x-tar", file=out,
                       headers={"X-Files": str(count), "X-Digest": digest.hexdigest()})
 
-    @staticmethod
-    def _unpack(request: Request, root: Path, body: "LoopBody") -> Answer:
+    def _unpack(self, request: Request, part: str, root: Path, body: "LoopBody") -> Answer:
+        shared = part == "group"
         try:
-            done = trees.unpack(root, body)
+            done = trees.unpack(root, body, owner_of=self.files.owner_of(request.claims.folder) if shared else
+                                (lambda _n, _d: None) if part == "home" else None)
         finally:
             body.drain()
+        if shared:
+            self.files.settle(request.claims.folder, request.claims.session, done)
         if done.skipped:
             log.warning("door: %s/%s %s upload passed over %d entr(ies), e.g. %s", request.claims.folder,
                         request.claims.session, request.path, len(done.skipped), done.skipped[0][:200])
-        return json_answer(200, {"files": done.files, "bytes": done.bytes, "skipped": len(done.skipped)})
+        return json_answer(200, {"files": done.files, "bytes": done.bytes, "skipped": len(done.skipped),
+                                 "conflicts": len(done.conflicts)})
+
+    def _removed(self, request: Request, part: str, root: Path, payload) -> Answer:
+        shared = part == "group"
+        done = trees.remove_known(root, trees.removals(payload),
+                                  self.files.owner_of(request.claims.folder) if shared else lambda _n, _d: None)
+        if shared:
+            self.files.settle(request.claims.folder, request.claims.session, done, done.gone)
+        return json_answer(200, {"removed": done.removed, "kept": len(done.kept), "conflicts": len(done.conflicts)})
+
+    def _manifest(self, root: Path, ask) -> Answer:
+        files, tag = self.files.manifest(root)
+        if isinstance(ask, dict) and ask.get("tag") == tag:
+            return Answer(204)
+        return json_answer(200, {"files": files, "tag": tag})
 
     @staticmethod
-    def _removed(request: Request, root: Path, payload) -> Answer:
-        done = trees.remove_known(root, trees.removals(payload))
-        if done.kept:
-            log.info("door: %s/%s kept %d file(s) removed in the sandbox but changed since it knew them (or not "
-                     "plain files), e.g. %s", request.claims.folder, request.claims.session, len(done.kept),
-                     done.kept[0][:200])
-        return json_answer(200, {"removed": done.removed, "kept": len(done.kept)})
+    def _pick(root: Path, ask) -> Answer:
+        names = ask.get("names") if isinstance(ask, dict) else None
+        if not isinstance(names, list) or len(names) > trees.MAX_FILES or not all(isinstance(n, str) for n in names):
+            raise Refused(400, f"a pick names its files as a list of at most {trees.MAX_FILES} names")
+        return SessionChannel._pack(root, only={"/".join(trees.member_path(n)) for n in names})

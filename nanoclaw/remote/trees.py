@@ -6,10 +6,13 @@ outside them can be pointed at. Up (sandbox → host): what the runner says chan
 group folder. That stream is hostile: only plain files and folders are taken, each name contained
 below its root and created through folder descriptors opened without following links, sizes and
 counts capped; each file lands whole (a temporary name, then a rename), so the host's copy stays as
-it was until its new content is complete, and the last writer wins per file. A file removed in
-the sandbox is removed on the host only while the host's copy is still the content that sandbox
-knew (its sha256 comes with the name): two sandboxes of one agent share its group folder, and a
-change the other made since stays (`remove_known`).
+it was until its new content is complete.
+
+Two sandboxes of one agent share its group folder. Each file (and each removal) comes with the
+sha256 of the version its sandbox last knew (tree_sync.BASE_KEY); when the host's copy is no longer
+that version, someone else changed it meanwhile: the last write to arrive wins, and the version it
+overwrites or removes is kept beside it as `<name>.conflict-<session>-<time>` (the session that
+wrote it, by `owner_of`); the caller tells that session (shared_files.py).
 """
 from __future__ import annotations
 
@@ -21,9 +24,13 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import BinaryIO
+
+from agent_runner.tree_sync import BASE_KEY
 
 from ..security import walk_tree
 
@@ -33,7 +40,8 @@ MAX_FILES = 20_000
 MAX_DEPTH = 32
 MAX_NAME = 255
 MAX_PATH = 1024
-SKIP_SUFFIXES = ("-wal", "-shm", "-journal")
+SKIP_SUFFIXES = ("-wal", "-shm", "-journal", ".part")
+OwnerOf = Callable[[str, "str | None"], "str | None"]  # (name, its digest on the host) -> the session that wrote it
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -57,19 +65,90 @@ class _CheckedInfo(tarfile.TarInfo):
         return super()._proc_member(tarfile_obj)
 
 
+@dataclass(frozen=True)
+class Conflict:
+    """A write or removal that arrived over a version its sandbox never saw."""
+    name: str
+    loser: str | None          # the session whose version lost (None: not one the door knows)
+    kept_as: str | None        # where that version is now (None: it was a removal, nothing to keep)
+    removed: bool = False      # the winning write was a removal
+
+
 @dataclass
 class Unpacked:
     files: int = 0
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
+    written: dict[str, str] = field(default_factory=dict)   # name -> sha256 of what is there now
+    conflicts: list[Conflict] = field(default_factory=list)
 
 
-def pack(root, out: BinaryIO, *, skip_names: tuple[str, ...] = ()) -> int:
-    """Plain files under root into a tar written to `out`; how many."""
+def conflict_name(name: str, session: str | None, when: float) -> str:
+    """`<name>.conflict-<session>-<UTC time>`, within a file name's length (pure)."""
+    tail = f".conflict-{session or 'local'}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(when))}"
+    room = MAX_NAME - len(tail.encode())
+    head = name.encode()[:room].decode("utf-8", "ignore")
+    return head + tail
+
+
+def digest_at(dfd: int, name: str) -> str | None:
+    """sha256 of the plain file `name` in the folder, opened without following a link; None if it is
+    missing or not a plain file."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        h = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _keep_aside(dfd: int, name: str, session: str | None) -> str | None:
+    """A second name for the version about to be overwritten or removed (a hard link: the file
+    itself stays in place until the winner's rename); that name, or None if none could be made."""
+    now = time.time()
+    for n in range(100):
+        aside = conflict_name(name, session, now) + (f"-{n}" if n else "")
+        try:
+            os.link(name, aside, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+            return aside
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+def _settle(dfd: int, parts, base: str | None, new: str | None, owner_of: OwnerOf, done: Unpacked,
+            removing: bool = False) -> None:
+    """Before a write (new: its sha256) or a removal (new: None) over `base` replaces what the host
+    has: keep the host's version aside when it is one the sandbox never saw."""
+    if base is None:
+        return
+    name = "/".join(parts)
+    current = digest_at(dfd, parts[-1])
+    if current is not None and current not in (base, new):
+        loser = owner_of(name, current)
+        aside = _keep_aside(dfd, parts[-1], loser)
+        kept = "/".join((*parts[:-1], aside)) if aside else None
+        done.conflicts.append(Conflict(name, loser, kept, removing))
+        if kept:
+            done.written[kept] = current
+    elif current is None and base and not removing:  # removed since this sandbox knew it
+        done.conflicts.append(Conflict(name, owner_of(name, None), None))
+
+
+def pack(root, out: BinaryIO, *, skip_names: tuple[str, ...] = (), only: set[str] | None = None) -> int:
+    """Plain files under root (or those of them named in `only`) into a tar written to `out`; how many."""
     count = 0
     with tarfile.open(fileobj=out, mode="w|") as tar:
         for entry in walk_tree(root):
-            if entry.is_dir or entry.rel in skip_names or entry.name.endswith(SKIP_SUFFIXES):
+            if entry.is_dir or entry.rel in skip_names or entry.name.endswith(SKIP_SUFFIXES) or \
+                    (only is not None and entry.rel not in only):
                 continue
             if count >= MAX_FILES:
                 break
@@ -106,9 +185,11 @@ def _enter(dfd: int, name: str) -> int:
     return os.open(name, _DIR, dir_fd=dfd)  # ELOOP / ENOTDIR: a link or a file there, never followed
 
 
-def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | None = None) -> Unpacked:
+def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | None = None,
+           owner_of: OwnerOf | None = None) -> Unpacked:
     """Write the upload's plain files below root (made if missing). BadTree on a member that would
-    leave it or break a limit; members before it stay written."""
+    leave it or break a limit; members before it stay written. With `owner_of`, a member that names
+    the version its sandbox knew (BASE_KEY) is settled as the module says."""
     os.makedirs(root, exist_ok=True)
     done = Unpacked()
     top = os.open(root, _DIR)
@@ -126,7 +207,10 @@ def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | Non
                                   f"in all, {MAX_FILES} files)")
                 if parts[-1].endswith(SKIP_SUFFIXES):
                     continue
-                _write_member(top, parts, tar.extractfile(member), member, done, uid)
+                base = member.pax_headers.get(BASE_KEY) if owner_of is not None else None
+                _write_member(top, parts, tar.extractfile(member), member, done, uid,
+                              (lambda dfd, new: _settle(dfd, parts, base, new, owner_of, done)) if base is not None
+                              else None)
     except tarfile.TarError as exc:
         raise BadTree(f"not a tar stream: {exc}") from None
     finally:
@@ -134,7 +218,8 @@ def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | Non
     return done
 
 
-def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked, uid: int | None) -> None:
+def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked, uid: int | None,
+                  settle=None) -> None:
     fds = []
     try:
         dfd = top
@@ -151,10 +236,13 @@ def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked,
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      stat.S_IMODE(member.mode) & 0o755 | 0o600, dir_fd=dfd)
         try:
+            digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
-                written = _copy_capped(src, out, member.size)
+                written = _copy_capped(src, out, member.size, digest)
             if uid is not None:
                 os.chown(tmp, uid, uid, dir_fd=dfd, follow_symlinks=False)
+            if settle is not None:
+                settle(dfd, digest.hexdigest())
             try:
                 os.rename(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
             except OSError as exc:  # a folder of that name: the agent's folder stays
@@ -171,26 +259,29 @@ def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked,
             raise
         done.files += 1
         done.bytes += written
+        done.written["/".join(parts)] = digest.hexdigest()
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _copy_capped(src, out, size: int) -> int:
+def _copy_capped(src, out, size: int, digest) -> int:
     left = size
     while left > 0:
         chunk = src.read(min(left, 1 << 20))
         if not chunk:
             raise BadTree("the upload ended inside a file")
         out.write(chunk)
+        digest.update(chunk)
         left -= len(chunk)
     return size
 
 
 @dataclass
-class Removed:
+class Removed(Unpacked):
     removed: int = 0
-    kept: list[str] = field(default_factory=list)   # changed since the sandbox knew it, or not a plain file
+    gone: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)   # not there, or not a plain file
 
 
 def removals(body) -> dict[str, tuple[str, ...]]:
@@ -207,9 +298,10 @@ def removals(body) -> dict[str, tuple[str, ...]]:
     return checked
 
 
-def remove_known(root, files: dict[str, tuple[str, ...]]) -> Removed:
-    """Remove each named plain file below root whose content still has the given sha256, through
-    folder descriptors opened without following links; a link, a folder or a changed file stays."""
+def remove_known(root, files: dict[str, tuple[str, ...]], owner_of: OwnerOf = lambda _n, _d: None) -> Removed:
+    """Remove each named plain file below root, through folder descriptors opened without following
+    links; a link or a folder stays. A file whose content is no longer the given sha256 (someone
+    else changed it since the sandbox knew it) goes too, its version kept aside (the module's rule)."""
     done = Removed()
     try:
         top = os.open(root, _DIR)
@@ -217,8 +309,9 @@ def remove_known(root, files: dict[str, tuple[str, ...]]) -> Removed:
         return done
     try:
         for name, (*parts, digest) in files.items():
-            if _remove_one(top, parts, digest):
+            if _remove_one(top, parts, digest, owner_of, done):
                 done.removed += 1
+                done.gone.append(name)
             else:
                 done.kept.append(name)
     finally:
@@ -226,7 +319,7 @@ def remove_known(root, files: dict[str, tuple[str, ...]]) -> Removed:
     return done
 
 
-def _remove_one(top: int, parts: list[str], digest: str) -> bool:
+def _remove_one(top: int, parts: list[str], digest: str, owner_of: OwnerOf, done: "Removed") -> bool:
     fds = []
     try:
         dfd = top
@@ -237,18 +330,12 @@ def _remove_one(top: int, parts: list[str], digest: str) -> bool:
                 return False
             fds.append(dfd)
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
         except OSError:
             return False
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device
-            os.close(fd)
+        if not stat.S_ISREG(st.st_mode):  # a link, a folder, a FIFO, a device
             return False
-        with os.fdopen(fd, "rb") as f:
-            h = hashlib.sha256()
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        if h.hexdigest() != digest:
-            return False
+        _settle(dfd, parts, digest, None, owner_of, done, removing=True)
         os.unlink(parts[-1], dir_fd=dfd)
         return True
     finally:

@@ -181,31 +181,38 @@ def _files_script(req):
     prompt, done = req.current_prompt(), req.turn_tool_results()
     if "write the notes" in prompt and not done:
         return Reply.call("Bash", command="mkdir -p /workspace/group/notes && printf draft > /workspace/group/notes/a.txt"
-                                          " && printf mine > /workspace/group/b.txt")
+                                          " && printf mine > /workspace/group/b.txt && printf old > /workspace/group/old.txt")
     if "remove the notes" in prompt and not done:
-        return Reply.call("Bash", command="rm /workspace/group/notes/a.txt /workspace/group/b.txt")
+        return Reply.call("Bash", command="cat /workspace/group/b.txt; echo; ls /workspace/group;"
+                                          " rm /workspace/group/notes/a.txt")
+    if "remove the notes" in prompt:
+        return Reply.say(f"saw: {done[-1].text}")
     return Reply.say("done")
 
 
-def test_a_file_removed_in_the_sandbox_is_gone_on_the_host_unless_changed_since(make_settings, sqlite_url, remote):
-    """Removals go up with the digest of the content the sandbox knew: the host's copy goes while it
-    is still that content; one another writer changed since (here the host itself, as another
-    sandbox's upload would) stays."""
+def test_files_changed_on_either_side_reach_the_other(make_settings, sqlite_url, remote):
+    """The group folder both ways: files made in the sandbox land on the host; what the host changed
+    and removed meanwhile is in the sandbox before the next message's turn; a file removed in the
+    sandbox is gone on the host."""
     with sandbox_service(make_settings, sqlite_url, _files_script, runtime="docker", **remote) as svc:
         owner_dm(svc)
         group = svc.settings.groups_dir / "andy"
         svc.post(message(111, OWNER, "write the notes"))
         svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the first answer")
         only_on_the_second_engine(svc)
-        svc.wait(lambda: (group / "notes" / "a.txt").exists() and (group / "b.txt").exists(), timeout=60,
+        svc.wait(lambda: all((group / n).exists() for n in ("notes/a.txt", "b.txt", "old.txt")), timeout=60,
                  what="the files made in the sandbox, on the host")
         (group / "b.txt").write_text("theirs")  # a newer version from elsewhere
+        (group / "news.txt").write_text("new")
+        (group / "old.txt").unlink()
 
         svc.post(message(111, OWNER, "remove the notes"))
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 2, timeout=120, what="the second answer")
+        seen = texts(svc.tg, 111)[1]
+        assert "theirs" in seen and "news.txt" in seen and "old.txt" not in seen, seen
         svc.wait(lambda: not (group / "notes" / "a.txt").exists(), timeout=60,
                  what="the file removed in the sandbox, gone on the host")
-        assert (group / "b.txt").read_text() == "theirs"
+        assert (group / "b.txt").read_text() == "theirs" and not (group / "old.txt").exists()
 
 
 def test_a_file_written_mid_turn_survives_a_kill_of_the_sandbox(make_settings, sqlite_url, remote):

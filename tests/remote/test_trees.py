@@ -8,6 +8,7 @@ import tarfile
 import pytest
 from hypothesis import given, strategies as st
 
+from agent_runner.tree_sync import BASE_KEY
 from nanoclaw.remote import trees
 
 
@@ -138,17 +139,76 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_a_removed_file_goes_only_while_the_host_has_the_content_the_sandbox_knew(tmp_path):
+def test_a_removal_over_a_version_the_sandbox_never_saw_wins_and_keeps_that_version_aside(tmp_path):
     g = tmp_path / "g"
     (g / "notes").mkdir(parents=True)
     (g / "notes" / "old.txt").write_bytes(b"draft")
     (g / "shared.txt").write_bytes(b"changed by the other sandbox since")
+    owners = {("shared.txt", sha(b"changed by the other sandbox since")): "s2"}
     done = trees.remove_known(g, trees.removals({"files": {"notes/old.txt": sha(b"draft"),
                                                              "shared.txt": sha(b"what this sandbox knew"),
-                                                             "never/there.txt": sha(b"x")}}))
-    assert done.removed == 1 and sorted(done.kept) == ["never/there.txt", "shared.txt"]
-    assert not (g / "notes" / "old.txt").exists()
-    assert (g / "shared.txt").read_bytes() == b"changed by the other sandbox since"  # nothing of another lost
+                                                             "never/there.txt": sha(b"x")}}),
+                              lambda name, digest: owners.get((name, digest)))
+    assert done.removed == 2 and done.kept == ["never/there.txt"]
+    assert not (g / "notes" / "old.txt").exists() and not (g / "shared.txt").exists()
+    [conflict] = done.conflicts
+    assert conflict.name == "shared.txt" and conflict.loser == "s2" and conflict.removed
+    assert conflict.kept_as.startswith("shared.txt.conflict-s2-")
+    assert (g / conflict.kept_as).read_bytes() == b"changed by the other sandbox since"  # nothing of another lost
+
+
+def based(name, data, base):
+    info = tarfile.TarInfo(name)
+    info.size, info.pax_headers = len(data), {BASE_KEY: base}
+    return info, data
+
+
+def tar_based(*members) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data))
+    out.seek(0)
+    return out
+
+
+def test_the_last_write_wins_and_the_version_it_overwrites_unseen_is_kept_beside_it(tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "plan.md").write_bytes(b"theirs")        # another session's, over v0 which this one knew
+    (g / "same.md").write_bytes(b"v0")            # unchanged since this session knew it
+    (g / "both-new.md").write_bytes(b"theirs too")  # made by both, each without seeing the other's
+    (g / "agreed.md").write_bytes(b"same result")   # both made the same change: nothing to keep
+    (g / "mine.md").write_bytes(b"v0")
+    owners = {"plan.md": "s2", "both-new.md": "s2", "agreed.md": "s2"}
+    done = trees.unpack(g, tar_based(based("plan.md", b"ours", sha(b"v0")), based("same.md", b"v1", sha(b"v0")),
+                                     based("both-new.md", b"ours too", ""),
+                                     based("agreed.md", b"same result", sha(b"v0")),
+                                     based("gone.md", b"changed here", sha(b"v0"))),
+                        owner_of=lambda name, _digest: owners.get(name))
+    assert {p.name: p.read_bytes() for p in g.iterdir() if ".conflict-" not in p.name} == {
+        "plan.md": b"ours", "same.md": b"v1", "both-new.md": b"ours too", "agreed.md": b"same result",
+        "gone.md": b"changed here", "mine.md": b"v0"}
+    kept = {c.name: c for c in done.conflicts}
+    assert sorted(kept) == ["both-new.md", "gone.md", "plan.md"]
+    assert (g / kept["plan.md"].kept_as).read_bytes() == b"theirs" and kept["plan.md"].loser == "s2"
+    assert (g / kept["both-new.md"].kept_as).read_bytes() == b"theirs too"
+    assert kept["gone.md"].kept_as is None  # removed elsewhere since: the change is back, nothing to keep
+    assert done.written[kept["plan.md"].kept_as] == sha(b"theirs") and done.written["plan.md"] == sha(b"ours")
+
+
+def test_without_a_base_the_upload_simply_replaces(tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "plan.md").write_bytes(b"theirs")
+    done = trees.unpack(g, tar_of(file("plan.md", b"ours")), owner_of=lambda _n, _d: "s2")
+    assert not done.conflicts and sorted(os.listdir(g)) == ["plan.md"]
+
+
+def test_a_conflict_name_stays_a_file_name():
+    name = trees.conflict_name("é" * 200 + ".md", "s" * 40, 0)
+    assert len(name.encode()) <= trees.MAX_NAME and name.endswith(".conflict-" + "s" * 40 + "-19700101T000000Z")
+    assert trees.conflict_name("a.md", None, 0) == "a.md.conflict-local-19700101T000000Z"
 
 
 def test_a_removal_never_goes_through_a_link_or_takes_a_folder(tmp_path):
