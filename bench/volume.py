@@ -167,7 +167,9 @@ def run_state(name: str, turns: int, session_rows: int | None, on: dict) -> dict
                 time.sleep(0.2)  # a person does not answer within 200 ms
                 t0 = time.monotonic()
                 svc.post(message(111, OWNER, f"turn {n}"))
-                svc.wait(lambda: len(texts(svc.tg, 111)) > before, what=f"the answer to turn {n}")
+                with svc.tg._cond:  # woken by the fake's own record of the call (svc.wait polls every 50 ms)
+                    if not svc.tg._cond.wait_for(lambda: len(texts(svc.tg, 111)) > before, 120):
+                        raise AssertionError(f"no answer to turn {n}")
                 times.append(time.monotonic() - t0)
             cpu = (time.process_time() - cpu0) / turns
             per_turn = (moved(svc) - bytes0) / turns

@@ -272,11 +272,16 @@ class RemoteSession:
                 before = self._sent_files.get(part, {})
                 known = self._known.setdefault(part, {})
                 changed = [rel for rel, sig in now.items() if before.get(rel) != sig]
+                again: list[str] = []
                 if changed:
                     digests: dict[str, str] = {}
-                    status, _h, data = self._up.request("PUT", f"/files/{part}", pack(root, changed, digests, known),
+                    body = pack(root, changed, digests, known, {rel: before[rel][0] for rel in changed if rel in before})
+                    status, _h, data = self._up.request("PUT", f"/files/{part}", body,
                                                         content_type="application/x-tar", timeout=300)
                     self._expect(status, f"files {part}", data)
+                    again = list(json.loads(data).get("again") or [])  # tails the host could not add to its copy
+                    for rel in again:
+                        digests.pop(rel, None)
                     known.update(digests)
                     sent += len(changed)
                 removed = {rel: known[rel] for rel in before if rel not in now and rel in known}
@@ -288,6 +293,8 @@ class RemoteSession:
                         known.pop(rel, None)
                     sent += len(removed)
                 self._sent_files[part] = now
+                for rel in again:
+                    now.pop(rel, None)  # goes again, whole, with the next upload
                 self._pull_part(self._up, part, root)
         self._files_at, self._files_due = time.monotonic(), False
         return sent

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 BASE_KEY = "NANOCLAW.base"  # the sha256 this sandbox last knew of a file it uploads ("" for none)
+OFFSET_KEY = "NANOCLAW.offset"  # the member is the file's tail from this byte: the rest is the base
 SKIPPED = (".part", "-wal", "-shm", "-journal")  # half-written files and SQLite's side files stay
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -99,22 +100,12 @@ def manifest(root: Path) -> dict[str, Sig]:
     return found
 
 
-class _Hashing:
-    """A file read through it leaves the sha256 of what was read (what the tar carries)."""
-
-    def __init__(self, src):
-        self.src, self.digest = src, hashlib.sha256()
-
-    def read(self, size=-1):
-        chunk = self.src.read(size)
-        self.digest.update(chunk)
-        return chunk
-
-
-def pack(root: Path, names, digests: dict[str, str] | None = None,
-         bases: Mapping[str, str] | None = None) -> bytes:
-    """A tar of the named plain files under root (never through a link); `digests` gets each one's.
-    With `bases`, each file carries the digest this side last knew of it (BASE_KEY)."""
+def pack(root: Path, names, sent: dict[str, str] | None = None, bases: Mapping[str, str] | None = None,
+         grown_from: Mapping[str, int] | None = None) -> bytes:
+    """A tar of the named plain files under root (never through a link); `sent` gets each one's
+    sha256. With `bases`, each file carries the digest this side last knew of it (BASE_KEY); one that
+    only grew since (its first `grown_from` bytes are still that version) goes as its new tail alone
+    (OFFSET_KEY: where the tail starts), so a transcript costs a turn what the turn added to it."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as tar:
         for rel in names:
@@ -124,15 +115,42 @@ def pack(root: Path, names, digests: dict[str, str] | None = None,
                 continue
             with os.fdopen(fd, "rb") as src:
                 st = os.fstat(src.fileno())
+                base = bases.get(rel, "") if bases is not None else None
+                start = (grown_from or {}).get(rel, 0) if base else 0
+                digest = hashlib.sha256()
+                if not 0 < start < st.st_size or _prefix_digest(src, start, digest) != base:
+                    start, digest = 0, hashlib.sha256()
+                src.seek(start)
                 info = tarfile.TarInfo(rel)
-                info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
-                if bases is not None:
-                    info.pax_headers = {BASE_KEY: bases.get(rel, "")}
-                reader = _Hashing(src)
-                tar.addfile(info, reader)
-                if digests is not None:
-                    digests[rel] = reader.digest.hexdigest()
-    return out.getvalue()
+                info.size, info.mtime, info.mode = st.st_size - start, int(st.st_mtime), stat.S_IMODE(st.st_mode) & 0o755
+                if base is not None:
+                    info.pax_headers = {BASE_KEY: base, **({OFFSET_KEY: str(start)} if start else {})}
+                tar.addfile(info, Hashing(src, digest))
+                if sent is not None:
+                    sent[rel] = digest.hexdigest()
+        end = tar.offset + 2 * tarfile.BLOCKSIZE  # the end-of-archive blocks, without the padding
+    return out.getvalue()[:end]                   # to 10 KiB records tar adds
+
+
+def _prefix_digest(src, size: int, digest) -> str:
+    """Feed the first `size` bytes of src to digest; the sha256 of them alone."""
+    left = size
+    while left > 0 and (chunk := src.read(min(left, 1 << 20))):
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.copy().hexdigest() if left == 0 else ""
+
+
+class Hashing:
+    """A file read through it feeds `digest` what was read (what the tar carries)."""
+
+    def __init__(self, src, digest):
+        self.src, self.digest = src, digest
+
+    def read(self, size=-1):
+        chunk = self.src.read(size)
+        self.digest.update(chunk)
+        return chunk
 
 
 def remove_here(root: Path, rel: str, expected: Sig | None) -> bool:

@@ -404,7 +404,7 @@ class SessionChannel:
             log.warning("door: %s/%s %s upload passed over %d entr(ies), e.g. %s", request.claims.folder,
                         request.claims.session, request.path, len(done.skipped), done.skipped[0][:200])
         return json_answer(200, {"files": done.files, "bytes": done.bytes, "skipped": len(done.skipped),
-                                 "conflicts": len(done.conflicts)})
+                                 "conflicts": len(done.conflicts), "again": done.again})
 
     def _removed(self, request: Request, part: str, root: Path, payload) -> Answer:
         shared = part == "group"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
-from agent_runner.tree_sync import BASE_KEY
+from agent_runner.tree_sync import BASE_KEY, OFFSET_KEY, Hashing
 
 from ..security import walk_tree
 
@@ -81,6 +81,7 @@ class Unpacked:
     skipped: list[str] = field(default_factory=list)
     written: dict[str, str] = field(default_factory=dict)   # name -> sha256 of what is there now
     conflicts: list[Conflict] = field(default_factory=list)
+    again: list[str] = field(default_factory=list)   # tails whose base is no longer the host's copy
 
 
 def conflict_name(name: str, session: str | None, when: float) -> str:
@@ -208,9 +209,12 @@ def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | Non
                 if parts[-1].endswith(SKIP_SUFFIXES):
                     continue
                 base = member.pax_headers.get(BASE_KEY) if owner_of is not None else None
+                offset = _offset(member, base)
+                if offset and offset + member.size > MAX_FILE:
+                    raise BadTree(f"{member.name!r} would grow past {MAX_FILE} bytes")
                 _write_member(top, parts, tar.extractfile(member), member, done, uid,
-                              (lambda dfd, new: _settle(dfd, parts, base, new, owner_of, done)) if base is not None
-                              else None)
+                              (lambda dfd, new: _settle(dfd, parts, base, new, owner_of, done))
+                              if base is not None and not offset else None, (offset, base) if offset else None)
     except tarfile.TarError as exc:
         raise BadTree(f"not a tar stream: {exc}") from None
     finally:
@@ -218,8 +222,33 @@ def unpack(root, stream: BinaryIO, *, max_total: int = MAX_TOTAL, uid: int | Non
     return done
 
 
+def _offset(member: tarfile.TarInfo, base: str | None) -> int:
+    """Where a member that is a file's new tail starts (0: the member is the whole file)."""
+    raw = member.pax_headers.get(OFFSET_KEY)
+    if raw is None:
+        return 0
+    if not base or not raw.isdigit() or not 0 < int(raw) <= MAX_FILE:
+        raise BadTree(f"{member.name!r}: a tail needs the digest of what it extends and an offset up to {MAX_FILE}")
+    return int(raw)
+
+
+def _copy_base(dfd: int, name: str, out, offset: int, base: str, digest) -> bool:
+    """Copy the host's file into `out` (feeding digest) when it is `offset` bytes of content `base`:
+    what a tail extends. Opened without following a link; whether it was."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size != offset:
+            return False
+        shutil.copyfileobj(Hashing(f, digest), out)
+    return digest.hexdigest() == base
+
+
 def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked, uid: int | None,
-                  settle=None) -> None:
+                  settle=None, tail: tuple[int, str] | None = None) -> None:
     fds = []
     try:
         dfd = top
@@ -238,6 +267,11 @@ def _write_member(top: int, parts: tuple[str, ...], src, member, done: Unpacked,
         try:
             digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
+                if tail is not None and not _copy_base(dfd, parts[-1], out, *tail, digest):
+                    out.close()
+                    os.unlink(tmp, dir_fd=dfd)
+                    done.again.append(member.name)
+                    return
                 written = _copy_capped(src, out, member.size, digest)
             if uid is not None:
                 os.chown(tmp, uid, uid, dir_fd=dfd, follow_symlinks=False)

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 from hypothesis import given, strategies as st
 
-from agent_runner.tree_sync import BASE_KEY
+from agent_runner.tree_sync import BASE_KEY, OFFSET_KEY
 from nanoclaw.remote import trees
 
 
@@ -243,3 +243,48 @@ def test_removals_either_checks_every_name_or_refuses(files):
         return
     for name, (*parts, digest) in checked.items():
         assert parts == list(trees.member_path(name)) and len(digest) == 64
+
+
+def test_a_file_that_only_grew_goes_as_its_tail_and_lands_whole(tmp_path):
+    """A transcript grows each turn: the upload carries what the turn added, and the host's copy is
+    the whole new file; a tail over a copy that is no longer its base is refused for a whole upload."""
+    from agent_runner.tree_sync import pack
+    here, host = tmp_path / "here", tmp_path / "host"
+    (here / "t").mkdir(parents=True)
+    (here / "t" / "log.jsonl").write_bytes(b"x" * 100_000)
+    sent: dict[str, str] = {}
+    trees.unpack(host, io.BytesIO(pack(here, ["t/log.jsonl"], sent, {})), owner_of=lambda _n, _d: None)
+    with open(here / "t" / "log.jsonl", "ab") as f:
+        f.write(b"one more turn\n")
+    body = pack(here, ["t/log.jsonl"], sent, dict(sent), {"t/log.jsonl": 100_000})
+    assert len(body) < 5_000  # the tail and the tar's headers, not the 100 kB before it
+    done = trees.unpack(host, io.BytesIO(body), owner_of=lambda _n, _d: None)
+    assert (host / "t" / "log.jsonl").read_bytes() == (here / "t" / "log.jsonl").read_bytes()
+    assert done.written["t/log.jsonl"] == sent["t/log.jsonl"] == sha((here / "t" / "log.jsonl").read_bytes())
+    assert not done.conflicts and not done.again
+
+    (host / "t" / "log.jsonl").write_bytes(b"someone else's")  # the base is gone: the tail alone is no file
+    with open(here / "t" / "log.jsonl", "ab") as f:
+        f.write(b"and another\n")
+    done = trees.unpack(host, io.BytesIO(pack(here, ["t/log.jsonl"], {}, dict(sent), {"t/log.jsonl": 100_014})),
+                        owner_of=lambda _n, _d: None)
+    assert done.again == ["t/log.jsonl"] and (host / "t" / "log.jsonl").read_bytes() == b"someone else's"
+
+
+def test_a_prefix_that_changed_goes_whole(tmp_path):
+    from agent_runner.tree_sync import pack
+    (tmp_path / "a.txt").write_bytes(b"abcdef")
+    sent: dict[str, str] = {}
+    pack(tmp_path, ["a.txt"], sent, {})
+    (tmp_path / "a.txt").write_bytes(b"Xbcdefgh")
+    with tarfile.open(fileobj=io.BytesIO(pack(tmp_path, ["a.txt"], {}, dict(sent), {"a.txt": 6}))) as tar:
+        [member] = tar.getmembers()
+    assert member.size == 8 and OFFSET_KEY not in member.pax_headers
+
+
+@pytest.mark.parametrize("offset", ["-1", "x", "0", str(trees.MAX_FILE + 1)])
+def test_a_bad_tail_offset_is_refused(tmp_path, offset):
+    info, data = based("a.txt", b"tail", sha(b"base"))
+    info.pax_headers[OFFSET_KEY] = offset
+    with pytest.raises(trees.BadTree):
+        trees.unpack(tmp_path / "g", tar_based((info, data)), owner_of=lambda _n, _d: None)
