@@ -137,18 +137,11 @@ def check_runtime(settings) -> list[Finding]:
     return found
 
 
-def remote_gaps(agents: dict[str, dict], packaged: set[str]) -> list[str]:
-    """What the agents' sandboxes would lack on another machine (pure): extra mounts (refused
-    there) and, on Kubernetes, approved packages (`packaged`: the agents that have some; a remote
-    engine's sandboxes get them through the door). `agents`: folder -> container_config."""
-    gaps = []
-    for folder in sorted(set(agents) | packaged):
-        lacks = [what for what, has in (("its extra mounts (its sandboxes are refused)",
-                                         bool((agents.get(folder) or {}).get("mounts"))),
-                                        ("its approved packages", folder in packaged)) if has]
-        if lacks:
-            gaps.append(f"{folder}: {' and '.join(lacks)}")
-    return gaps
+def remote_gaps(agents: dict[str, dict]) -> list[str]:
+    """What the agents' sandboxes would lack on another machine (pure): extra mounts, refused there
+    (approved packages come through the door). `agents`: folder -> container_config."""
+    return [f"{folder}: its extra mounts (its sandboxes are refused)" for folder in sorted(agents)
+            if (agents.get(folder) or {}).get("mounts")]
 
 
 def check_remote_sandboxes(settings) -> Finding | None:
@@ -162,13 +155,10 @@ def check_remote_sandboxes(settings) -> Finding | None:
     if not cluster and not (settings.runtime in ("docker", "auto") and
                             session_transport(settings.session_transport, os.environ.get("DOCKER_HOST")) == "network"):
         return None
-    packages = settings.data_dir / "packages"  # a remote engine's sandboxes get them through the door; pods not yet
-    packaged = {p.name for p in packages.iterdir() if p.is_dir() and any(p.iterdir())} \
-        if cluster and packages.is_dir() else set()
     with database.connection_context():
         agents = {a.folder: a.container_config or {} for a in AgentGroup.select(AgentGroup.folder,
                                                                                AgentGroup.container_config)}
-    gaps = remote_gaps(agents, packaged)
+    gaps = remote_gaps(agents)
     if not gaps:
         return Finding(True, "remote sandboxes", "every agent's sandbox has here what it has on this machine")
     return Finding(False, "remote sandboxes", "not available on another machine yet: " + "; ".join(gaps) +

@@ -26,7 +26,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from .base import (GLOBAL_TARGET, GROUP_TARGET, INBOUND_TARGET, INSTALL_LABEL, SESSION_TARGET, NameLocks,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, INBOUND_TARGET, INSTALL_LABEL, PACKAGES_TARGET, SESSION_TARGET, NameLocks,
                    SandboxSpec, check_spec, prepare_session, sandbox_env)
 
 log = logging.getLogger("nanoclaw.runtime.kubernetes")
@@ -74,6 +74,8 @@ def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str
     labels = {**COMPONENT, **{k: label_value(v) for k, v in spec.labels.items()}}
     annotations = {**{k: v for k, v in spec.labels.items()}, SANDBOX_ANNOTATION: spec.name}
     memory = f"{spec.memory_mb}Mi"
+    # the agent's approved packages: the runner fetches them from the door into their own folder
+    volumes = VOLUMES + ((("packages", PACKAGES_TARGET, "1Gi"),) if spec.packages_dir is not None else ())
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -93,9 +95,9 @@ def pod_manifest(spec: SandboxSpec, *, image: str, namespace: str, env: dict[str
                           "requests": {"cpu": str(min(spec.cpus, 0.25)), "memory": memory}},
             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                 "runAsNonRoot": True, "privileged": False, "capabilities": {"drop": ["ALL"]}},
-            "volumeMounts": [{"name": n, "mountPath": path} for n, path, _size in VOLUMES],
+            "volumeMounts": [{"name": n, "mountPath": path} for n, path, _size in volumes],
         }],
-        "volumes": [{"name": n, "emptyDir": {"medium": "Memory", "sizeLimit": size}} for n, _path, size in VOLUMES],
+        "volumes": [{"name": n, "emptyDir": {"medium": "Memory", "sizeLimit": size}} for n, _path, size in volumes],
     }
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class

@@ -16,6 +16,7 @@ from nanoclaw.runtime.select import select_runtime
 from tests.fakes.kube_api import FakeKube
 from tests.outbound.test_nudges import OWNER, _script
 from tests.remote.flow import HeldTurn, owner_dm
+from tests.remote.test_remote_engine_e2e import approve_a_package_and_use_it, package_brain
 from tests.tg_flow import message, sandbox_service, texts
 
 K8S_VERSION = "1.33.0"
@@ -42,6 +43,25 @@ def test_the_pod_is_valid_and_locked_down(tmp_path):
     assert c["resources"]["limits"] == {"cpu": "1.0", "memory": "2048Mi"}
     assert not [v for v in s["volumes"] if set(v) - {"name", "emptyDir"}]  # no hostPath, nothing of the node
     assert pod["metadata"]["labels"]["nanoclaw.install"] == "home"
+
+
+def test_a_pod_of_an_agent_with_approved_packages_has_a_folder_of_its_own_for_them(tmp_path):
+    bare = k8s.pod_manifest(spec(tmp_path), image="i", namespace="n", env={})
+    pod = k8s.pod_manifest(spec(tmp_path, packages_dir=tmp_path / "packages"), image="i", namespace="n", env={})
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    mounts = {m["mountPath"]: m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["/workspace/packages"] == "packages" and "/workspace/packages" not in str(bare)
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "packages"]
+    assert volume == {"name": "packages", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}  # nothing of the node
+
+
+def test_an_approved_package_is_importable_in_a_pod(make_settings, sqlite_url, cluster):
+    """As on a remote engine: the packages come through the door into the pod's own folder."""
+    with sandbox_service(make_settings, sqlite_url, package_brain, runtime="kubernetes", **door(cluster)) as svc:
+        answer = approve_a_package_and_use_it(svc)
+        assert "tomatoes need sun" in answer and "Permission denied" in answer, answer
+        [created] = [b for m, p, b in cluster.requests if m == "POST"]
+        assert "/workspace/packages" in str(created["spec"]["containers"][0]["volumeMounts"])
 
 
 def test_a_pod_asks_no_dns_and_gets_the_doors_name_from_the_host(tmp_path, monkeypatch):

@@ -237,23 +237,32 @@ def test_a_file_written_mid_turn_survives_a_kill_of_the_sandbox(make_settings, s
         assert plan.read_text() == "half a plan"
 
 
+def package_brain(req):
+    """Imports the approved module, then tries to write beside it."""
+    results = req.turn_tool_results()
+    if "use the package" in req.current_prompt() and not results:
+        return Reply.call("Bash", command="python3 -c 'import garden_helper; print(garden_helper.GREETING)'; "
+                                          "touch /workspace/packages/python/x 2>&1 | head -c 80")
+    return Reply.say("package says: " + (results[-1].text if results else "nothing"))
+
+
+def approve_a_package_and_use_it(svc) -> str:
+    """The host's prefix of approved packages for andy holds a module; the agent uses it: its answer."""
+    owner_dm(svc)
+    prefix = svc.settings.data_dir / "packages" / "andy" / "python"
+    prefix.mkdir(parents=True)
+    (prefix / "garden_helper.py").write_text('GREETING = "tomatoes need sun"\n')
+    svc.post(message(111, OWNER, "use the package"))
+    svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer")
+    [answer] = texts(svc.tg, 111)
+    return answer
+
+
 def test_an_approved_package_is_importable_in_a_remote_sandbox(make_settings, sqlite_url, remote):
     """The agent's approved packages (the host's prefix) come down through the door at the sandbox's
     start, checked against their digest, read-only; the agent's Python imports them."""
-    def brain(req):
-        results = req.turn_tool_results()
-        if "use the package" in req.current_prompt() and not results:
-            return Reply.call("Bash", command="python3 -c 'import garden_helper; print(garden_helper.GREETING)'; "
-                                              "touch /workspace/packages/python/x 2>&1 | head -c 80")
-        return Reply.say("package says: " + (results[-1].text if results else "nothing"))
-    with sandbox_service(make_settings, sqlite_url, brain, runtime="docker", **remote) as svc:
-        owner_dm(svc)
-        prefix = svc.settings.data_dir / "packages" / "andy" / "python"
-        prefix.mkdir(parents=True)
-        (prefix / "garden_helper.py").write_text('GREETING = "tomatoes need sun"\n')
-        svc.post(message(111, OWNER, "use the package"))
-        svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer")
+    with sandbox_service(make_settings, sqlite_url, package_brain, runtime="docker", **remote) as svc:
+        answer = approve_a_package_and_use_it(svc)
         only_on_the_second_engine(svc)
-        [answer] = texts(svc.tg, 111)
         assert "tomatoes need sun" in answer, answer
         assert "Permission denied" in answer  # read-only for the agent
