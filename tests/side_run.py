@@ -27,7 +27,8 @@ class SideRun:
         if self.proc is not None:
             return
         self.out = tempfile.NamedTemporaryFile("w+", prefix=f"nanoclaw-{self.name}-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *targets],
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                      "-o", "console_output_style=times", *targets],
                                      cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
 

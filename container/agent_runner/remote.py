@@ -26,13 +26,11 @@ At a stop, one last push and file upload. Nothing here is trusted by the host: i
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
 import select
 import sqlite3
-import tarfile
 import threading
 import time
 from pathlib import Path
@@ -68,7 +66,7 @@ class RemoteSession:
         self._stamp: str | None = None
         self._position: dict | None = None  # where our inbound.db copy stands in the host's change log
         self.pulled = {"snapshot": 0, "delta": 0, "bytes": 0}
-        self._inbox: set[tuple[str, int]] = set()
+        self._inbox: dict | None = None  # the door's mark of the inbox files we have (changed up to when)
         self._host_seq = 0
         self._confirmed: dict = {}  # state, container, keep_from_seq and heartbeat as the door last took them
         self._sent_outbox: set[tuple[str, int]] = set()
@@ -143,18 +141,19 @@ class RemoteSession:
 
     # -- down ------------------------------------------------------------------------------------
     def pull(self, wait: float) -> bool:
-        ask = json.dumps({"after": self._stamp, "wait": wait, "have": sorted(self._inbox),
+        ask = json.dumps({"after": self._stamp, "wait": wait, "inbox": self._inbox,
                           "position": self._position}).encode()
         status, headers, data = self._down.request("POST", "/inbound", ask, timeout=wait + 30)
         if status == 204:
             return False
         self._expect(status, "inbound", data)
         self._take_host_files(headers.get("x-trees"))
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            members = tar.getmembers()
-        self._inbox |= {(m.name[len("inbox/"):], m.size) for m in members if m.name.startswith("inbox/")}
         aside: dict[str, bytes | None] = {change_log.DELTA_NAME: None}
         extract(data, self.inbound_dir, aside)  # inbox files first in the stream, then the change or the file
+        try:
+            self._inbox = json.loads(headers.get("x-inbox") or "null")
+        except ValueError:
+            self._inbox = None
         self.pulled[headers.get("x-inbound") or "snapshot"] += 1
         self.pulled["bytes"] += len(data)
         try:

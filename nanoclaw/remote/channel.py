@@ -5,8 +5,9 @@ the pass and writes the caller's identity as the connection's first line, so not
 sends can name another session. Each request checks again that the pass's start is still the
 session's current one (a replaced sandbox's open connection gets nothing more).
 
-    POST /inbound        {after, wait, have, position}: when the host's inbound.db differs from
-                         `after` (or within `wait` s), a tar of the inbox files the sandbox lacks,
+    POST /inbound        {after, wait, inbox, position}: when the host's inbound.db differs from
+                         `after` (or within `wait` s), a tar of the inbox files the sandbox lacks
+                         (changed since the `inbox` mark it holds: inbound.py),
                          then what changed since `position` (change_log.py), or inbound.db whole (a
                          consistent snapshot) to start or after a gap; 204 when nothing changed
     GET  /outbound       the host's copy of the session's outbound.db (a restarted sandbox resumes it)
@@ -49,7 +50,7 @@ from ..sessions import store
 from . import mirror, passes, starts, trees
 from .shared_files import SharedFiles
 from .bodies import BodyRoom, LoopBody
-from .inbound import InboundWatch, inbound_answer
+from .inbound import InboundWatch, inbound_answer, inbox_mark
 
 log = logging.getLogger("nanoclaw.remote.channel")
 
@@ -345,24 +346,25 @@ class SessionChannel:
         if not isinstance(ask, dict):
             raise ValueError("the request is not a JSON object")
         wait = min(max(float(ask.get("wait") or 0), 0.0), MAX_WAIT_S)
-        have = {tuple(x) for x in ask.get("have") or [] if isinstance(x, list) and len(x) == 2}
+        mark = inbox_mark(ask.get("inbox"))
         db = store.inbound_db(request.session)
         stamp = await self.watch.wait(db.parent, db, ask.get("after"), wait)
         if stamp is None or stamp == ask.get("after"):
             return Answer(204)
-        return await self._work(self._inbound_answer, request, have, ask.get("position"))
+        return await self._work(self._inbound_answer, request, mark, ask.get("position"))
 
     # -- on the pool -----------------------------------------------------------------------------
-    def _inbound_answer(self, request: Request, have: set, position) -> Answer:
+    def _inbound_answer(self, request: Request, mark: dict | None, position) -> Answer:
         """The change, and the tags of the shared folders as they are now: the runner takes what
         changed in them before the change applies, so a message's turn sees the files it came with."""
         roots = self.roots(request.claims, request.session)
         tags = {part: self.files.manifest(roots[part])[1] for part in SHARED_PARTS}
         out = tempfile.TemporaryFile()
-        stamp, position, whole = inbound_answer(request.session, out, have, position)
+        stamp, position, whole, mark = inbound_answer(request.session, out, mark, position)
         return Answer(200, content_type="application/x-tar", file=out, headers={
             "X-Stamp": stamp or "", "X-Position": json.dumps(position) if position else "",
-            "X-Inbound": "snapshot" if whole else "delta", "X-Trees": json.dumps(tags)})
+            "X-Inbound": "snapshot" if whole else "delta", "X-Trees": json.dumps(tags),
+            "X-Inbox": json.dumps({"after": mark["after"], "at": sorted(mark["at"])}) if mark else ""})
 
     def _outbound_copy(self, session: Path) -> Answer:
         conn, lock = self.writer(session)

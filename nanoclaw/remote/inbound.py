@@ -85,9 +85,42 @@ class InboundWatch:
             self._watcher.close()
 
 
-def inbound_answer(session: Path, out, have: set[tuple], held) -> tuple[str | None, dict | None, bool]:
-    """A tar of the inbox files the sandbox lacks, then the changes since the position it holds, or
-    inbound.db as one consistent copy when only a snapshot will do. (stamp, position, whole?)"""
+MAX_MARK_NAMES = 10_000
+
+
+def inbox_mark(raw) -> dict | None:
+    """The runner's mark of the inbox files it has, checked (None: it has none, or sent nonsense)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("after"), int) or raw["after"] < 0:
+        return None
+    at = raw.get("at")
+    if not isinstance(at, list) or len(at) > MAX_MARK_NAMES or not all(isinstance(n, str) for n in at):
+        return None
+    return {"after": raw["after"], "at": set(at)}
+
+
+def lacks(rel: str, ctime: int, mark: dict | None) -> bool:
+    """Whether the runner holding `mark` lacks an inbox file (pure). A file lands in the inbox by a
+    rename, which sets its change time, so what the runner lacks is what changed after the newest
+    file it has; of those changed at that very time (the clock's step is coarse), the names it has
+    come with the mark."""
+    return mark is None or ctime > mark["after"] or (ctime == mark["after"] and rel not in mark["at"])
+
+
+def next_mark(files: list[tuple[str, int]], mark: dict | None) -> dict | None:
+    """The mark a runner holds once it has all of `files` ((name, change time) each; pure): its size
+    does not grow with the inbox."""
+    if not files:
+        return mark
+    newest = max(ctime for _rel, ctime in files)
+    if mark and newest < mark["after"]:  # the host's clock went back: keep the runner's mark
+        return mark
+    return {"after": newest, "at": {rel for rel, ctime in files if ctime == newest}}
+
+
+def inbound_answer(session: Path, out, mark: dict | None, held) -> tuple[str | None, dict | None, bool, dict | None]:
+    """A tar of the inbox files the sandbox lacks (by the mark it holds), then the changes since the
+    position it holds, or inbound.db as one consistent copy when only a snapshot will do.
+    (stamp, position, whole?, the inbox mark once it has them)"""
     db = store.inbound_db(session)
     conn = schema.connect(db, readonly=True)
     try:
@@ -100,17 +133,26 @@ def inbound_answer(session: Path, out, have: set[tuple], held) -> tuple[str | No
     finally:
         conn.close()
     with tarfile.open(fileobj=out, mode="w|") as tar:
-        for entry in walk_tree(store.inbox_dir(session)):
-            if entry.is_dir or (entry.rel, entry.st.st_size) in have:
+        seen = []
+        for entry in walk_tree(store.inbox_dir(session), open_files=False):
+            if entry.is_dir:
                 continue
-            info = tarfile.TarInfo(f"inbox/{entry.rel}")
-            info.size, info.mode = entry.st.st_size, 0o644
-            with os.fdopen(os.dup(entry.fd), "rb") as src:
+            seen.append((entry.rel, entry.st.st_ctime_ns))
+            if not lacks(entry.rel, entry.st.st_ctime_ns, mark):
+                continue
+            try:
+                fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=entry.parent_fd)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as src:
+                info = tarfile.TarInfo(f"inbox/{entry.rel}")
+                info.size, info.mode = os.fstat(src.fileno()).st_size, 0o644
                 tar.addfile(info, src)
+        mark = next_mark(seen, mark)
         info = tarfile.TarInfo(schema.INBOUND if delta is None else change_log.DELTA_NAME)
         info.size, info.mode = len(data), 0o644
         tar.addfile(info, io.BytesIO(data))
         end = tar.offset + 2 * tarfile.BLOCKSIZE  # the end-of-archive blocks, without tar's padding
     out.truncate(end)                             # to 10 KiB records (a delta is a few hundred bytes)
     out.seek(end)
-    return stamp, position, delta is None
+    return stamp, position, delta is None, mark

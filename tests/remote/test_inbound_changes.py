@@ -189,3 +189,41 @@ def test_each_new_message_comes_down_as_a_small_change_whatever_the_history(door
     print(f"history {history}: start {start_bytes} bytes, {per_change:.0f} bytes per change")
     if history:
         assert start_bytes > 1 << 20  # the start still carries the whole file (what the sandbox lacks)
+
+
+@pytest.mark.parametrize("kept", [0, 3_000])
+def test_a_new_inbox_file_costs_a_pull_the_same_whatever_the_inbox_keeps(door, tmp_path, kept):  # noqa: F811
+    """The runner says which inbox files it has by a mark of fixed size (the change time of the newest
+    it has), not by naming them all: a chat whose inbox keeps a month of photos asks as cheaply as a
+    new one, and gets only the new file."""
+    path, link = session_of(door, "andy")
+    inbox = store.inbox_dir(path)
+    inbox.mkdir(parents=True, exist_ok=True)
+    for n in range(kept):
+        (inbox / f"photo-{n:05d}-of-the-garden.jpg").write_bytes(b"\xff\xd8old")
+    sandbox = remote_side(tmp_path, link)
+    assert len(list((sandbox.inbound_dir / "inbox").glob("*"))) == kept
+    up, down = door.channel.moved["up"], door.channel.moved["down"]
+    for n in range(5):
+        part = inbox / f".new-{n}.part"
+        part.write_bytes(b"\xff\xd8new %d" % n)
+        part.rename(inbox / f"new-{n}.jpg")  # as the host lands a download
+        store.write_message(path, content={"text": f"photo {n}", "sender": "Olivia"}, target=Target("telegram", "111"))
+        assert sandbox.pull(wait=5)
+        assert (sandbox.inbound_dir / "inbox" / f"new-{n}.jpg").read_bytes() == b"\xff\xd8new %d" % n
+    asked, got = (door.channel.moved["up"] - up) / 5, (door.channel.moved["down"] - down) / 5
+    assert asked < 1024 and got < 6 * 1024, f"{asked:.0f} bytes asked, {got:.0f} received per pull with {kept} kept"
+
+
+def test_an_inbox_mark_names_only_the_files_at_its_newest_change_time():
+    from nanoclaw.remote.inbound import inbox_mark, lacks, next_mark
+    files = [("a.jpg", 10), ("b.jpg", 20), ("c.jpg", 20)]
+    mark = next_mark(files, None)
+    assert mark == {"after": 20, "at": {"b.jpg", "c.jpg"}}
+    assert [lacks(rel, t, mark) for rel, t in [*files, ("d.jpg", 20), ("e.jpg", 21)]] == [False] * 3 + [True, True]
+    assert all(lacks(rel, t, None) for rel, t in files)
+    assert next_mark([("a.jpg", 5)], mark) == mark  # the clock went back: the mark stays
+    assert inbox_mark({"after": 20, "at": ["b.jpg"]}) == {"after": 20, "at": {"b.jpg"}}
+    for bad in (None, [], {"after": -1, "at": []}, {"after": "20", "at": []}, {"after": 1, "at": "x"},
+                {"after": 1, "at": [1]}, {"after": 1, "at": ["x"] * 10_001}):
+        assert inbox_mark(bad) is None  # nonsense: the runner gets every file again, nothing else
