@@ -12,7 +12,7 @@ from __future__ import annotations
 from side_run import SideRun
 
 FILES = ("tests/lifecycle/test_faults_e2e.py", "tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
-         "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_matrix_e2e.py", "tests/test_service_e2e.py",
+         "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_matrix_e2e.py",
          "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py",
          "tests/remote/test_remote_engine_e2e.py", "tests/usage/test_budget_e2e.py", "tests/lifecycle/test_retention.py",
          "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py", "tests/inbound/test_media_e2e.py",
