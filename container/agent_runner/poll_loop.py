@@ -33,7 +33,10 @@ log = logging.getLogger("agent_runner.loop")
 
 FULL_CHECK_S = 1.0
 FALLBACK_POLL_S = 0.05
-IDLE_HEARTBEAT_S = 5.0
+# Between turns the heartbeat only tells the sweep the sandbox lives (it stops one silent for 30 min;
+# a turn beats with each SDK event): once a minute is plenty, and each beat wakes the host's watchers
+# (a local sandbox) or makes a push through the door (a remote one).
+IDLE_HEARTBEAT_S = 60.0
 EVENT_HEARTBEAT_S = 0.2  # at most this often per SDK event (a stream yields hundreds)
 _KIND_SENDERS = {"task": "Scheduled task", "system": "System"}
 
