@@ -1,7 +1,8 @@
 """Pushes and pulls cut at random points (issue 44): the connection between a remote runner and the
-door dies after any number of bytes, either way, and the runner tries again as its loops do. Every
-answer is kept on the host exactly once, every claim as the runner has it, and the runner's copy of
-inbound.db ends equal to the host's. The real door (gate, TLS, channel) and the runner's sync code;
+door dies after any number of bytes, either way, and the runner tries again as its loops do; or
+the sandbox is killed there (its memory-backed folders gone) and a new one starts from the host.
+Every answer is kept on the host exactly once, every claim as the runner has it, and the runner's
+copy of inbound.db ends equal to the host's. The real door (gate, TLS, channel) and the runner's sync code;
 only the network between them is a relay that cuts where Hypothesis says."""
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ step = st.one_of(
     st.tuples(st.just("answer"), st.integers(1, 3)),       # the runner answers: rows up
     st.tuples(st.just("claim"), st.integers(0, 5)),        # claims and outcomes: acks up
     st.tuples(st.just("message"), st.integers(1, 3)),      # the host's new messages: a pull
+    st.tuples(st.just("kill"), st.integers(1, 4)),         # killed in a push (odd) or a pull (even)
 )
 
 
@@ -112,12 +114,34 @@ def test_cut_pushes_and_pulls_keep_every_answer_once_and_the_copies_equal(door, 
     path, link = session_of(door, "andy", session_id)
     relay = CuttingRelay(door.address)
     cut_link = DoorLink(f"https://127.0.0.1:{relay.port}", link.token, door.ca)
-    local = tmp_path_factory.mktemp("sandbox")
-    sandbox = RemoteSession(cut_link, local / "session", local / "inbound", local / "group", local / "global")
-    try:
+
+    def start() -> tuple[RemoteSession, SessionStore, object]:
+        """A new sandbox: empty folders, everything from the host."""
+        local = tmp_path_factory.mktemp("sandbox")
+        relay.arm([])
+        sandbox = RemoteSession(cut_link, local / "session", local / "inbound", local / "group", local / "global")
         sandbox.bootstrap()
-        runner = SessionStore(local / "session", local / "inbound")
+        return sandbox, SessionStore(local / "session", local / "inbound"), local
+
+    try:
+        sandbox, runner, local = start()
         for (kind, n), cuts in steps:
+            if kind == "kill":
+                if n % 2:
+                    for _ in range(n):
+                        runner.write_out({"op": "text", "text": f"lost or kept {n}"}, CHAT)
+                else:
+                    store.write_message(path, content={"text": "while it dies"}, target=CHAT)
+                relay.arm(cuts or [0])
+                try:  # dies wherever the cut falls: before, while or after the door took it
+                    sandbox.push() if n % 2 else sandbox.pull(wait=5)
+                except Exception:  # noqa: BLE001 - the kill
+                    pass
+                sandbox._up.close()
+                sandbox._down.close()
+                runner.close()
+                sandbox, runner, local = start()
+                continue
             if kind == "answer":
                 for _ in range(n):
                     runner.write_out({"op": "text", "text": f"answer {n}"}, CHAT)
