@@ -87,7 +87,7 @@ class Unpacked:
 def conflict_name(name: str, session: str | None, when: float) -> str:
     """`<name>.conflict-<session>-<UTC time>`, within a file name's length (pure)."""
     tail = f".conflict-{session or 'local'}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(when))}"
-    room = MAX_NAME - len(tail.encode())
+    room = MAX_NAME - len(tail.encode()) - 3  # and a "-NN" when two conflicts share a second
     head = name.encode()[:room].decode("utf-8", "ignore")
     return head + tail
 
