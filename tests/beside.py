@@ -1,6 +1,6 @@
-"""The slowest end-to-end files run in a second pytest process beside the main one, so the suite's
-wall time is about the longer of the two rather than their sum (two cores: while one process waits
-on a sandbox, the other runs). Started when the suite is collected (conftest.py) with the node ids
+"""The slowest end-to-end files run in two more pytest processes beside the main one, so the suite's
+wall time is about the longest of them rather than their sum (while one process waits on a sandbox,
+the others run). Started when the suite is collected (conftest.py) with the node ids
 the run selected from these files; tests/test_beside.py, moved to the end of the run, waits for it
 and fails with its output if anything in it failed. Running these files alone runs them here.
 
@@ -11,26 +11,42 @@ from __future__ import annotations
 
 from side_run import SideRun
 
-FILES = ("tests/lifecycle/test_faults_e2e.py", "tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
-         "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_matrix_e2e.py",
-         "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py",
-         "tests/remote/test_remote_engine_e2e.py", "tests/usage/test_budget_e2e.py", "tests/lifecycle/test_retention.py",
-         "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py", "tests/inbound/test_media_e2e.py",
-         "tests/memory/test_memory_e2e.py")
-CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the second process: it runs what it was given
-_run = SideRun("beside")
+# Two processes beside the main one (the suite mostly waits on sandboxes and services: the three
+# together use about a third of the machine's two cores), each a group of about equal length.
+GROUPS = (
+    ("tests/lifecycle/test_faults_e2e.py", "tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
+     "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_matrix_e2e.py",
+     "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py", "tests/lifecycle/test_retention.py",
+     "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py", "tests/inbound/test_media_e2e.py",
+     "tests/memory/test_memory_e2e.py"),
+    ("tests/test_service_e2e.py", "tests/remote/test_remote_engine_e2e.py", "tests/usage/test_budget_e2e.py",
+     "tests/remote/test_network_session_e2e.py", "tests/remote/test_kubernetes.py", "tests/remote/test_gate.py",
+     "tests/remote/test_faults.py", "tests/remote/test_inbound_changes.py", "tests/platforms/test_slack_socket.py",
+     "tests/platforms/test_telegram_poll.py", "tests/approvals/test_questions.py", "tests/inbound/test_intake.py",
+     "tests/agent/test_media.py", "tests/web/test_browser.py", "tests/web/test_browser_operator.py",
+     "tests/outbound/test_nudges.py", "tests/operator/test_expiry.py"),
+)
+FILES = tuple(f for group in GROUPS for f in group)
+CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the processes beside: each runs what it was given
+_runs = [SideRun(f"beside{n}") for n in range(len(GROUPS))]
 
 
 def start(node_ids: list[str], env: dict[str, str]) -> None:
-    _run.start(node_ids, {**env, CHILD: "1"})
+    for run, group in zip(_runs, GROUPS):
+        mine = [node for node in node_ids if node.split("::")[0] in group]
+        if mine:
+            run.start(mine, {**env, CHILD: "1"})
 
 
 def result(timeout: float = 3600) -> tuple[int, str]:
-    if not _run.started:
+    """The worst exit code of the processes beside, and their output together."""
+    if not any(run.started for run in _runs):
         start(list(FILES), {})
-    return _run.result(timeout)
+    outcomes = [run.result(timeout) for run in _runs if run.started]
+    return max(code for code, _ in outcomes), "\n".join(output for _, output in outcomes)
 
 
 def summary() -> str | None:
-    """The second process's last line ("N passed in …"), once it was waited for."""
-    return _run.summary
+    """Each process's last line ("N passed in …"), once they were waited for."""
+    lines = [run.summary for run in _runs if run.summary]
+    return "; ".join(lines) or None
