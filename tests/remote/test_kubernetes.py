@@ -173,9 +173,9 @@ def test_a_pod_killed_mid_turn_is_replaced_and_the_message_answered_once(make_se
 def test_an_orphan_pod_of_this_install_is_found_and_stopped(make_settings, cluster, tmp_path):
     settings = make_settings(NANOCLAW_RUNTIME="kubernetes", NANOCLAW_INSTALL_ID="orphans", **door(cluster))
     runtime = select_runtime(settings, lambda _l: None)
-    pod = k8s.pod_manifest(spec(tmp_path, name="nanoclaw-orphans-andy-old", labels={
+    pod = k8s.pod_manifest(spec(tmp_path, name="nanoclaw-orphans-andy-old", command=("sleep", "120"), labels={
         "nanoclaw.install": "orphans", "nanoclaw.folder": "andy", "nanoclaw.session": "old"}),
-        image="busybox-none", namespace="nanoclaw", env={})
+        image="nanoclaw-agent:latest", namespace="nanoclaw", env={})  # running (a pod that cannot start is not one)
     cluster.create(pod)
     other = k8s.pod_manifest(spec(tmp_path, name="nanoclaw-else-andy-x", labels={
         "nanoclaw.install": "else", "nanoclaw.folder": "andy", "nanoclaw.session": "x"}),
