@@ -236,6 +236,40 @@ def test_while_the_web_program_refuses_the_same_event_is_offered_again_and_nothi
         web.stop()
 
 
+def test_a_stop_while_an_event_is_handed_over_ends_the_listener_when_the_hand_over_ends(signal_app, daemon):
+    """The stop comes while the web program still holds the event: once it answers, the listener must
+    not go back to waiting on a quiet stream (a minute, until the read times out)."""
+    from tests.platforms.test_contract import HeldIntake
+    signal_app.extensions["nanoclaw.intake"] = HeldIntake()
+    alice = daemon.person(ALICE_NO, 1)
+    daemon.message(alice, "only", number=ALICE_NO)
+    arrived, answer = threading.Event(), threading.Event()
+
+    class Holding:
+        """The web program holding the one event until the listener was told to stop."""
+        def __init__(self, app):
+            self.app = app
+
+        def __call__(self, environ, start_response):
+            arrived.set()
+            answer.wait(10)
+            return self.app(environ, start_response)
+    web = Web(Holding(signal_app))
+    listener = sl.EventsListener(signal_app.config["NANOCLAW"], web_url=web.url)
+    thread = threading.Thread(target=listener.run, daemon=True)
+    thread.start()
+    try:
+        assert arrived.wait(10)
+        listener.halt()
+        answer.set()
+        thread.join(5)
+        assert not thread.is_alive() and len(accepted_ids()) == 1
+    finally:
+        answer.set()
+        listener.halt()
+        web.stop()
+
+
 def _fast(deliver):
     """The listener's own deliver, with its pauses at 10 ms (the backoff is tested on its own)."""
     def run(data):

@@ -92,7 +92,6 @@ class EventsListener:
         self.rpc = Rpc(settings, self.http)
         self.failures = 0
         self.handed = 0
-        self.reading = False  # blocked on the stream (a stop may leave at once: nothing is in flight)
         self._stream = None   # the open events response
 
     def hand_over(self, payload: dict) -> bool:
@@ -131,30 +130,28 @@ class EventsListener:
                 raise DeliveryError(f"signal-cli's events answered HTTP {resp.status_code} (is SIGNAL_ACCOUNT "
                                     f"{self.account} the daemon's account?)")
             self._stream = resp
+            if self.stop.is_set():  # a halt that came before the stream was there to shut
+                return
             log.info("connected to signal-cli's events at %s; events go to %s", url, self.web_url)
             self.failures = 0
-            self.reading = True
             try:
                 for kind, data in events(lines_of(resp.raw.read1)):
-                    self.reading = False
                     if self.stop.is_set():
                         return
                     if kind == "receive" and len(data) <= MAX_EVENT_BYTES:
                         self.deliver(data)
-                    self.reading = True
             except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
                 if not self.stop.is_set():
                     raise
             finally:
-                self.reading = False
                 self._stream = None
 
     def halt(self) -> None:
-        """Stop: at once when waiting on the stream (its socket is shut, the read ends), else after
-        the event being handed over."""
+        """Stop: the stream's socket is shut, so a read waiting on it ends at once and none starts
+        again; an event being handed over still gets its answer (that is another connection)."""
         self.stop.set()
         stream = self._stream
-        if self.reading and stream is not None:
+        if stream is not None:
             sock = getattr(getattr(stream.raw, "connection", None), "sock", None)
             try:
                 sock.shutdown(socket.SHUT_RDWR)
