@@ -393,11 +393,17 @@ class SessionChannel:
         return Answer(200, content_type="application/x-tar", file=out,
                       headers={"X-Files": str(count), "X-Digest": digest.hexdigest()})
 
+    def _owner_of(self, request: Request, part: str):
+        """Who wrote a file of `part` (the conflict rule), from the door's own record: any session of
+        the agent in its group folder, the one session in its home/; None: no conflict rule."""
+        if part == "group":
+            return self.files.owner_of(request.claims.folder)
+        return trees.NO_OWNER if part == "home" else None
+
     def _unpack(self, request: Request, part: str, root: Path, body: "LoopBody") -> Answer:
         shared = part == "group"
         try:
-            done = trees.unpack(root, body, owner_of=self.files.owner_of(request.claims.folder) if shared else
-                                (lambda _n, _d: None) if part == "home" else None)
+            done = trees.unpack(root, body, owner_of=self._owner_of(request, part))
         finally:
             body.drain()
         if shared:
@@ -410,8 +416,7 @@ class SessionChannel:
 
     def _removed(self, request: Request, part: str, root: Path, payload) -> Answer:
         shared = part == "group"
-        done = trees.remove_known(root, trees.removals(payload),
-                                  self.files.owner_of(request.claims.folder) if shared else lambda _n, _d: None)
+        done = trees.remove_known(root, trees.removals(payload), self._owner_of(request, part) or trees.NO_OWNER)
         if shared:
             self.files.settle(request.claims.folder, request.claims.session, done, done.gone)
         return json_answer(200, {"removed": done.removed, "kept": len(done.kept), "conflicts": len(done.conflicts)})

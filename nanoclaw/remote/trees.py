@@ -42,6 +42,11 @@ MAX_NAME = 255
 MAX_PATH = 1024
 SKIP_SUFFIXES = ("-wal", "-shm", "-journal", ".part")
 OwnerOf = Callable[[str, "str | None"], "str | None"]  # (name, its digest on the host) -> the session that wrote it
+
+
+def NO_OWNER(_name: str, _digest: str | None) -> None:
+    """The conflict rule where one session writes (its own home/): a loser is named `local`."""
+    return None
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -332,7 +337,7 @@ def removals(body) -> dict[str, tuple[str, ...]]:
     return checked
 
 
-def remove_known(root, files: dict[str, tuple[str, ...]], owner_of: OwnerOf = lambda _n, _d: None) -> Removed:
+def remove_known(root, files: dict[str, tuple[str, ...]], owner_of: OwnerOf = NO_OWNER) -> Removed:
     """Remove each named plain file below root, through folder descriptors opened without following
     links; a link or a folder stays. A file whose content is no longer the given sha256 (someone
     else changed it since the sandbox knew it) goes too, its version kept aside (the module's rule)."""
