@@ -278,7 +278,7 @@ class Settings:
                                      36500),
             silent_sessions=_choice("NANOCLAW_SILENT_SESSIONS", get("NANOCLAW_SILENT_SESSIONS", "archive"),
                                     ("archive", "remove")),
-            freeze_idle_s=_int("NANOCLAW_FREEZE_IDLE_S", get("NANOCLAW_FREEZE_IDLE_S", "10"), 0, 86400),
+            freeze_idle_s=_int("NANOCLAW_FREEZE_IDLE_S", get("NANOCLAW_FREEZE_IDLE_S", "2"), 0, 86400),
             progress_after_s=_int("NANOCLAW_PROGRESS_AFTER_S", get("NANOCLAW_PROGRESS_AFTER_S", "10"), 0, 3600),
             progress_edit_s=_int("NANOCLAW_PROGRESS_EDIT_S", get("NANOCLAW_PROGRESS_EDIT_S", "3"), 1, 600),
             keep_audit_days=_int("NANOCLAW_KEEP_AUDIT_DAYS", get("NANOCLAW_KEEP_AUDIT_DAYS", "365"), 1, 36500),

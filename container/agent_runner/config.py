@@ -78,7 +78,7 @@ class RunnerConfig:
             turn_timeout_s=_optional_float(env, "NANOCLAW_TURN_TIMEOUT_S"),
             poll_interval_s=_float(env, "NANOCLAW_POLL_INTERVAL_S", 1.0),
             nudges=env.get("NANOCLAW_NUDGES", "1") != "0",
-            freeze_idle_s=_float(env, "NANOCLAW_FREEZE_IDLE_S", 10.0),
+            freeze_idle_s=_float(env, "NANOCLAW_FREEZE_IDLE_S", 2.0),
             keep_messages_days=_float(env, "NANOCLAW_KEEP_MESSAGES_DAYS", 30.0),
             withheld_tools=frozenset(t for t in (env.get("NANOCLAW_TOOLS_WITHHELD") or "").split(",") if t),
             # The CLI retries failed model calls for minutes by default; a chat user should hear

@@ -40,6 +40,7 @@ from .. import metrics
 from ..db import database
 from ..db import ChangeListener
 from ..inbound import intake
+from ..outbound import watcher as delivery_watcher
 from ..outbound.watcher import DeliveryLoop
 from ..runtime.base import RuntimeUnavailable
 from ..sessions import store
@@ -127,6 +128,7 @@ class Background:
 
     def __post_init__(self):
         self.created = time.monotonic()
+        self._refreshed_at = float("-inf")
         self.active = ActiveSet(self.settings)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nanoclaw-wake")
         self._drain_lock = threading.Lock()
@@ -173,6 +175,7 @@ class Background:
 
     def refresh(self) -> list[SessionRef]:
         """The active sessions now; the delivery loop watches exactly these."""
+        self._refreshed_at = time.monotonic()
         refs = self.active.refresh(self.running_ids())
         paths = {r.path for r in refs}
         for path in list(self.live):
@@ -184,6 +187,14 @@ class Background:
         if added and self.delivery is not None:
             self.delivery.interrupt()  # the sweep's refresh found them: watch their nudges now
         return refs
+
+    def refresh_unless_fresh(self, max_age_s: float) -> None:
+        """The delivery loop's refresh, left out when the sweep's is newer than `max_age_s`: every wake
+        adds its session at once (watch), so a refresh only drops sessions that ended and finds
+        sandboxes no wake here started; a second listing of the sandboxes in the same seconds finds
+        nothing the first did not."""
+        if time.monotonic() - self._refreshed_at >= max_age_s:
+            self.refresh()
 
     # --- jobs ------------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -214,7 +225,8 @@ class Background:
         settled = sweep.settle_half_sent(everything(self.settings))
         if settled:
             log.info("settled %d send(s) a stopped process left half done (counted as sent)", settled)
-        self.delivery = DeliveryLoop(self.settings, self.live, self.refresh, self._stop)
+        self.delivery = DeliveryLoop(self.settings, self.live,
+                                     lambda: self.refresh_unless_fresh(delivery_watcher.LIVE_REFRESH_S), self._stop)
         self._thread = threading.Thread(target=self.delivery.run, name="nanoclaw-delivery", daemon=True)
         self._thread.start()
         self.scheduler.add_job(self.drain, "interval", seconds=DRAIN_INTERVAL_S, id="drain", max_instances=1,

@@ -31,7 +31,7 @@ log = logging.getLogger("nanoclaw.delivery")
 
 POLL_S = 0.02          # only without inotify
 FULL_PASS_S = 1.0
-LIVE_REFRESH_S = 2.0
+LIVE_REFRESH_S = 10.0  # the sweep's refresh (as often) usually makes this one needless: wakes add theirs at once
 IDLE_REFRESH_S = 10.0  # no live session: a wake and the sweep's refresh interrupt the wait anyway
 WAKE_RATE = 500.0   # passes per second a runner that churns its folder can cost us, sustained
 WAKE_BURST = 20.0   # wakes allowed back to back: a turn's commit writes the WAL, then touches the nudge
