@@ -60,7 +60,7 @@ MAX_JSON = 16 << 20           # a push (the runner sends rows in pieces below th
 MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
 MAX_HEAD = 64 << 10           # a request's line and headers
 WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
-WRITER_IDLE_S = 600.0         # a session's outbound.db copy unused this long is closed (reopened on use)
+WRITER_IDLE_S = 60.0          # a session's outbound.db copy unused this long is closed (reopened on use)
 PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global", "packages")
 UP_PARTS = ("home", "group", "outbox")
@@ -110,6 +110,7 @@ class SessionChannel:
         self._writer_locks: dict[Path, threading.Lock] = {}
         self._writer_used: dict[Path, float] = {}
         self._beats: dict[Path, float] = {}
+        self.tops = mirror.Tops()
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
         self.files = SharedFiles(Path(path).parent, settings.sessions_dir)
@@ -373,9 +374,13 @@ class SessionChannel:
 
     def _push(self, session: Path, payload) -> Answer:
         push = mirror.check(payload)
-        conn, lock = self.writer(session)
-        with lock:
-            added, top = mirror.apply(conn, push)
+        if mirror.writes_nothing(push):  # an idle runner's heartbeat: no connection kept open for it
+            added, top = 0, self.tops.of(store.outbound_db(session))
+        else:
+            conn, lock = self.writer(session)
+            with lock:
+                added, top = mirror.apply(conn, push)
+                self.tops.remember(store.outbound_db(session), top)
         self.beat(session, push.heartbeat)
         if added or push.container is not None:
             nudge.touch(store.agent_part(session))  # delivery's inotify wakes on it, as for a local runner

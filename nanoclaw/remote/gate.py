@@ -125,21 +125,32 @@ class Gate:
         return sum(len(tasks) for tasks in self._open.values())
 
     async def _recheck(self) -> None:
-        """Close the connections whose pass expired or whose sandbox start is no longer current."""
+        """Close the connections whose pass expired or whose sandbox start is no longer current. Each
+        look reads every open session's start file: that runs on a worker thread, not the loop
+        (5,000 sandboxes are 5,000 reads, and every wake and answer waits on the loop)."""
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(RECHECK_S)
-            self.close_stale()
+            held = [claims for claims, tasks in self._open.items() if tasks]
+            self.close(await loop.run_in_executor(None, self.stale, held, time.time()))
 
-    def close_stale(self, now: float | None = None) -> int:
-        now = time.time() if now is None else now
-        closed = 0
-        for claims, tasks in list(self._open.items()):
-            if not tasks:
-                continue
+    def stale(self, held, now: float) -> list[tuple[object, str]]:
+        """(claims, why) of the passes in `held` that no longer admit their connections."""
+        out = []
+        for claims in held:
             why = "its pass expired" if claims.expires < now else \
                 "its sandbox is no longer the session's" \
                 if starts.session_if_current(self.settings.sessions_dir, claims) is None else None
-            if why is None:
+            if why is not None:
+                out.append((claims, why))
+        return out
+
+    def close(self, stale) -> int:
+        """On the loop: cancel the connections of the (claims, why) pairs `stale` names."""
+        closed = 0
+        for claims, why in stale:
+            tasks = self._open.get(claims)
+            if not tasks:
                 continue
             log.info("door: closing %d connection(s) of %s/%s: %s", len(tasks), claims.folder, claims.session, why)
             for task in list(tasks):

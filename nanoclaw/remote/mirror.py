@@ -181,3 +181,43 @@ def open_copy(path) -> sqlite3.Connection:
         conn.close()
         raise BadPush(f"{path.name} was swapped for a link while it was opened")
     return conn
+
+
+def copy_signature(path: Path) -> tuple:
+    """Changes whenever the copy does (its main file or WAL): a stat each."""
+    out = []
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = file.stat()
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
+
+
+class Tops:
+    """The highest seq of each session's copy, for the pushes that write nothing (an idle runner's
+    heartbeat, every minute): remembered with the copy's signature, else read through a connection
+    opened for it and closed, so the door holds no connection (three descriptors and a page cache)
+    for an idle sandbox."""
+
+    def __init__(self) -> None:
+        self._known: dict[Path, tuple[tuple, int]] = {}
+
+    def remember(self, path: Path, top: int) -> None:
+        self._known[path] = (copy_signature(path), top)
+
+    def of(self, path: Path) -> int:
+        signature = copy_signature(path)
+        known = self._known.get(path)
+        if known is not None and known[0] == signature:
+            return known[1]
+        if signature[0] is None:  # no copy yet: nothing of the runner's is here
+            return 0
+        conn = open_copy(path)
+        try:
+            top = max_seq(conn)
+        finally:
+            conn.close()
+        self._known[path] = (signature, top)
+        return top

@@ -355,6 +355,30 @@ def test_the_door_closes_a_sessions_copy_left_idle_and_opens_it_again_on_use(doo
     kept.close()
 
 
+def test_an_idle_sandboxs_heartbeat_keeps_no_connection_to_its_copy_and_gets_its_highest_seq(door, tmp_path):
+    """5,000 idle remote sandboxes beat once a minute: a connection kept open for each (three
+    descriptors and a page cache) ran the door out of descriptors in bench/door_connections.py."""
+    from agent_runner.remote import RemoteSession
+    from agent_runner.store import SessionStore
+    _path, link = session_of(door, "andy")
+    local = tmp_path / "sandbox"
+    sandbox = RemoteSession(link, local / "session", local / "inbound", local / "group", local / "global")
+    sandbox.bootstrap()
+    agent = SessionStore(local / "session", local / "inbound")
+    client = link.session()
+
+    def beat(stamp: float) -> int:
+        status, _h, data = client.request("POST", "/outbound", json.dumps({"out": [], "acks_delta": True, "heartbeat": stamp}).encode())
+        assert status == 200
+        return json.loads(data)["max_seq"]
+    for n, text in enumerate(("one", "two"), start=1):
+        agent.write_out({"op": "text", "text": text}, Target("telegram", "111"))
+        sandbox.push()
+        door.channel.close_idle_writers(idle_s=0)
+        assert beat(float(n)) == n and beat(n + 0.5) == n
+        assert door.channel.close_idle_writers(idle_s=0) == 0, "a heartbeat opened the copy and kept it"
+
+
 request_line = st.tuples(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "G\x00T", ""]),
                          st.sampled_from(["/inbound", "/outbound", "/files/home", "/files/../x", "/files/group",
                                           "/nope", "", "*"]),
