@@ -188,7 +188,7 @@ def copy_signature(path: Path) -> tuple:
     out = []
     for file in (path, path.with_name(path.name + "-wal")):
         try:
-            st = file.stat()
+            st = file.stat(follow_symlinks=False)  # a link a local sandbox left is never followed
             out.append((st.st_ino, st.st_size, st.st_mtime_ns))
         except FileNotFoundError:
             out.append(None)
