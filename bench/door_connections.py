@@ -6,9 +6,10 @@ two connections a runner keeps (its long poll for inbound.db and its push connec
 
 Each sandbox does what an idle runner does: 25 s long polls on one connection; on its push
 connection a look at the host's files every 30 s (home/ and the group folder's manifests) and a
-heartbeat every minute. Per N: the proxy program's resident memory and threads with every long poll waiting, and the time
-from a host commit to inbound.db to the snapshot's arrival at one of the N sandboxes (the wake
-path), p50 and p90 over 200 tries, and of a push of one row (the answer path), p50 over 40.
+heartbeat every minute. Per N: the proxy program's resident memory, threads and open descriptors
+with every long poll waiting, and the time from a host commit to inbound.db to the snapshot's
+arrival at one of the N sandboxes (the wake path), p50 and p90 over 200 tries, and of a push of one
+row (the answer path), p50 over 40.
 
 The wake is measured on MEASURED sandboxes whose pollers run in this process; the other N -
 MEASURED hold their connections from a process of their own (`--hold`), as sandboxes on other
@@ -52,9 +53,10 @@ FILES_LOOK_S = 30.0  # an idle runner's look at the host's files (agent_runner's
 EMPTY_TAG = tree_tag({})
 
 
-def proc_status(pid: int) -> tuple[int, int]:
+def proc_status(pid: int) -> tuple[int, int, int]:
+    """The program's resident MiB, threads and open descriptors."""
     fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(fields["VmRSS"].split()[0]) // 1024, int(fields["Threads"])
+    return int(fields["VmRSS"].split()[0]) // 1024, int(fields["Threads"]), len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def run(n: int) -> None:
@@ -81,7 +83,7 @@ def run(n: int) -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        idle_rss, idle_threads = proc_status(proxy.pid)
+        idle_rss, idle_threads, _fds = proc_status(proxy.pid)
         links, paths, specs = [], [], []
         for i in range(n):
             path = store.session_path(settings.sessions_dir, "bench", f"s{i}")
@@ -103,7 +105,7 @@ def run(n: int) -> None:
         done = threading.Event()
         arrived = hold(links[:measured], done)
         time.sleep(1.0)
-        rss, threads = proc_status(proxy.pid)
+        rss, threads, fds = proc_status(proxy.pid)
         wake = []
         for k in range(WAKES):
             i = k % measured
@@ -123,7 +125,7 @@ def run(n: int) -> None:
             push.append(time.monotonic() - started)
             assert status == 200
         print(f"{n:5d} sandboxes ({2 * n} connections held): proxy program {rss} MiB (idle {idle_rss} MiB, "
-              f"+{(rss - idle_rss) * 1024 / n:.0f} KiB each), {threads} threads (idle {idle_threads}); "
+              f"+{(rss - idle_rss) * 1024 / n:.0f} KiB each), {threads} threads (idle {idle_threads}), {fds} descriptors; "
               f"host commit -> snapshot at the sandbox p50 {statistics.median(wake) * 1000:.1f} ms "
               f"(p90 {statistics.quantiles(wake, n=10)[-1] * 1000:.1f}), "
               f"a push p50 {statistics.median(push) * 1000:.1f} ms", flush=True)

@@ -1,9 +1,9 @@
 """The session channel: what a remote sandbox and the host exchange in place of a shared folder.
 
-Served on a unix socket that only the gate reaches (data/door/, owner-only); the gate has checked
-the pass and writes the caller's identity as the connection's first line, so nothing the sandbox
-sends can name another session. Each request checks again that the pass's start is still the
-session's current one (a replaced sandbox's open connection gets nothing more).
+The gate hands each connection whose pass it checked to `serve`, on its own event loop, with the
+pass's claims: nothing the sandbox sends can name another session. Each request checks again that
+the pass's start is still the session's current one (a replaced sandbox's open connection gets
+nothing more).
 
     POST /inbound        {after, wait, inbox, position}: when the host's inbound.db differs from
                          `after` (or within `wait` s), a tar of the inbox files the sandbox lacks
@@ -22,10 +22,11 @@ session's current one (a replaced sandbox's open connection gets nothing more).
                          what the runner has, else {"files": {name: sha256}, "tag"}
     POST /files/<part>/pick      home | group, {"names": [...]}: those files, as a tar with X-Digest
 
-Thousands of sandboxes each keep a long poll open, so connections live on one event loop (a
-coroutine and its buffers each, no thread): HTTP/1.1 is read there, a long poll waits there, and
-request bodies are read there within a shared budget. What touches SQLite or the disk runs on a
-small pool of threads (WORKERS), one request at a time per connection.
+Thousands of sandboxes each keep a long poll open, so connections live on the gate's event loop (a
+coroutine and its buffers each, no thread, and no descriptor beyond the connection's own):
+HTTP/1.1 is read there, a long poll waits there, and request bodies are read there within a shared
+budget. What touches SQLite or the disk runs on a small pool of threads (WORKERS), one request at a
+time per connection.
 """
 from __future__ import annotations
 
@@ -33,8 +34,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
-import socket
 import sqlite3
 import tempfile
 import threading
@@ -68,7 +67,10 @@ SHARED_PARTS = ("home", "group")  # kept in step both ways while the sandbox run
 
 
 class Busy(Exception):
-    """No room for a request body now: 503, the runner tries again."""
+    """Not now (no room for a request body, the session's start unreadable): 503, the runner tries again."""
+
+    def __init__(self, why: str = "the door holds as many request bodies as it may; try again"):
+        super().__init__(why)
 
 
 class Refused(Exception):
@@ -103,7 +105,7 @@ def json_answer(status: int, payload) -> Answer:
 
 
 class SessionChannel:
-    def __init__(self, path: Path, settings, key: bytes):
+    def __init__(self, door_dir: Path, settings, key: bytes):
         self.settings, self.key = settings, key
         self.room = BodyRoom()
         self._writers: dict[Path, sqlite3.Connection] = {}
@@ -113,44 +115,25 @@ class SessionChannel:
         self.tops = mirror.Tops()
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
-        self.files = SharedFiles(Path(path).parent, settings.sessions_dir)
-        Path(path).unlink(missing_ok=True)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(str(path))
-        os.chmod(path, 0o600)
-        self._sock.listen(1024)
+        self.files = SharedFiles(Path(door_dir), settings.sessions_dir)
         self.pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="door-channel")
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="door-session-channel", daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.watch: InboundWatch | None = None
 
-    def start(self) -> "SessionChannel":
-        self.thread.start()
-        self._ready.wait(10)
-        return self
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On `loop`'s thread, before it serves: the loop every connection of the channel lives on."""
+        self.loop = loop
+        self.watch = InboundWatch(loop)
+        loop.call_later(60, self._close_idle_soon)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.watch = InboundWatch(self.loop)
-        self._server = self.loop.run_until_complete(
-            asyncio.start_unix_server(self._connection, sock=self._sock, limit=MAX_HEAD))
-        self._ready.set()
-        self.loop.call_later(60, self._close_idle_soon)
-        self.loop.run_forever()
-        self.loop.close()
+    def detach(self) -> None:
+        """On the loop's thread, its connections ended, before it closes."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def stop(self) -> None:
-        async def close() -> None:
-            self._server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks, timeout=5) if tasks else None  # each closes its connection
-            self.watch.close()
-        if self.thread.is_alive():
-            asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
+        """After the loop stopped (the gate's)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self._guard:
             for conn in self._writers.values():
@@ -213,24 +196,16 @@ class SessionChannel:
                 "outbox": store.outbox_dir(session)}
 
     # -- a connection, on the loop --------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        claims = None
+    async def serve(self, claims: passes.Claims, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection the gate admitted with `claims` (its pass, checked): its requests, one after
+        another, until it closes, idles past IDLE_S or a request ends it. The gate closes it after."""
         try:
-            line = (await asyncio.wait_for(reader.readline(), IDLE_S)).decode("ascii", "replace").split()
-            if len(line) == 4:
-                folder, session_id, expires, nonce = line
-                claims = passes.Claims(self.settings.install_id, folder, session_id, nonce, int(expires))
             while await self._one_request(claims, reader, writer):
                 pass
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # idle past IDLE_S, gone, or not HTTP: the connection ends
-        except asyncio.CancelledError:
-            pass
         except Exception:  # noqa: BLE001 - one request's failure ends its connection, not the channel
-            log.exception("door: the session channel failed on a request of %s",
-                          claims and f"{claims.folder}/{claims.session}")
-        finally:
-            writer.close()
+            log.exception("door: the session channel failed on a request of %s/%s", claims.folder, claims.session)
 
     async def _one_request(self, claims, reader, writer) -> bool:
         """Read, serve and answer one request; whether the connection goes on."""
@@ -248,12 +223,16 @@ class SessionChannel:
             length = -1
         self.count("up", max(length, 0))
         session = None
-        if claims is not None and claims.expires >= time.time():
-            session = starts.session_if_current(self.settings.sessions_dir, claims)
         request = Request(method, path, headers, claims, session, length)
         try:
             if length < 0 or "transfer-encoding" in headers:
                 raise Refused(400, "a body needs a Content-Length (no chunked bodies)")
+            if claims.expires >= time.time():
+                try:
+                    session = request.session = starts.session_if_current(self.settings.sessions_dir, claims)
+                except OSError as exc:  # cannot read the start now: the runner tries again
+                    await self._skip(reader, length)
+                    raise Busy("the door cannot read the session's start now; try again") from exc
             if session is None:
                 await self._skip(reader, length)  # unread bytes at the close would reset it and lose the answer
                 raise Refused(403, "this pass's sandbox is no longer the session's")
@@ -261,9 +240,8 @@ class SessionChannel:
             keep = headers.get("connection", "").lower() != "close"
         except (Refused, ValueError, trees.BadTree, mirror.BadPush, Busy) as exc:
             status = exc.status if isinstance(exc, Refused) else 503 if isinstance(exc, Busy) else 400
-            why = "the door holds as many request bodies as it may; try again" if isinstance(exc, Busy) else str(exc)
-            log.warning("door: %s %s for %s refused: %s", method, path,
-                        claims and f"{claims.folder}/{claims.session}", why)
+            why = str(exc)
+            log.warning("door: %s %s for %s/%s refused: %s", method, path, claims.folder, claims.session, why)
             answer, keep = json_answer(status, {"error": why}), False  # the rest of a refused body is not read
         await self._send(answer, claims, writer)
         return keep

@@ -1,5 +1,6 @@
 """The network side of the door, as the `proxy` program runs it when NANOCLAW_DOOR_LISTEN is set:
-the session channel on its private socket and the TLS gate in front of it."""
+the TLS gate, and the session channel it hands the sandboxes' session connections to (both on the
+gate's one event loop)."""
 from __future__ import annotations
 
 import os
@@ -19,8 +20,8 @@ class RemoteDoor:
         tls = door_tls(settings)
         key = passes.door_key(install_secret(settings))
         self.refusals = 0
-        self.channel = SessionChannel(folder / "session.sock", settings, key)
-        self.gate = Gate(settings, context=tls.server_context(), key=key, channel_socket=folder / "session.sock",
+        self.channel = SessionChannel(folder, settings, key)
+        self.gate = Gate(settings, context=tls.server_context(), key=key, channel=self.channel,
                          proxy_socket=proxy_socket, refused=self._refused)
 
     def _refused(self, _why: str) -> None:
@@ -32,7 +33,6 @@ class RemoteDoor:
 
     def start(self) -> "RemoteDoor":
         raise_descriptor_limit()
-        self.channel.start()
         try:
             self.gate.start()
         except BaseException:

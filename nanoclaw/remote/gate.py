@@ -6,7 +6,8 @@ session's current sandbox). Then the connection is relayed byte for byte:
 - `proxy`   to the agent's own proxy socket, the very socket a local sandbox of that agent has
             mounted, so the model route, egress allowlist, credential routes and budgets apply as
             they do on one machine: the pass picks the socket, nothing the caller sends can;
-- `session` to the session channel (channel.py), after a first line naming the pass's session.
+- `session` to the session channel (channel.py), in this process and on this loop: the channel
+            is handed the connection with the pass's claims (no relay, no descriptor of its own).
 Anything else gets the connection closed and one log line; a failed pass is counted.
 
 The gate runs in the proxy program, beside every local agent's door, so it must not use up what
@@ -27,7 +28,6 @@ import resource
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
 from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
 
@@ -44,6 +44,7 @@ asyncio.sslproto.SSLProtocol.max_size = 32 << 10
 
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048
+READ_LIMIT = 64 << 10       # what a stream reads to find a line: a session request's line and headers
 HANDSHAKE_S = 10.0          # TLS and the first line, together
 MAX_UNAUTHENTICATED = 256   # connections without a pass yet, at once
 MAX_UNAUTHENTICATED_PER_ADDRESS = 64  # the sandboxes of one remote engine all come from its address
@@ -60,11 +61,12 @@ def read_preamble(line: bytes) -> tuple[str, str]:
 
 
 class Gate:
-    def __init__(self, settings, *, context, key: bytes, channel_socket: Path, proxy_socket, refused=None):
-        """proxy_socket(folder): the agent's own proxy socket (the proxy program knows where)."""
+    def __init__(self, settings, *, context, key: bytes, channel, proxy_socket, refused=None):
+        """channel: the session channel (its attach, serve, detach run on this gate's loop);
+        proxy_socket(folder): the agent's own proxy socket (the proxy program knows where)."""
         self.settings, self.context, self.key = settings, context, key
         self.proxy_socket = proxy_socket
-        self.channel_socket = Path(channel_socket)
+        self.channel = channel
         self.host, self.port = host_port("NANOCLAW_DOOR_LISTEN", settings.door_listen)
         self.refused = refused or (lambda why: None)
         self._loop = asyncio.new_event_loop()
@@ -95,16 +97,17 @@ class Gate:
             # TLS is started per connection, once it is counted (start_server's ssl= would handshake
             # every accepted connection before anything could count or refuse it)
             self._server = self._loop.run_until_complete(asyncio.start_server(
-                self._client, self.host, self.port, limit=PREAMBLE_MAX, reuse_address=True, backlog=1024))
+                self._client, self.host, self.port, limit=READ_LIMIT, reuse_address=True, backlog=1024))
         except BaseException as exc:  # noqa: BLE001 - said by start()
             self.error = exc
             self._ready.set()
             return
+        self.channel.attach(self._loop)
         self._ready.set()
         self._loop.create_task(self._recheck())
         self._loop.run_forever()
         self._server.close()
-        _cancel_all(self._loop)
+        _cancel_all(self._loop, before_close=self.channel.detach)
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -138,11 +141,14 @@ class Gate:
         """(claims, why) of the passes in `held` that no longer admit their connections."""
         out = []
         for claims in held:
-            why = "its pass expired" if claims.expires < now else \
-                "its sandbox is no longer the session's" \
-                if starts.session_if_current(self.settings.sessions_dir, claims) is None else None
-            if why is not None:
-                out.append((claims, why))
+            if claims.expires < now:
+                out.append((claims, "its pass expired"))
+                continue
+            try:
+                if starts.session_if_current(self.settings.sessions_dir, claims) is None:
+                    out.append((claims, "its sandbox is no longer the session's"))
+            except OSError as exc:  # cannot read the start now (out of descriptors): no reason to close
+                log.warning("door: could not check the start of %s/%s: %s", claims.folder, claims.session, exc)
         return out
 
     def close(self, stale) -> int:
@@ -179,6 +185,8 @@ class Gate:
                 async with asyncio.timeout(HANDSHAKE_S):
                     await writer.start_tls(self.context)
                     line = await reader.readuntil(b"\n")
+                if len(line) > PREAMBLE_MAX:
+                    raise ValueError("the first line is too long")
                 channel, token = read_preamble(line)
                 claims = self.claims_of(token)
             except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, TimeoutError,
@@ -203,14 +211,11 @@ class Gate:
         self._open[claims].add(task)
         upstream = None
         try:
-            if channel == "proxy":
-                target = self.proxy_socket(claims.folder)
-            else:
-                target = self.channel_socket
-            up_reader, upstream = await asyncio.open_unix_connection(str(target))
             if channel == "session":
-                upstream.write(f"{claims.folder} {claims.session} {claims.expires} {claims.nonce}\n".encode())
-            await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer, close=True))
+                await self.channel.serve(claims, reader, writer)
+            else:
+                up_reader, upstream = await asyncio.open_unix_connection(str(self.proxy_socket(claims.folder)))
+                await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer, close=True))
         except (OSError, asyncio.IncompleteReadError) as exc:
             log.info("door: connection from %s ended: %s", peer and peer[0], exc)
         except asyncio.CancelledError:
@@ -239,10 +244,11 @@ def raise_descriptor_limit() -> int:
     return soft
 
 
-def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
-    """End the connections still open (each closes its streams) before the loop closes."""
+def _cancel_all(loop: asyncio.AbstractEventLoop, before_close) -> None:
+    """End the connections still open (each closes its streams), then `before_close`, then the loop."""
     tasks = asyncio.all_tasks(loop)
     for task in tasks:
         task.cancel()
     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    before_close()
     loop.close()

@@ -14,7 +14,8 @@ SESSION_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def session_if_current(sessions_dir: Path, claims: Claims) -> Path | None:
-    """The session folder a pass names, when the pass's start is that session's current one."""
+    """The session folder a pass names, when the pass's start is that session's current one (OSError:
+    the door cannot tell now)."""
     if folder_problem(claims.folder) or not claims.session or not set(claims.session) <= SESSION_ID_CHARS:
         return None
     path = store.session_path(sessions_dir, claims.folder, claims.session)
@@ -28,9 +29,11 @@ def begin(session_path: Path) -> str:
 
 
 def current(session_path: Path) -> str | None:
+    """The current start's nonce; None when the session has none (never started, or stopped). Any
+    other failure to read it (out of descriptors, say) is an OSError: it says nothing of the start."""
     try:
         return (Path(session_path) / NONCE_FILE).read_text().strip() or None
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 

@@ -3,8 +3,10 @@ sandbox start is the session's current one (the real gate and channel on 127.0.0
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import json
+import os
 import socket
 import socketserver
 import ssl
@@ -377,6 +379,61 @@ def test_an_idle_sandboxs_heartbeat_keeps_no_connection_to_its_copy_and_gets_its
         door.channel.close_idle_writers(idle_s=0)
         assert beat(float(n)) == n and beat(n + 0.5) == n
         assert door.channel.close_idle_writers(idle_s=0) == 0, "a heartbeat opened the copy and kept it"
+
+
+def test_a_sandboxs_session_connection_costs_the_door_one_descriptor(door):
+    """5,000 sandboxes keep 10,000 session connections: relayed to the channel through a socket of
+    its own, each took three of the program's descriptors, and a host allowed 20,000 ran out."""
+    _path, andy = session_of(door, "andy")
+    polls = []
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+    before = open_fds()
+    for _ in range(20):  # each one waits in a long poll (the client's end is in this process too)
+        sock = andy.connect("session")
+        body = json.dumps({"after": store_stamp(_path), "wait": 20}).encode()
+        sock.sendall(b"POST /inbound HTTP/1.1\r\nHost: door\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        polls.append(sock)
+    deadline = time.monotonic() + 10
+    while door.gate.open_connections() < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert door.gate.open_connections() == 20
+    assert open_fds() - before <= 20 * 2 + 2  # the client's end and the door's, nothing more
+    for sock in polls:
+        sock.close()
+
+
+def store_stamp(path):
+    from nanoclaw.remote.inbound import inbound_stamp
+    return inbound_stamp(store.inbound_db(path))
+
+
+def test_a_start_the_door_cannot_read_now_closes_nothing_and_asks_to_try_again(door, monkeypatch):
+    """Out of descriptors, the start file cannot be read: that says nothing of the sandbox, so its
+    open connections stay and its request gets a 503 (the runner tries again), not the 403 that
+    tells a replaced sandbox it is done."""
+    path, andy = session_of(door, "andy")
+    live, asking = andy.connect("proxy"), andy.connect("session")
+    live.settimeout(10)
+    assert live.recv(4) == b"andy"
+    claims = next(iter(door.gate._open))
+    deadline = time.monotonic() + 10  # both admitted before the start becomes unreadable
+    while door.gate.open_connections(claims) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def out_of_descriptors(_path):
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(starts, "current", out_of_descriptors)
+    assert door.gate.stale([claims], time.time()) == []
+    asking.sendall(b"GET /outbound HTTP/1.1\r\nHost: door\r\n\r\n")
+    answer = read_all(asking)
+    assert answer.startswith(b"HTTP/1.1 503") and b"try again" in answer
+    monkeypatch.undo()
+    starts.end(path)
+    assert [why for _c, why in door.gate.stale([claims], time.time())] == ["its sandbox is no longer the session's"]
+    live.close()
+    asking.close()
 
 
 request_line = st.tuples(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "G\x00T", ""]),
