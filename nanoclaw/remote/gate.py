@@ -36,11 +36,12 @@ from . import passes, starts
 
 log = logging.getLogger("nanoclaw.remote.gate")
 
-# asyncio keeps a 256 KiB read buffer per TLS connection for the connection's life: 5,000 idle
-# sandboxes' long polls would hold 1.25 GiB in them alone. A TLS record carries at most 16 KiB, so
-# 32 KiB still reads whole records (bench/door_connections.py: 481 -> 254 KiB a sandbox). The gate
-# is the proxy program's only asyncio TLS.
-asyncio.sslproto.SSLProtocol.max_size = 32 << 10
+# asyncio keeps a read buffer of this size per TLS connection for the connection's life, and the
+# connection's incoming BIO keeps as much again once a read filled it: at asyncio's 256 KiB, 5,000
+# idle sandboxes' two connections would hold gigabytes. 8 KiB reads a 16 KiB TLS record in two
+# (OpenSSL waits for the whole record); an idle TLS connection costs the program 35 KiB, 59 KiB at
+# 32 KiB (2,000 connections, this machine). The gate is the proxy program's only asyncio TLS.
+asyncio.sslproto.SSLProtocol.max_size = 8 << 10
 
 PREAMBLE = "NANOCLAW/1"
 PREAMBLE_MAX = 2048
