@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import select
 import sqlite3
 import threading
@@ -47,8 +48,17 @@ PUSH_EVERY_S = 1.0
 FILES_IN_TURN_S = 5.0  # during a turn, changed files go up at most this often: a kill loses no more
 FILES_IDLE_S = 30.0    # between turns (a process the agent left running may still write)
 BACKOFF_MAX_S = 5.0
+BACKOFF_FIRST_S = 0.2
 PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
+
+
+def retry_after(failures: int, draw=random.random) -> float:
+    """The wait after the `failures`-th failed request in a row: doubling from BACKOFF_FIRST_S up to
+    BACKOFF_MAX_S, each drawn between half and all of that, so the thousands of sandboxes that lost
+    the door at once (its restart) do not all come back in the same instant, again and again."""
+    ceiling = min(BACKOFF_FIRST_S * 2 ** min(max(failures, 1) - 1, 16), BACKOFF_MAX_S)
+    return ceiling * (0.5 + draw() / 2)
 
 
 class RemoteSession:
@@ -179,15 +189,16 @@ class RemoteSession:
             conn.close()
 
     def _down_loop(self) -> None:
-        pause = 0.2
+        failures = 0
         while not self._stop.is_set():
             try:
                 self.pull(LONG_POLL_S)
-                pause = 0.2
+                failures = 0
             except Exception as exc:  # noqa: BLE001 - the door restarts, the network blips: try again
+                failures += 1
+                pause = retry_after(failures)
                 log.warning("inbound from the door failed (%s); again in %.1f s", exc, pause)
                 self._stop.wait(pause)
-                pause = min(pause * 2, BACKOFF_MAX_S)
 
     # -- up --------------------------------------------------------------------------------------
     def _outbox_files(self) -> list[tuple[str, int]]:
@@ -355,7 +366,7 @@ class RemoteSession:
             watcher.watch(self.session_dir)
         except (nudge.Unavailable, OSError):
             watcher = None
-        pause = 0.2
+        failures = 0
         pushed_at = 0.0
         pending, in_turn = True, False
         while not self._stop.is_set():
@@ -384,11 +395,12 @@ class RemoteSession:
                 every = FILES_IN_TURN_S if in_turn else FILES_IDLE_S
                 if self._files_due or time.monotonic() - self._files_at > every:
                     self.sync_files()
-                pause = 0.2
+                failures = 0
             except Exception as exc:  # noqa: BLE001 - as for the down loop
+                failures += 1
+                pause = retry_after(failures)
                 log.warning("push to the door failed (%s); again in %.1f s", exc, pause)
                 self._stop.wait(pause)
-                pause = min(pause * 2, BACKOFF_MAX_S)
         if watcher is not None:
             watcher.close()
 
