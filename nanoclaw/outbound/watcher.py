@@ -39,15 +39,9 @@ WAKE_BURST = 20.0   # wakes allowed back to back: a turn's commit writes the WAL
 
 def outbound_signature(path: Path) -> tuple:
     """Changes whenever the agent commits to outbound.db (WAL or main file): the polling fallback."""
-    sig = []
     outbound = store.outbound_db(path)
-    for file in (outbound, outbound.with_name(schema.OUTBOUND + "-wal"), outbound.with_name(nudge.NUDGE)):
-        try:
-            st = os.stat(file)
-            sig.append((st.st_mtime_ns, st.st_size))
-        except FileNotFoundError:
-            sig.append(None)
-    return tuple(sig)
+    return store.files_signature((outbound, outbound.with_name(schema.OUTBOUND + "-wal"),
+                                  outbound.with_name(nudge.NUDGE)))
 
 
 def wake_budget(budget: float, elapsed_s: float) -> tuple[float, float]:

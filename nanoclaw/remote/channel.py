@@ -60,6 +60,8 @@ MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
 MAX_HEAD = 64 << 10           # a request's line and headers
 WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
 WRITER_IDLE_S = 60.0          # a session's outbound.db copy unused this long is closed (reopened on use)
+FORGET_S = 3600.0             # what the door remembers of a session it has not heard from this long goes
+PRUNE_FILES_S = 86400.0       # how often the record of who wrote which file is pruned (shared_files.py)
 # An answer goes to TLS in pieces of a TLS record's size: the connection's outgoing buffer keeps the
 # size of the largest piece written at once for the connection's life (1 MiB pieces left each idle
 # sandbox's long poll holding its start-up snapshot: 216 KiB a connection, 39 KiB without).
@@ -115,7 +117,8 @@ class SessionChannel:
         self._writers: dict[Path, sqlite3.Connection] = {}
         self._writer_locks: dict[Path, threading.Lock] = {}
         self._writer_used: dict[Path, float] = {}
-        self._beats: dict[Path, float] = {}
+        self._beats: dict[Path, tuple[float, float]] = {}  # the runner's last heartbeat, and when it came
+        self._files_pruned = 0.0
         self.tops = mirror.Tops()
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
@@ -128,7 +131,7 @@ class SessionChannel:
         """On `loop`'s thread, before it serves: the loop every connection of the channel lives on."""
         self.loop = loop
         self.watch = InboundWatch(loop)
-        loop.call_later(60, self._close_idle_soon)
+        loop.call_later(60, self._tidy_soon)
 
     def detach(self) -> None:
         """On the loop's thread, its connections ended, before it closes."""
@@ -175,9 +178,22 @@ class SessionChannel:
                     lock.release()
         return closed
 
-    def _close_idle_soon(self) -> None:
-        self.pool.submit(self.close_idle_writers)
-        self.loop.call_later(60, self._close_idle_soon)
+    def tidy(self) -> None:
+        """Once a minute, on the pool: close the copies left idle, forget the sessions not heard from
+        for FORGET_S (stopped sandboxes'), and once a day prune the record of who wrote what."""
+        self.close_idle_writers()
+        self.tops.forget(FORGET_S)
+        limit = time.monotonic() - FORGET_S
+        with self._guard:
+            for session in [s for s, (_stamp, seen) in self._beats.items() if seen < limit]:
+                del self._beats[session]
+        if time.monotonic() - self._files_pruned >= PRUNE_FILES_S:
+            self._files_pruned = time.monotonic()
+            self.files.prune()
+
+    def _tidy_soon(self) -> None:
+        self.pool.submit(self.tidy)
+        self.loop.call_later(60, self._tidy_soon)
 
     def count(self, direction: str, size: int) -> None:
         with self._guard:
@@ -186,10 +202,13 @@ class SessionChannel:
     def beat(self, session: Path, stamp: float | None) -> None:
         """The host's heartbeat file moves only when the runner's own heartbeat did (never through a
         link a local sandbox of this session left there)."""
-        if stamp is None or self._beats.get(session) == stamp:
+        if stamp is None:
             return
-        self._beats[session] = stamp
-        nudge.touch_plain(store.heartbeat_file(session))
+        with self._guard:
+            known = self._beats.get(session)
+            self._beats[session] = (stamp, time.monotonic())
+        if known is None or known[0] != stamp:
+            nudge.touch_plain(store.heartbeat_file(session))
 
     def roots(self, claims: passes.Claims, session: Path) -> dict[str, Path]:
         """The folders the session's files come from and go to, from the host's own records."""

@@ -10,6 +10,8 @@ its file; a remote one cannot even do that).
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -184,33 +186,31 @@ def open_copy(path) -> sqlite3.Connection:
 
 
 def copy_signature(path: Path) -> tuple:
-    """Changes whenever the copy does (its main file or WAL): a stat each."""
-    out = []
-    for file in (path, path.with_name(path.name + "-wal")):
-        try:
-            st = file.stat(follow_symlinks=False)  # a link a local sandbox left is never followed
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        except FileNotFoundError:
-            out.append(None)
-    return tuple(out)
+    """Changes whenever the copy does (its main file or WAL); a link a local sandbox left is never followed."""
+    return store.files_signature((path, path.with_name(path.name + "-wal")))
 
 
 class Tops:
     """The highest seq of each session's copy, for the pushes that write nothing (an idle runner's
     heartbeat, every minute): remembered with the copy's signature, else read through a connection
     opened for it and closed, so the door holds no connection (three descriptors and a page cache)
-    for an idle sandbox."""
+    for an idle sandbox. A session not asked about for a while is forgotten (`forget`)."""
 
     def __init__(self) -> None:
-        self._known: dict[Path, tuple[tuple, int]] = {}
+        self._known: dict[Path, tuple[tuple, int, float]] = {}  # signature, top, when last asked
+        self._lock = threading.Lock()
 
     def remember(self, path: Path, top: int) -> None:
-        self._known[path] = (copy_signature(path), top)
+        with self._lock:
+            self._known[path] = (copy_signature(path), top, time.monotonic())
 
     def of(self, path: Path) -> int:
         signature = copy_signature(path)
-        known = self._known.get(path)
+        with self._lock:
+            known = self._known.get(path)
         if known is not None and known[0] == signature:
+            with self._lock:
+                self._known[path] = (signature, known[1], time.monotonic())
             return known[1]
         if signature[0] is None:  # no copy yet: nothing of the runner's is here
             return 0
@@ -219,5 +219,15 @@ class Tops:
             top = max_seq(conn)
         finally:
             conn.close()
-        self._known[path] = (signature, top)
+        with self._lock:  # with the signature from before the read: a write since makes it differ
+            self._known[path] = (signature, top, time.monotonic())
         return top
+
+    def forget(self, idle_s: float) -> int:
+        """Drop the sessions not asked about for `idle_s` (stopped sandboxes'); how many."""
+        limit = time.monotonic() - idle_s
+        with self._lock:
+            old = [path for path, (_s, _t, used) in self._known.items() if used < limit]
+            for path in old:
+                del self._known[path]
+        return len(old)

@@ -28,6 +28,9 @@ from . import trees
 log = logging.getLogger("nanoclaw.remote.shared_files")
 
 CACHED_FOLDERS = 2000  # folders whose digests are kept in memory (the live sessions' homes and groups)
+# Who wrote a version, kept this long: past it a version lost to a later write is still kept aside,
+# only no session is told (by then it has long seen the group folder as it is).
+KEEP_WRITTEN_S = 30 * 86400
 
 
 class SharedFiles:
@@ -69,6 +72,13 @@ class SharedFiles:
         for conflict in done.conflicts:
             if conflict.loser and conflict.loser != session:
                 self._tell(folder, conflict)
+
+    def prune(self, now: float | None = None) -> int:
+        """Forget who wrote the versions older than KEEP_WRITTEN_S (files.db would otherwise keep every
+        name ever written through the door); how many."""
+        limit = (time.time() if now is None else now) - KEEP_WRITTEN_S
+        with self._lock:
+            return self._db.execute("DELETE FROM written WHERE at < ?", (limit,)).rowcount
 
     def _tell(self, folder: str, conflict: trees.Conflict) -> None:
         path = store.session_path(self.sessions_dir, folder, conflict.loser)

@@ -86,3 +86,16 @@ def file_identity(path: Path, *, follow_links: bool = True) -> tuple[int, int] |
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def files_signature(files) -> tuple:
+    """(inode, size, mtime) of each of `files`, read without following a link, None for one that is
+    missing: it changes whenever any of them does (when to look again, never what to trust)."""
+    out = []
+    for file in files:
+        try:
+            st = os.lstat(file)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import session_schema as schema
-from .agent_files import agent_file, agent_mtime, file_identity, open_agent_db, opened_in_place, plain_agent_db  # noqa: F401
+from .agent_files import (agent_file, agent_mtime, file_identity, files_signature, open_agent_db,  # noqa: F401
+                          opened_in_place, plain_agent_db)
 
 log = logging.getLogger("nanoclaw.sessions")
 

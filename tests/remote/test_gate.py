@@ -381,6 +381,38 @@ def test_an_idle_sandboxs_heartbeat_keeps_no_connection_to_its_copy_and_gets_its
         assert door.channel.close_idle_writers(idle_s=0) == 0, "a heartbeat opened the copy and kept it"
 
 
+def test_the_door_forgets_a_session_it_has_not_heard_from_and_serves_it_as_before_when_it_returns(door, tmp_path,
+                                                                                                   monkeypatch):
+    """What the door remembers per session (its last heartbeat, its copy's highest seq) goes once
+    the session is silent for an hour, so a door that served thousands of sandboxes over months does
+    not keep them all; a session that comes back is answered as before."""
+    from agent_runner.remote import RemoteSession
+    from agent_runner.store import SessionStore
+    from nanoclaw.remote import channel as channel_module
+    path, link = session_of(door, "andy")
+    local = tmp_path / "sandbox"
+    sandbox = RemoteSession(link, local / "session", local / "inbound", local / "group", local / "global")
+    sandbox.bootstrap()
+    SessionStore(local / "session", local / "inbound").write_out({"op": "text", "text": "one"}, Target("telegram", "111"))
+    sandbox.push()
+    client = link.session()
+
+    def beat(stamp: float) -> int:
+        status, _h, data = client.request("POST", "/outbound", json.dumps({"out": [], "acks_delta": True, "heartbeat": stamp}).encode())
+        assert status == 200
+        return json.loads(data)["max_seq"]
+    assert beat(5.0) == 1
+    door.channel.tidy()
+    assert len(door.channel._beats) == 1 and door.channel.tops.forget(3600) == 0  # heard from just now: kept
+    monkeypatch.setattr(channel_module, "FORGET_S", 0.0)
+    door.channel.tidy()
+    assert door.channel._beats == {} and door.channel.tops._known == {}
+    heartbeat = store.heartbeat_file(path)
+    os.utime(heartbeat, (1, 1))
+    assert beat(5.0) == 1  # the same stamp as before it was forgotten: taken as new, the highest seq read again
+    assert heartbeat.stat().st_mtime > 1
+
+
 def test_a_sandboxs_session_connection_costs_the_door_one_descriptor(door):
     """5,000 sandboxes keep 10,000 session connections: relayed to the channel through a socket of
     its own, each took three of the program's descriptors, and a host allowed 20,000 ran out."""

@@ -5,6 +5,7 @@ The real door, channel and runner side over TLS; the sandboxes' folders are loca
 from __future__ import annotations
 
 import json
+import time
 
 from agent_runner.remote import RemoteSession
 from agent_runner.tree_sync import plan_pull
@@ -117,3 +118,20 @@ def test_a_pull_takes_the_hosts_changes_and_keeps_unsent_ones():
     # a: changed on the host only; c: changed both sides (ours goes up, the host settles it);
     # d: removed on the host; e: new there; f: removed there but changed here (ours goes up)
     assert (fetch, remove) == (["a", "e"], ["d"])
+
+
+def test_who_wrote_a_version_is_forgotten_after_30_days_and_a_lost_write_is_still_kept_aside(door, tmp_path):  # noqa: F811
+    """files.db kept every name ever written through the door; past 30 days its record goes, and a
+    version overwritten unseen is still kept beside the winner (only no session is told)."""
+    group, path_a, a, _path_b, b = two_sandboxes(door, tmp_path, plan_md="v0")
+    (a.trees["group"] / "plan.md").write_text("from A")
+    a.sync_files()
+    files = door.channel.files
+    assert files.prune(now=time.time() + 29 * 86400) == 0
+    assert files.prune(now=time.time() + 31 * 86400) == 1
+    (b.trees["group"] / "plan.md").write_text("from B")  # over v0: B never saw A's
+    b.sync_files()
+    assert (group / "plan.md").read_text() == "from B"
+    [kept] = [p for p in group.iterdir() if ".conflict-" in p.name]
+    assert kept.name.startswith("plan.md.conflict-local-") and kept.read_text() == "from A"
+    assert notes(path_a) == []
