@@ -174,10 +174,21 @@ def make_context(dest: Path, ca_bundle: Path | None) -> None:
     shutil.copytree(RUNNER_DIR, dest / "agent_runner", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def build_proxy_args() -> dict[str, str]:
+    """$NANOCLAW_BUILD_PROXY as the proxy variables a build's package managers read (apt, pip, npm:
+    a machine, or an engine on another one, that reaches the registries only through a proxy).
+    Docker's own proxy arguments: they are not kept in the image or its history."""
+    proxy = os.environ.get("NANOCLAW_BUILD_PROXY", "").strip()
+    if not proxy:
+        return {}
+    return {name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+
+
 def run_build(client, progress: Callable[[str], None], **build) -> None:
-    """One `docker build` (never pulling), its output as progress lines; ImageBuildError with the
-    builder's last 20 lines when it fails."""
+    """One `docker build` (never pulling) on the engine `client` talks to, through its API, its
+    output as progress lines; ImageBuildError with the builder's last 20 lines when it fails."""
     last: list[str] = []
+    build["buildargs"] = {**(build.get("buildargs") or {}), **build_proxy_args()}
     for chunk in client.api.build(rm=True, forcerm=True, pull=False, network_mode="host", decode=True, **build):
         if "error" in chunk:
             raise ImageBuildError(f"docker build failed: {chunk['error'].strip()}\n" + "\n".join(last))

@@ -4,8 +4,14 @@ sandboxes see none of this machine's folders and reach their sessions only throu
 gate. The real service parts, runner, SDK and CLI; the model and Telegram are faked at HTTP."""
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
+import time
 
 import pytest
+
+from conftest import require
 
 from nanoclaw.lifecycle import background
 from nanoclaw.sessions import store
@@ -266,3 +272,66 @@ def test_an_approved_package_is_importable_in_a_remote_sandbox(make_settings, sq
         only_on_the_second_engine(svc)
         assert "tomatoes need sun" in answer, answer
         assert "Permission denied" in answer  # read-only for the agent
+
+
+@contextlib.contextmanager
+def package_proxy(address: str, folder):
+    """A forward proxy (tinyproxy) on this machine's side of the engine's link, the engine's one way to
+    a registry: Debian's mirror only, for the engine's address only (it has no other route)."""
+    require(shutil.which("tinyproxy") is not None, "tinyproxy is not installed (.ci/run installs it)")
+    port = free_port()
+    (folder / "allowed").write_text("^deb\\.debian\\.org$\n")
+    (folder / "tinyproxy.conf").write_text(
+        f"Port {port}\nListen {address}\nAllow 198.18.0.2\nTimeout 120\nMaxClients 20\nFilterDefaultDeny Yes\n"
+        f"Filter \"{folder / 'allowed'}\"\nFilterType ere\nFilterURLs Off\nConnectPort 443\n"
+        f"LogFile \"{folder / 'tinyproxy.log'}\"\nLogLevel Info\n")
+    proxy = subprocess.Popen(["tinyproxy", "-d", "-c", str(folder / "tinyproxy.conf")], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while (folder / "tinyproxy.log").read_text().count("listening on") < 1 if (folder / "tinyproxy.log").exists() \
+                else True:
+            assert proxy.poll() is None and time.monotonic() < deadline, "tinyproxy did not start"
+            time.sleep(0.05)
+        yield f"http://{address}:{port}"
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+
+
+def jq_brain(req):
+    results = req.turn_tool_results()
+    if "use jq" in req.current_prompt() and not results:
+        return Reply.call("Bash", command="echo '{\"veg\": \"leek\"}' | jq -r .veg; jq --version")
+    return Reply.say("jq says: " + (results[-1].text.strip() if results else "nothing"))
+
+
+def test_an_approved_apt_package_is_built_into_the_agents_image_on_the_remote_engine(make_settings, sqlite_url, remote,
+                                                                                     engine_env, monkeypatch,
+                                                                                     tmp_path):
+    """The approval of an apt package builds the agent's image on the engine its sandboxes run on,
+    through that engine's API (nothing pulled: there is no registry to pull from), the engine
+    reaching Debian through the operator's build proxy; the agent's next sandbox there has it."""
+    from nanoclaw.models import AgentGroup
+    from nanoclaw.operator.apply import set_packages
+    with package_proxy(engine_env["NANOCLAW_TEST_DOOR_ADDRESS"], tmp_path) as proxy_url:
+        monkeypatch.setenv("NANOCLAW_BUILD_PROXY", proxy_url)
+        with sandbox_service(make_settings, sqlite_url, jq_brain, runtime="docker", **remote) as svc:
+            owner_dm(svc)
+            tag, _prefix, _old = set_packages(svc.settings, AgentGroup.get(AgentGroup.folder == "andy"),
+                                              {"apt": ["jq"], "npm": [], "pip": []}, {"apt": ["jq"]})
+            try:
+                assert svc.runtime.client.images.get(tag).labels.get("nanoclaw.group") == "andy"
+                assert "deb.debian.org" in (tmp_path / "tinyproxy.log").read_text()
+                svc.post(message(111, OWNER, "use jq"))
+                svc.wait(lambda: texts(svc.tg, 111), timeout=120, what="the answer")
+                [name] = only_on_the_second_engine(svc)
+                assert svc.runtime.client.containers.get(name).attrs["Config"]["Image"] == tag
+                [answer] = texts(svc.tg, 111)
+                assert "leek" in answer and "jq-1." in answer, answer
+                history = " ".join(str(layer.get("CreatedBy")) for layer in svc.runtime.client.images.get(tag).history())
+                assert proxy_url not in history  # the operator's proxy is not kept in the image
+            finally:
+                for name in svc.runtime.list_sandboxes(svc.settings.install_id):
+                    svc.runtime.stop(name)
+                svc.runtime.client.images.remove(tag, force=True)
