@@ -56,14 +56,14 @@ class MalformedPayload(ValueError):
         self.kind = kind
 
 
-def read_as(model, payload, what: str, kind: str):
-    """`payload` read as the pydantic `model`, or MalformedPayload naming `what` and the first problem
+def read_as(shape, payload, what: str, kind: str):
+    """`payload` read as `shape` (shapes.py), or MalformedPayload naming `what` and the first problem
     (`kind` for the log line and the counter)."""
-    from pydantic import ValidationError
+    from . import shapes
     try:
-        return model.model_validate(payload)
-    except ValidationError as exc:
-        raise MalformedPayload(f"not {what} we can read ({first_error(exc)})", kind=kind) from None
+        return shapes.read(shape, payload)
+    except shapes.ShapeError as exc:
+        raise MalformedPayload(f"not {what} we can read ({shapes.first_problem(exc)})", kind=kind) from None
 
 
 def json_of(body: bytes):
@@ -72,15 +72,6 @@ def json_of(body: bytes):
         return json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise MalformedPayload("body is not JSON", kind="not-json") from None
-
-
-def first_error(exc) -> str:
-    """A pydantic ValidationError's first problem, short: 'message.chat: Input should be a valid dictionary'."""
-    errors = exc.errors(include_url=False, include_input=False)
-    if not errors:
-        return str(exc).splitlines()[0]
-    where = ".".join(str(p) for p in errors[0].get("loc", ()))
-    return f"{where}: {errors[0].get('msg')}" if where else str(errors[0].get("msg"))
 
 
 class DeliveryError(Exception):

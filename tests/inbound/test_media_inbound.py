@@ -14,6 +14,7 @@ import pytest
 from nanoclaw import metrics
 from nanoclaw.inbound import transcribe
 from nanoclaw.platforms.discord.messages import attachment_of
+from nanoclaw.channels import shapes
 from nanoclaw.platforms.discord import schema as ds
 from nanoclaw.platforms.telegram import schema as tg_schema
 from nanoclaw.platforms.telegram.media import attachments_of
@@ -132,18 +133,18 @@ def test_doctor_says_how_to_set_one_up_and_checks_one_that_is(make_settings, spe
 # --- what each platform calls a voice note ------------------------------------------------------
 
 def test_each_platform_marks_its_voice_notes_with_their_length():
-    telegram = attachments_of(tg_schema.Update.model_validate(fixture("telegram", "voice_message")).message)
+    telegram = attachments_of(shapes.read(tg_schema.Update, fixture("telegram", "voice_message")).message)
     assert telegram[0]["kind"] == "voice" and telegram[0]["duration"] == 7
-    note = attachments_of(tg_schema.Update.model_validate(fixture("telegram", "video_note")).message)
+    note = attachments_of(shapes.read(tg_schema.Update, fixture("telegram", "video_note")).message)
     assert note[0]["kind"] == "video_note" and transcribe.is_audio({"kind": note[0]["kind"]})
-    discord = attachment_of(ds.Attachment.model_validate(fixture("discord", "gateway_message_voice")["d"]
+    discord = attachment_of(shapes.read(ds.Attachment, fixture("discord", "gateway_message_voice")["d"]
                                                          ["attachments"][0]))
     assert discord["kind"] == "voice" and discord["duration"] == 4.16
     assert transcribe.is_audio({"mime": "audio/webm"}) and not transcribe.is_audio({"mime": "video/mp4"})
 
 
 def test_the_largest_photo_size_that_may_be_downloaded_is_taken():
-    update = tg_schema.Update.model_validate(fixture("telegram", "album_photo_1"))
+    update = shapes.read(tg_schema.Update, fixture("telegram", "album_photo_1"))
     assert attachments_of(update.message)[0]["file_id"] == "AgACAgIAAxk-a1-x"
     assert attachments_of(update.message, cap=100_000)[0]["file_id"] == "AgACAgIAAxk-a1-m"
     assert attachments_of(update.message, cap=10)[0]["file_id"] == "AgACAgIAAxk-a1-s"  # told as too large later

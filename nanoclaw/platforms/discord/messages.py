@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from pydantic import ValidationError
 
 from . import schema as ds
-from ...channels.base import MalformedPayload, first_error
+from ...channels import shapes
+from ...channels.base import MalformedPayload
 from ...channels.events import InboundEvent, ReplyTo
 
 CHANNEL = "discord"
@@ -61,10 +61,10 @@ def message_to_event(payload: dict, *, bot_id: str, channel: dict | None = None,
             return None
         payload = payload["d"]
     try:
-        msg = ds.Message.model_validate(payload)
-        where = ds.Channel.model_validate(channel) if channel is not None else None
-    except ValidationError as exc:
-        raise MalformedPayload(f"not a Discord message we can read ({first_error(exc)})",
+        msg = shapes.read(ds.Message, payload)
+        where = shapes.read(ds.Channel, channel) if channel is not None else None
+    except shapes.ShapeError as exc:
+        raise MalformedPayload(f"not a Discord message we can read ({shapes.first_problem(exc)})",
                                kind="message_create") from None
     if msg.type not in ROUTED_TYPES:
         return None
@@ -111,7 +111,7 @@ def _user(user) -> dict:
 
 def attachment_of(a: ds.Attachment) -> dict:
     """The attachment's facts; a voice message (it alone has duration_secs) is a voice note."""
-    facts = {k: v for k, v in a.model_dump().items() if v is not None}
+    facts = {k: v for k, v in shapes.as_dict(a).items() if v is not None}
     if a.duration_secs is not None:
         facts["duration"] = facts.pop("duration_secs")
         facts["kind"] = "voice"

@@ -1,4 +1,4 @@
-"""Discord's interaction and MESSAGE_CREATE payloads, as the parsers may read them (pydantic).
+"""Discord's interaction and MESSAGE_CREATE payloads, as the parsers may read them (`channels/shapes.py`).
 
 Only what the parsers use is declared; snowflakes are read as strings whether they come as strings
 or numbers. Real shapes are allowed: an interaction in a DM carries `user` instead of `member`, a
@@ -8,47 +8,43 @@ payload malformed: acknowledged, logged once, counted.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from ...channels.shapes import Shape, Str
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
-
-
-class User(Model):
-    id: str
-    username: str | None = None
-    global_name: str | None = None
+class User(Shape):
+    id: Str
+    username: Str | None = None
+    global_name: Str | None = None
     bot: bool = False
 
 
-class Member(Model):
+class Member(Shape):
     user: User | None = None
-    nick: str | None = None
+    nick: Str | None = None
 
 
-class ComponentData(Model):
-    custom_id: str | None = None
+class ComponentData(Shape):
+    custom_id: Str | None = None
     component_type: int | None = None
 
 
-class MessageRef(Model):
-    id: str | None = None
-    content: str | None = None
+class MessageRef(Shape):
+    id: Str | None = None
+    content: Str | None = None
 
 
-class ChannelRef(Model):
-    id: str | None = None
+class ChannelRef(Shape):
+    id: Str | None = None
 
 
-class Interaction(Model):
-    id: str | None = None
+class Interaction(Shape):
+    id: Str | None = None
     type: int
     data: ComponentData | None = None
     member: Member | None = None
     user: User | None = None
     message: MessageRef | None = None
-    channel_id: str | None = None
+    channel_id: Str | None = None
     channel: ChannelRef | None = None
 
 
@@ -56,42 +52,42 @@ class Mention(User):
     member: Member | None = None
 
 
-class Attachment(Model):
-    id: str | None = None
-    filename: str | None = None
-    content_type: str | None = None
+class Attachment(Shape):
+    id: Str | None = None
+    filename: Str | None = None
+    content_type: Str | None = None
     size: int | None = None
-    url: str | None = None
+    url: Str | None = None
     duration_secs: float | None = None  # a voice message's length (Discord sends one only for those)
 
 
-class Sticker(Model):
-    id: str | None = None
-    name: str | None = None
+class Sticker(Shape):
+    id: Str | None = None
+    name: Str | None = None
 
 
-class Reference(Model):
-    message_id: str | None = None
-    channel_id: str | None = None
+class Reference(Shape):
+    message_id: Str | None = None
+    channel_id: Str | None = None
     type: int = 0
 
 
-class Quoted(Model):
-    id: str | None = None
+class Quoted(Shape):
+    id: Str | None = None
     author: User | None = None
-    content: str | None = None
+    content: Str | None = None
 
 
-class Message(Model):
-    id: str
-    channel_id: str
+class Message(Shape):
+    id: Str
+    channel_id: Str
     author: User
-    content: str | None = None
-    timestamp: str | None = None
+    content: Str | None = None
+    timestamp: Str | None = None
     type: int = 0
-    guild_id: str | None = None
+    guild_id: Str | None = None
     member: Member | None = None
-    webhook_id: str | None = None
+    webhook_id: Str | None = None
     mentions: list[Mention] = []
     attachments: list[Attachment] = []
     sticker_items: list[Sticker] = []
@@ -99,10 +95,10 @@ class Message(Model):
     referenced_message: Quoted | None = None
 
 
-class Channel(Model):
-    id: str | None = None
+class Channel(Shape):
+    id: Str | None = None
     type: int | None = None
-    parent_id: str | None = None
+    parent_id: Str | None = None
 
 
 def interaction_kind(data) -> str:

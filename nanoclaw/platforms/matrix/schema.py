@@ -1,4 +1,4 @@
-"""What the matrix-sync program hands over, and the Matrix events in it (pydantic).
+"""What the matrix-sync program hands over, and the Matrix events in it (`channels/shapes.py`).
 
 The hand-over is our own envelope around one event exactly as /sync returned it:
 
@@ -13,31 +13,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from ...channels.shapes import Shape, field
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
-
-
-class InReplyTo(Model):
+class InReplyTo(Shape):
     event_id: str | None = None
 
 
-class RelatesTo(Model):
+class RelatesTo(Shape):
     rel_type: str | None = None
     event_id: str | None = None
     key: str | None = None                            # m.annotation: the reaction's emoji
     is_falling_back: bool = False                     # m.thread: a client without threads sees a reply
-    in_reply_to: InReplyTo | None = Field(None, alias="m.in_reply_to")
+    in_reply_to: InReplyTo | None = field(default=None, name="m.in_reply_to")
 
 
-class Mentions(Model):
+class Mentions(Shape):
     user_ids: list[str] = []
     room: bool = False
 
 
-class FileInfo(Model):
+class FileInfo(Shape):
     mimetype: str | None = None
     size: int | None = None
     duration: int | None = None                       # milliseconds
@@ -45,7 +41,7 @@ class FileInfo(Model):
     h: int | None = None
 
 
-class Content(Model):
+class Content(Shape):
     msgtype: str | None = None
     body: str | None = None
     format: str | None = None
@@ -53,25 +49,25 @@ class Content(Model):
     filename: str | None = None                       # with a caption, body is the caption (Matrix 1.10)
     url: str | None = None                            # mxc://server/media-id
     info: FileInfo | None = None
-    relates_to: RelatesTo | None = Field(None, alias="m.relates_to")
-    mentions: Mentions | None = Field(None, alias="m.mentions")
-    new_content: dict[str, Any] | None = Field(None, alias="m.new_content")
-    voice: dict[str, Any] | None = Field(None, alias="org.matrix.msc3245.voice")
+    relates_to: RelatesTo | None = field(default=None, name="m.relates_to")
+    mentions: Mentions | None = field(default=None, name="m.mentions")
+    new_content: dict[str, Any] | None = field(default=None, name="m.new_content")
+    voice: dict[str, Any] | None = field(default=None, name="org.matrix.msc3245.voice")
     membership: str | None = None
     is_direct: bool = False
     displayname: str | None = None
 
 
-class Event(Model):
+class Event(Shape):
     type: str
     event_id: str
     sender: str
     origin_server_ts: int = 0
-    content: Content = Content()
+    content: Content = field(default_factory=Content)
     state_key: str | None = None
 
 
-class Handover(Model):
+class Handover(Shape):
     kind: str                                          # event | invite
     room_id: str
     event: Event

@@ -1,4 +1,4 @@
-"""What the signal-events program hands over, and the envelopes in it (pydantic).
+"""What the signal-events program hands over, and the envelopes in it (`channels/shapes.py`).
 
 The hand-over is one `receive` event of signal-cli's stream exactly as the daemon sent it
 (signal-cli-jsonrpc(5); its JSON classes: JsonMessageEnvelope, JsonDataMessage, JsonSyncMessage …):
@@ -13,94 +13,90 @@ counted.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from ...channels.shapes import Shape, field
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
-
-
-class Mention(Model):
+class Mention(Shape):
     uuid: str | None = None
     number: str | None = None
     start: int = 0
     length: int = 0
 
 
-class Attachment(Model):
+class Attachment(Shape):
     id: str | None = None
-    content_type: str | None = Field(None, alias="contentType")
+    content_type: str | None = field(default=None, name="contentType")
     filename: str | None = None
     size: int | None = None
     caption: str | None = None
 
 
-class Quote(Model):
+class Quote(Shape):
     id: int | None = None                       # the quoted message's timestamp
-    author_uuid: str | None = Field(None, alias="authorUuid")
-    author_number: str | None = Field(None, alias="authorNumber")
+    author_uuid: str | None = field(default=None, name="authorUuid")
+    author_number: str | None = field(default=None, name="authorNumber")
     text: str | None = None
 
 
-class Reaction(Model):
+class Reaction(Shape):
     emoji: str | None = None
-    target_author_uuid: str | None = Field(None, alias="targetAuthorUuid")
-    target_author_number: str | None = Field(None, alias="targetAuthorNumber")
-    target_sent_timestamp: int | None = Field(None, alias="targetSentTimestamp")
-    is_remove: bool = Field(False, alias="isRemove")
+    target_author_uuid: str | None = field(default=None, name="targetAuthorUuid")
+    target_author_number: str | None = field(default=None, name="targetAuthorNumber")
+    target_sent_timestamp: int | None = field(default=None, name="targetSentTimestamp")
+    is_remove: bool = field(default=False, name="isRemove")
 
 
-class GroupInfo(Model):
-    group_id: str | None = Field(None, alias="groupId")
-    group_name: str | None = Field(None, alias="groupName")
+class GroupInfo(Shape):
+    group_id: str | None = field(default=None, name="groupId")
+    group_name: str | None = field(default=None, name="groupName")
     type: str | None = None                     # DELIVER, UPDATE, QUIT …
 
 
-class RemoteDelete(Model):
+class RemoteDelete(Shape):
     timestamp: int | None = None
 
 
-class DataMessage(Model):
+class DataMessage(Shape):
     timestamp: int | None = None
     message: str | None = None
     mentions: list[Mention] = []
     attachments: list[Attachment] = []
     quote: Quote | None = None
     reaction: Reaction | None = None
-    group_info: GroupInfo | None = Field(None, alias="groupInfo")
-    remote_delete: RemoteDelete | None = Field(None, alias="remoteDelete")
-    view_once: bool | None = Field(None, alias="viewOnce")
+    group_info: GroupInfo | None = field(default=None, name="groupInfo")
+    remote_delete: RemoteDelete | None = field(default=None, name="remoteDelete")
+    view_once: bool | None = field(default=None, name="viewOnce")
 
 
-class EditMessage(Model):
-    target_sent_timestamp: int | None = Field(None, alias="targetSentTimestamp")
-    data_message: DataMessage | None = Field(None, alias="dataMessage")
+class EditMessage(Shape):
+    target_sent_timestamp: int | None = field(default=None, name="targetSentTimestamp")
+    data_message: DataMessage | None = field(default=None, name="dataMessage")
 
 
 class SentMessage(DataMessage):
     """A message the account's own phone sent (a sync message): its destination, then the message."""
-    destination_number: str | None = Field(None, alias="destinationNumber")
-    destination_uuid: str | None = Field(None, alias="destinationUuid")
+    destination_number: str | None = field(default=None, name="destinationNumber")
+    destination_uuid: str | None = field(default=None, name="destinationUuid")
 
 
-class SyncMessage(Model):
-    sent_message: SentMessage | None = Field(None, alias="sentMessage")
+class SyncMessage(Shape):
+    sent_message: SentMessage | None = field(default=None, name="sentMessage")
 
 
-class Envelope(Model):
-    source_uuid: str | None = Field(None, alias="sourceUuid")
-    source_number: str | None = Field(None, alias="sourceNumber")
-    source_name: str | None = Field(None, alias="sourceName")
-    source_device: int | None = Field(None, alias="sourceDevice")
+class Envelope(Shape):
+    source_uuid: str | None = field(default=None, name="sourceUuid")
+    source_number: str | None = field(default=None, name="sourceNumber")
+    source_name: str | None = field(default=None, name="sourceName")
+    source_device: int | None = field(default=None, name="sourceDevice")
     timestamp: int | None = None
-    data_message: DataMessage | None = Field(None, alias="dataMessage")
-    edit_message: EditMessage | None = Field(None, alias="editMessage")
-    sync_message: SyncMessage | None = Field(None, alias="syncMessage")
-    typing_message: dict | None = Field(None, alias="typingMessage")
-    receipt_message: dict | None = Field(None, alias="receiptMessage")
+    data_message: DataMessage | None = field(default=None, name="dataMessage")
+    edit_message: EditMessage | None = field(default=None, name="editMessage")
+    sync_message: SyncMessage | None = field(default=None, name="syncMessage")
+    typing_message: dict | None = field(default=None, name="typingMessage")
+    receipt_message: dict | None = field(default=None, name="receiptMessage")
 
 
-class Handover(Model):
+class Handover(Shape):
     account: str | None = None
     account_uuid: str | None = None             # added by the listener: the account's own ACI uuid
     envelope: Envelope | None = None

@@ -1,4 +1,4 @@
-"""Slack's Events API envelope and interactivity payloads, as the parser may read them (pydantic).
+"""Slack's Events API envelope and interactivity payloads, as the parser may read them (`channels/shapes.py`).
 
 Only what the parser uses is declared. Numbers are read as strings where Slack sends either (a
 `ts` of 1700000000.1234 or "1700000000.1234"). Real shapes are allowed: `message_changed` carries
@@ -8,82 +8,78 @@ makes the payload malformed: acknowledged, logged once, counted.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from ...channels.shapes import Shape, Str
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
-
-
-class File(Model):
-    id: str | None = None
-    name: str | None = None
-    mimetype: str | None = None
+class File(Shape):
+    id: Str | None = None
+    name: Str | None = None
+    mimetype: Str | None = None
     size: int | None = None
-    url_private_download: str | None = None
-    url_private: str | None = None
-    subtype: str | None = None       # slack_audio: a clip recorded in Slack (a voice note)
+    url_private_download: Str | None = None
+    url_private: Str | None = None
+    subtype: Str | None = None       # slack_audio: a clip recorded in Slack (a voice note)
     duration_ms: int | None = None   # of an audio or video clip
 
 
-class Profile(Model):
-    display_name: str | None = None
-    real_name: str | None = None
-    name: str | None = None
+class Profile(Shape):
+    display_name: Str | None = None
+    real_name: Str | None = None
+    name: Str | None = None
 
 
-class Event(Model):
-    type: str
-    subtype: str | None = None
-    channel: str | None = None
-    channel_type: str | None = None
-    ts: str | None = None
-    thread_ts: str | None = None
-    text: str | None = None
-    user: str | None = None
-    bot_id: str | None = None
-    username: str | None = None
+class Event(Shape):
+    type: Str
+    subtype: Str | None = None
+    channel: Str | None = None
+    channel_type: Str | None = None
+    ts: Str | None = None
+    thread_ts: Str | None = None
+    text: Str | None = None
+    user: Str | None = None
+    bot_id: Str | None = None
+    username: Str | None = None
     user_profile: Profile | None = None
     files: list[File] = []
     hidden: bool = False
     message: Event | None = None   # message_changed: the message as it is now
 
 
-class Envelope(Model):
-    type: str
+class Envelope(Shape):
+    type: Str
     event: Event | None = None
-    challenge: str | None = None
-    event_id: str | None = None
+    challenge: Str | None = None
+    event_id: Str | None = None
 
 
-class ActionItem(Model):
-    action_id: str | None = None
-    value: str | None = None
+class ActionItem(Shape):
+    action_id: Str | None = None
+    value: Str | None = None
 
 
-class Clicker(Model):
-    id: str
-    name: str | None = None
-    username: str | None = None
+class Clicker(Shape):
+    id: Str
+    name: Str | None = None
+    username: Str | None = None
 
 
-class Container(Model):
-    channel_id: str | None = None
-    message_ts: str | None = None
+class Container(Shape):
+    channel_id: Str | None = None
+    message_ts: Str | None = None
 
 
-class Channel(Model):
-    id: str | None = None
+class Channel(Shape):
+    id: Str | None = None
 
 
-class Interaction(Model):
-    type: str
+class Interaction(Shape):
+    type: Str
     user: Clicker | None = None
     actions: list[ActionItem] = []
     container: Container | None = None
     channel: Channel | None = None
-    response_url: str | None = None
-    trigger_id: str | None = None
+    response_url: Str | None = None
+    trigger_id: Str | None = None
 
 
 def kind_of(data) -> str:

@@ -1,4 +1,4 @@
-"""Telegram's Bot API update, as the parser may read it (validated at the edge, pydantic).
+"""Telegram's Bot API update, as the parser may read it (validated at the edge, `channels/shapes.py`).
 
 Only what the parser uses is declared; everything else is ignored. Shapes Telegram really sends
 are allowed: a message without `from` (channel posts), an anonymous group admin (`from` is
@@ -8,14 +8,10 @@ the whole update malformed: it is acknowledged, logged once and counted, never h
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from ...channels.shapes import Shape, field
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-
-class User(Model):
+class User(Shape):
     id: int
     is_bot: bool = False
     first_name: str = ""
@@ -23,7 +19,7 @@ class User(Model):
     username: str | None = None
 
 
-class Chat(Model):
+class Chat(Shape):
     id: int
     type: str | None = None
     title: str | None = None
@@ -33,14 +29,14 @@ class Chat(Model):
     username: str | None = None
 
 
-class Entity(Model):
+class Entity(Shape):
     type: str
     offset: int = 0
     length: int = 0
     user: User | None = None
 
 
-class File(Model):
+class File(Shape):
     file_id: str | None = None
     file_name: str | None = None
     mime_type: str | None = None
@@ -55,11 +51,11 @@ class PhotoSize(File):
     height: int = 0
 
 
-class Message(Model):
+class Message(Shape):
     message_id: int
     date: int
     chat: Chat
-    sender: User | None = Field(None, alias="from")
+    sender: User | None = field(default=None, name="from")
     sender_chat: Chat | None = None
     text: str | None = None
     caption: str | None = None
@@ -80,14 +76,14 @@ class Message(Model):
     sticker: File | None = None
 
 
-class CallbackQuery(Model):
+class CallbackQuery(Shape):
     id: str
-    sender: User = Field(alias="from")
+    sender: User = field(name="from")
     message: Message | None = None
     data: str | None = None
 
 
-class Update(Model):
+class Update(Shape):
     update_id: int
     message: Message | None = None
     edited_message: Message | None = None

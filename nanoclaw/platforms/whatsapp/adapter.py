@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import requests
-from pydantic import ValidationError
 
 from . import schema as wa
 from ...channels.base import (
-    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, first_error, read_as, register)
+    Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, read_as, register)
 from ...channels.events import Action, InboundEvent, ReplyTo
+from ...channels import shapes
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.files import Limits, mime_of, sent_as
 from ...channels.parts import PartialSends
@@ -152,9 +152,9 @@ def parse_payload(payload) -> Parsed:
             names = {c.wa_id: c.profile.name for c in value.contacts if c.wa_id and c.profile}
             for raw in value.messages:
                 try:
-                    message = wa.Message.read(raw)
-                except ValidationError as exc:
-                    parsed.skipped.append((f"messages/{str(raw.get('type') or 'other')[:30]}", first_error(exc)))
+                    message = shapes.read(wa.Message, raw)
+                except shapes.ShapeError as exc:
+                    parsed.skipped.append((f"messages/{str(raw.get('type') or 'other')[:30]}", shapes.first_problem(exc)))
                     continue
                 item = parse_message(message, names)
                 if isinstance(item, Action):

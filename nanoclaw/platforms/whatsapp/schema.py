@@ -1,4 +1,4 @@
-"""The WhatsApp Cloud API webhook body, as the parser may read it (validated at the edge, pydantic).
+"""The WhatsApp Cloud API webhook body, as the parser may read it (validated at the edge, `channels/shapes.py`).
 
 Only what the parser uses is declared. Real shapes are allowed: status-only callbacks (sent,
 delivered, read, failed) with no messages, reactions (and their removal, an empty emoji), message
@@ -7,57 +7,53 @@ acknowledged, logged once, counted.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from ...channels.shapes import Shape, Str, field
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
+class Text(Shape):
+    body: Str = ""
 
 
-class Text(Model):
-    body: str = ""
-
-
-class Media(Model):
-    id: str | None = None
-    mime_type: str | None = None
-    filename: str | None = None
-    caption: str | None = None
+class Media(Shape):
+    id: Str | None = None
+    mime_type: Str | None = None
+    filename: Str | None = None
+    caption: Str | None = None
     voice: bool = False        # audio recorded in the chat (a voice note), not a file
     animated: bool = False     # a sticker that moves
 
 
-class Location(Model):
+class Location(Shape):
     latitude: float | None = None
     longitude: float | None = None
-    name: str | None = None
-    address: str | None = None
+    name: Str | None = None
+    address: Str | None = None
 
 
-class Button(Model):
-    text: str = ""
+class Button(Shape):
+    text: Str = ""
 
 
-class Choice(Model):
-    id: str | None = None
-    title: str | None = None
+class Choice(Shape):
+    id: Str | None = None
+    title: Str | None = None
 
 
-class Interactive(Model):
-    type: str | None = None
+class Interactive(Shape):
+    type: Str | None = None
     button_reply: Choice | None = None
     list_reply: Choice | None = None
 
 
-class Context(Model):
-    id: str | None = None
+class Context(Shape):
+    id: Str | None = None
 
 
-class Message(Model):
-    id: str
-    sender: str
-    timestamp: str | None = None
-    type: str | None = None
+class Message(Shape):
+    id: Str
+    sender: Str = field(name="from")  # a Python keyword
+    timestamp: Str | None = None
+    type: Str | None = None
     text: Text | None = None
     button: Button | None = None
     interactive: Interactive | None = None
@@ -69,47 +65,41 @@ class Message(Model):
     location: Location | None = None
     context: Context | None = None
 
-    @classmethod
-    def read(cls, data) -> "Message":
-        """WhatsApp names the sender `from`, a Python keyword: renamed before validation."""
-        if isinstance(data, dict) and "from" in data:
-            data = {**data, "sender": data["from"]}
-        return cls.model_validate(data)
 
 
-class Profile(Model):
-    name: str | None = None
+class Profile(Shape):
+    name: Str | None = None
 
 
-class Contact(Model):
-    wa_id: str | None = None
+class Contact(Shape):
+    wa_id: Str | None = None
     profile: Profile | None = None
 
 
-class Status(Model):
-    id: str | None = None
-    status: str | None = None
+class Status(Shape):
+    id: Str | None = None
+    status: Str | None = None
     errors: list[dict] = []
 
 
-class Value(Model):
+class Value(Shape):
     contacts: list[Contact] = []
-    messages: list[dict] = []       # each validated by Message.read, so one bad message names itself
+    messages: list[dict] = []       # each read as a Message on its own, so one bad message names itself
     statuses: list[Status] = []
 
 
-class Change(Model):
-    field: str | None = None
+class Change(Shape):
+    field: Str | None = None
     value: Value
 
 
-class Entry(Model):
-    id: str | None = None
+class Entry(Shape):
+    id: Str | None = None
     changes: list[Change]
 
 
-class Body(Model):
-    object: str | None = None
+class Body(Shape):
+    object: Str | None = None
     entry: list[Entry]
 
 
