@@ -19,7 +19,7 @@ import nanoclaw.web.access_log
 master = sorted(m for m in ("flask", "peewee") if m in sys.modules)
 import app
 import peewee
-print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor")
+print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor", "croniter")
                                                    if sys.modules.get(m) is not None),
                   "postgres_driver": peewee.psycopg2 is not None}))
 """
@@ -41,6 +41,34 @@ def test_web_program_on_sqlite_loads_neither_postgres_driver_nor_docker_sdk_nor_
     assert seen["master"] == [], "gunicorn's master has no use for Flask or peewee"
     assert seen["loaded"] == []
     assert seen["postgres_driver"] is False
+
+
+def test_every_platforms_webhook_is_read_without_pydantic(tmp_path):
+    """The web program reads each platform's payloads through msgspec shapes: pydantic (6.7 MiB in
+    the web program, bench/footprint.py) is never loaded by a webhook."""
+    code = """
+import json, sys
+from pathlib import Path
+from nanoclaw.channels import shapes
+from nanoclaw.platforms.discord import schema as ds
+from nanoclaw.platforms.matrix import schema as mx
+from nanoclaw.platforms.signal import schema as sg
+from nanoclaw.platforms.slack import schema as sl
+from nanoclaw.platforms.telegram import schema as tg
+from nanoclaw.platforms.whatsapp import schema as wa
+read = 0
+for folder, shape in (("telegram", tg.Update), ("slack", sl.Envelope), ("whatsapp", wa.Body), ("signal", sg.Handover),
+                      ("matrix", mx.Handover), ("discord", ds.Interaction)):
+    for path in sorted(Path("tests/fixtures", folder).glob("*.json")):
+        try:
+            shapes.read(shape, json.loads(path.read_text()))
+            read += 1
+        except shapes.ShapeError:
+            pass
+print(json.dumps({"read": read, "pydantic": "pydantic" in sys.modules}))
+"""
+    seen = run(code, tmp_path)
+    assert seen["read"] >= 80 and seen["pydantic"] is False
 
 
 def test_web_program_on_postgres_still_has_its_driver(tmp_path):

@@ -11,8 +11,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
-
 UTC = timezone.utc
 
 
@@ -31,8 +29,15 @@ def parse_local(text: str, tz: str) -> datetime:
     return value.astimezone(UTC)
 
 
+def _croniter():
+    """croniter, loaded when a cron schedule is first read (2 MiB the web program need not hold
+    while no task repeats by cron)."""
+    from croniter import croniter
+    return croniter
+
+
 def validate_cron(expr: str) -> str:
-    if not croniter.is_valid(expr):
+    if not _croniter().is_valid(expr):
         raise ScheduleError(f"{expr!r} is not a cron expression like '0 9 * * 1-5'")
     return expr
 
@@ -56,7 +61,7 @@ def parse_every(value: str | int) -> timedelta:
 def next_cron(expr: str, after: datetime, tz: str) -> datetime:
     """The first cron time strictly after `after`, evaluated in `tz`; returned in UTC."""
     local = after.astimezone(ZoneInfo(tz))
-    nxt = croniter(expr, local).get_next(datetime)
+    nxt = _croniter()(expr, local).get_next(datetime)
     return nxt.astimezone(UTC)
 
 
