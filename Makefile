@@ -39,6 +39,7 @@ test: $(DEV_STAMP)
 CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/agent/test_retry_after.py \
 	tests/inbound/test_decide.py \
+	tests/platforms/test_shapes.py \
 	tests/inbound/test_full_disk.py \
 	tests/inbound/test_media_inbound.py \
 	tests/inbound/test_sticky.py \

@@ -55,5 +55,5 @@ def first_problem(exc: ShapeError) -> str:
     what, marker, where = text.partition(" - at `$")
     if not marker:
         return text
-    where = where.rstrip("`").lstrip(".").replace("][", ".").replace("[", ".").replace("]", "")
+    where = where.rstrip("`").replace("[", ".").replace("]", "").lstrip(".")
     return f"{where}: {what}" if where else what
