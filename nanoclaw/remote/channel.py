@@ -118,7 +118,7 @@ class SessionChannel:
         self._writer_locks: dict[Path, threading.Lock] = {}
         self._writer_used: dict[Path, float] = {}
         self._beats: dict[Path, tuple[float, float]] = {}  # the runner's last heartbeat, and when it came
-        self._files_pruned = 0.0
+        self._files_pruned = -float("inf")  # the first tidy prunes, then one a day
         self.tops = mirror.Tops()
         self._guard = threading.Lock()
         self.moved = {"down": 0, "up": 0}  # bytes of bodies answered and received (bench/volume.py)
@@ -192,8 +192,14 @@ class SessionChannel:
             self.files.prune()
 
     def _tidy_soon(self) -> None:
-        self.pool.submit(self.tidy)
+        self.pool.submit(self._tidy_or_say)
         self.loop.call_later(60, self._tidy_soon)
+
+    def _tidy_or_say(self) -> None:
+        try:
+            self.tidy()
+        except Exception as exc:  # noqa: BLE001 - the pool's future would keep it unseen; next minute tries again
+            log.warning("door: tidying failed (next minute tries again): %s", exc)
 
     def count(self, direction: str, size: int) -> None:
         with self._guard:

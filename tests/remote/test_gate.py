@@ -413,6 +413,20 @@ def test_the_door_forgets_a_session_it_has_not_heard_from_and_serves_it_as_befor
     assert heartbeat.stat().st_mtime > 1
 
 
+def test_a_failed_tidy_is_said_in_the_log_and_the_door_goes_on(door, monkeypatch, caplog):
+    """The door's minute timer runs on its pool, whose future nobody reads: a failure there must
+    still reach the log."""
+    import sqlite3
+
+    def broken(now=None):
+        raise sqlite3.OperationalError("disk I/O error")
+    monkeypatch.setattr(door.channel.files, "prune", broken)
+    door.channel._tidy_or_say()
+    assert "door: tidying failed" in caplog.text and "disk I/O error" in caplog.text
+    _path, andy = session_of(door, "andy")
+    assert andy.session().request("GET", "/outbound")[0] == 200
+
+
 def test_a_sandboxs_session_connection_costs_the_door_one_descriptor(door):
     """5,000 sandboxes keep 10,000 session connections: relayed to the channel through a socket of
     its own, each took three of the program's descriptors, and a host allowed 20,000 ran out."""
