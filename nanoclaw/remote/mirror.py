@@ -200,18 +200,18 @@ class Tops:
         self._known: dict[Path, tuple[tuple, int, float]] = {}  # signature, top, when last asked
         self._lock = threading.Lock()
 
-    def remember(self, path: Path, top: int) -> None:
+    def remember(self, path: Path, top: int, signature: tuple | None = None) -> None:
+        """`top` as the copy's highest seq while its signature stays (read now unless given)."""
         with self._lock:
-            self._known[path] = (copy_signature(path), top, time.monotonic())
+            self._known[path] = (signature or copy_signature(path), top, time.monotonic())
 
     def of(self, path: Path) -> int:
         signature = copy_signature(path)
         with self._lock:
             known = self._known.get(path)
-        if known is not None and known[0] == signature:
-            with self._lock:
+            if known is not None and known[0] == signature:
                 self._known[path] = (signature, known[1], time.monotonic())
-            return known[1]
+                return known[1]
         if signature[0] is None:  # no copy yet: nothing of the runner's is here
             return 0
         conn = open_copy(path)
@@ -219,8 +219,7 @@ class Tops:
             top = max_seq(conn)
         finally:
             conn.close()
-        with self._lock:  # with the signature from before the read: a write since makes it differ
-            self._known[path] = (signature, top, time.monotonic())
+        self.remember(path, top, signature)  # the signature from before the read: a write since makes it differ
         return top
 
     def forget(self, idle_s: float) -> int:
