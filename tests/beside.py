@@ -1,4 +1,4 @@
-"""The slowest end-to-end files run in two more pytest processes beside the main one, so the suite's
+"""The slowest end-to-end files run in three more pytest processes beside the main one, so the suite's
 wall time is about the longest of them rather than their sum (while one process waits on a sandbox,
 the others run). Started when the suite is collected (conftest.py) with the node ids
 the run selected from these files; tests/test_beside.py, moved to the end of the run, waits for it
@@ -11,20 +11,24 @@ from __future__ import annotations
 
 from side_run import SideRun
 
-# Two processes beside the main one (the suite mostly waits on sandboxes and services: the three
-# together use about a third of the machine's two cores), each a group of about equal length.
+# Three processes beside the main one (the suite mostly waits on sandboxes and services), each a
+# group of about equal length (per-file times: `-o console_output_style=times`, docs/testing.md).
 GROUPS = (
-    ("tests/lifecycle/test_faults_e2e.py", "tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
-     "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_matrix_e2e.py",
+    ("tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_matrix_e2e.py",
+     "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
      "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py", "tests/lifecycle/test_retention.py",
-     "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py", "tests/inbound/test_media_e2e.py",
-     "tests/memory/test_memory_e2e.py"),
-    ("tests/test_service_e2e.py", "tests/remote/test_remote_engine_e2e.py", "tests/usage/test_budget_e2e.py",
-     "tests/remote/test_network_session_e2e.py", "tests/remote/test_kubernetes.py", "tests/remote/test_gate.py",
-     "tests/remote/test_faults.py", "tests/remote/test_inbound_changes.py", "tests/platforms/test_slack_socket.py",
-     "tests/platforms/test_telegram_poll.py", "tests/approvals/test_questions.py", "tests/inbound/test_intake.py",
-     "tests/agent/test_media.py", "tests/web/test_browser.py", "tests/web/test_browser_operator.py",
-     "tests/outbound/test_nudges.py", "tests/operator/test_expiry.py"),
+     "tests/memory/test_memory_e2e.py", "tests/remote/test_inbound_changes.py",
+     "tests/operator/test_capabilities_page.py"),
+    ("tests/lifecycle/test_faults_e2e.py", "tests/remote/test_remote_engine_e2e.py", "tests/remote/test_kubernetes.py",
+     "tests/remote/test_gate.py", "tests/platforms/test_slack_socket.py", "tests/approvals/test_questions.py",
+     "tests/inbound/test_intake.py", "tests/remote/test_network_session_e2e.py", "tests/remote/test_faults.py",
+     "tests/platforms/test_matrix.py", "tests/operator/test_expiry.py"),
+    ("tests/usage/test_budget_e2e.py", "tests/test_service_e2e.py", "tests/web/test_admin.py",
+     "tests/platforms/test_discord_gateway_intake.py", "tests/operator/test_operator_e2e.py",
+     "tests/agent/test_runner.py", "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py",
+     "tests/inbound/test_media_e2e.py", "tests/web/test_browser.py", "tests/agent/test_media.py",
+     "tests/outbound/test_nudges.py", "tests/web/test_browser_operator.py", "tests/platforms/test_telegram_poll.py",
+     "tests/cli/test_cli.py"),
 )
 FILES = tuple(f for group in GROUPS for f in group)
 CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the processes beside: each runs what it was given
