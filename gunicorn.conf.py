@@ -2,20 +2,28 @@
 
 One worker on purpose: the web process also holds the background scheduler,
 and SQLite is happiest with one writer process.
+
+The master only forks and watches the worker, so it loads as little as it can: `make run` hands it
+the port in its environment (nanoclaw/supervise.py, from the settings it has checked), and the
+settings themselves are read in the worker. Started by hand without it, the master reads the
+settings as the worker would.
 """
+import os
 import sys
 
-from nanoclaw.config import Settings, SettingsError, skip_postgres_drivers
 
-try:
-    _settings = Settings.load()
-except SettingsError as exc:
-    print(f"nanoclaw: cannot start: {exc}", file=sys.stderr)
-    sys.exit(2)
+def _port():
+    if os.environ.get("NANOCLAW_PORT"):
+        return os.environ["NANOCLAW_PORT"]  # what Settings would read first too
+    from nanoclaw.config import Settings, SettingsError
+    try:
+        return Settings.load().port
+    except SettingsError as exc:
+        print(f"nanoclaw: cannot start: {exc}", file=sys.stderr)
+        sys.exit(2)
 
-skip_postgres_drivers(_settings.database_url)  # the worker forks from here and inherits it
 
-bind = f"127.0.0.1:{_settings.port}"
+bind = f"127.0.0.1:{_port()}"
 workers = 1
 worker_class = "gthread"
 threads = 8
@@ -26,8 +34,20 @@ accesslog = "-"
 # URLs in the access log lose their secrets (login links, verify tokens, query values): web/access_log.py
 logger_class = "nanoclaw.web.access_log.RedactingLogger"
 errorlog = "-"
-# gunicorn's control socket defaults to one path per user; keep ours with our data.
-control_socket = str(_settings.data_dir / "gunicorn.ctl")
+# No control socket (`gunicornc`): it runs an asyncio loop in a thread of the master (1.7 MiB) for
+# commands supervisord's own already give.
+control_socket_disable = True
+
+
+def post_fork(server, worker):
+    """In the worker, before it imports the app: on SQLite, peewee never loads a PostgreSQL driver,
+    and requests never loads its encoding detector."""
+    from nanoclaw.config import Settings, SettingsError, skip_charset_detection, skip_postgres_drivers
+    skip_charset_detection()
+    try:
+        skip_postgres_drivers(Settings.load().database_url)
+    except SettingsError:
+        pass  # the app's own import says what is wrong
 
 
 def post_worker_init(worker):

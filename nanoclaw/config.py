@@ -381,3 +381,19 @@ def skip_postgres_drivers(database_url: str) -> bool:
     for name in _POSTGRES_DRIVERS:
         sys.modules.setdefault(name, None)  # `import psycopg2` now raises ImportError
     return True
+
+
+# requests imports charset_normalizer (3 MiB resident in each program) only to guess the encoding of
+# a text answer that names none, and falls back to UTF-8 without it (Response.apparent_encoding).
+# The APIs the programs call answer JSON or name their charset, so the long-running programs mark
+# the detectors absent before requests loads (gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
+def skip_charset_detection() -> bool:
+    """True when the detectors were marked absent (requests not loaded yet)."""
+    import sys
+    import warnings
+    if "requests" in sys.modules:
+        return False
+    for name in ("charset_normalizer", "chardet"):
+        sys.modules.setdefault(name, None)
+    warnings.filterwarnings("ignore", message="Unable to find acceptable character detection", module="requests")
+    return True

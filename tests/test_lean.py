@@ -14,12 +14,17 @@ from conftest import postgres_server_url, require
 
 MASTER_THEN_WORKER = """
 import json, runpy, sys
-runpy.run_path("gunicorn.conf.py")
+conf = runpy.run_path("gunicorn.conf.py")
 import nanoclaw.web.access_log
-master = sorted(m for m in ("flask", "peewee") if m in sys.modules)
-import app
-import peewee
-print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor", "croniter")
+master = sorted(m for m in ("flask", "peewee", "nanoclaw.config") if m in sys.modules)
+conf["post_fork"](None, None)
+import warnings
+with warnings.catch_warnings(record=True) as warned:
+    import app
+    import peewee
+    import requests
+print(json.dumps({"warned": [str(w.message) for w in warned], "master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor", "croniter",
+                                                                 "charset_normalizer")
                                                    if sys.modules.get(m) is not None),
                   "postgres_driver": peewee.psycopg2 is not None}))
 """
@@ -27,6 +32,7 @@ print(json.dumps({"master": master, "loaded": sorted(m for m in ("docker", "psyc
 
 def run(code: str, tmp_path, database_url: str | None = None) -> dict:
     env = {"NANOCLAW_DATA_DIR": str(tmp_path / "data"), "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"),
+           "NANOCLAW_PORT": "8080",  # as `make run` starts gunicorn (nanoclaw/supervise.py)
            "TZ": "UTC", "PATH": "/usr/bin:/bin", "NANOCLAW_RUNTIME": "bwrap"}
     if database_url:
         env["DATABASE_URL"] = database_url
@@ -37,8 +43,10 @@ def run(code: str, tmp_path, database_url: str | None = None) -> dict:
 
 
 def test_web_program_on_sqlite_loads_neither_postgres_driver_nor_docker_sdk_nor_commands(tmp_path):
+    """Nor requests' encoding detector (3 MiB): a text answer naming no charset is read as UTF-8."""
     seen = run(MASTER_THEN_WORKER, tmp_path)
-    assert seen["master"] == [], "gunicorn's master has no use for Flask or peewee"
+    assert seen["master"] == [], "gunicorn's master has no use for Flask, peewee or the settings"
+    assert seen["warned"] == []
     assert seen["loaded"] == []
     assert seen["postgres_driver"] is False
 

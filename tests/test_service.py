@@ -12,6 +12,15 @@ from nanoclaw.config import PROJECT_ROOT
 from tests.service_harness import free_port
 
 
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def gunicorn_master(supervisord: int) -> int:
+    return next(p for p in children(supervisord) if b"gunicorn" in open(f"/proc/{p}/cmdline", "rb").read())
+
+
 def test_supervised_service_serves_healthz_and_stops_on_ctrl_c(tmp_path):
     port = free_port()
     env = {**os.environ, "NANOCLAW_DATA_DIR": str(tmp_path / "data"), "NANOCLAW_PORT": str(port),
@@ -31,6 +40,10 @@ def test_supervised_service_serves_healthz_and_stops_on_ctrl_c(tmp_path):
                 time.sleep(0.3)
         assert body is not None, "no /healthz answer within 60 s"
         assert body["status"] == "ok" and body["schema_version"] >= 1
+        master = gunicorn_master(proc.pid)
+        # the master only forks and watches: one thread, no asyncio loop (gunicorn's control socket)
+        assert len(os.listdir(f"/proc/{master}/task")) == 1
+        assert "_asyncio" not in open(f"/proc/{master}/maps").read()
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)

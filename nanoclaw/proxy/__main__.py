@@ -14,8 +14,9 @@ def main() -> int:
     except SettingsError as exc:
         print(f"nanoclaw proxy: cannot start: {exc}", file=sys.stderr)
         return 2
-    from ..config import skip_postgres_drivers
+    from ..config import skip_charset_detection, skip_postgres_drivers
     skip_postgres_drivers(settings.database_url)
+    skip_charset_detection()
     from .. import logs, proposal_rules
     from ..db import bind, database
     from ..models import AgentGroup
