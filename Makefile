@@ -43,6 +43,7 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/inbound/test_full_disk.py \
 	tests/inbound/test_media_inbound.py \
 	tests/inbound/test_sticky.py \
+	tests/lifecycle/test_housekeeping_due.py \
 	tests/lifecycle/test_image_prune.py \
 	tests/lifecycle/test_records.py \
 	tests/lifecycle/test_scheduler_stop.py \

@@ -10,7 +10,8 @@ tool (blocked, polling) reads.
   written. A click counts only on the card itself (its chat, or the page). The first answer wins;
   the card is edited to show the choice.
 - At expires_at (the tool returns then) a housekeeping job edits the card to say it expired,
-  once; a later click is told the question expired and nothing reaches the agent.
+  once; a later click is told the question expired and nothing reaches the agent. The job runs at
+  the next open question's deadline (and once a minute as a safety net), not every few seconds.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import peewee
 from ..channels.base import Card, DeliveryError, get_adapter
 from ..db import connected, database
 from ..inbound import router
-from ..lifecycle.housekeeping import register_job
+from ..lifecycle.housekeeping import register_job, run_by
 from ..models import PendingQuestion, Session, User, audit, utcnow
 from ..outbound.delivery import register_op
 from ..sessions import session_schema as schema
@@ -37,7 +38,7 @@ from .pending import PendingItem, register_pending
 log = logging.getLogger("nanoclaw.questions")
 
 MAX_OPTIONS = 10
-EXPIRY_CHECK_S = 5.0  # a card says it expired at most this long after its timeout
+EXPIRY_CHECK_S = 60.0  # the safety net: the job runs at each question's deadline (next_deadline)
 EXPIRED_LINE = "⏱ Expired: no answer came in time."
 
 
@@ -71,7 +72,7 @@ def deliver_question(session_path: Path, row, settings) -> str | None:
     with connected():
         try:
             with database.atomic():
-                pq, _ = PendingQuestion.get_or_create(
+                pq, created = PendingQuestion.get_or_create(
                     session=session_path.name, question_id=str(op["question_id"])[:64],
                     defaults=dict(title=str(op.get("title") or "")[:255], question=str(op["question"]),
                                   options=[str(o) for o in options[:MAX_OPTIONS]],
@@ -80,6 +81,8 @@ def deliver_question(session_path: Path, row, settings) -> str | None:
                                   asked_user_id=asked_person(session_path, row.in_reply_to)))
         except peewee.IntegrityError:
             raise DeliveryError(f"no session {session_path.name} for this question", permanent=True) from None
+        if created:
+            run_by("questions.expire", pq.expires_at)
         if pq.card_message_id:
             return pq.card_message_id  # applied again after a restart: the card is out already
         message_id = get_adapter(row.target.channel_type, settings).send_card(row.target, card_for(pq))
@@ -121,7 +124,13 @@ def mark_expired(settings, pq: PendingQuestion, now) -> bool:
     return True
 
 
-@register_job("questions.expire", every_s=EXPIRY_CHECK_S)
+def next_deadline() -> datetime | None:
+    """The earliest deadline of a question still open (naive UTC), or None."""
+    return (PendingQuestion.select(peewee.fn.MIN(PendingQuestion.expires_at))
+            .where(PendingQuestion.answered_at.is_null(), PendingQuestion.expired_at.is_null()).scalar())
+
+
+@register_job("questions.expire", every_s=EXPIRY_CHECK_S, due=next_deadline)
 def expire_questions(settings, _manager=None, now=None) -> int:
     """Edit the cards of questions whose time is up (the tool has returned without an answer)."""
     now = now or utcnow()
