@@ -4,7 +4,7 @@ A capability registers its own job (questions expire their cards, approvals expi
 requests) and the lifecycle modules register theirs (isolated task runs' sessions, stale group
 images), so background.py never names a capability:
 
-    @register_job("questions.expire", every_s=5)
+    @register_job("approvals.expire", every_s=60)
     def expire(settings, manager) -> None: ...
 
 Each run gets a database connection of its own; a failing job logs and runs again next time.
@@ -78,7 +78,7 @@ def run_by(name: str, at: datetime) -> None:
 
 
 def start(scheduler, settings, manager) -> None:
-    """Add every registered job to the (APScheduler) scheduler."""
+    """Add every registered job to the (APScheduler) scheduler, which `run_by` then moves."""
     global _scheduler
     _scheduler = scheduler
     now = datetime.now(timezone.utc)
