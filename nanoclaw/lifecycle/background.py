@@ -367,6 +367,7 @@ class Background:
             # start-up still adding its jobs would wait for that lock for ever (a stop during start-up)
             self._startup_done.wait(STARTUP_STOP_WAIT_S)
             stop_scheduler(self.scheduler, self._jobs)  # a running job (sweep, task run) finishes
+            housekeeping.stop(self.scheduler)
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.manager is not None and stop_sandboxes:
             stopped = self.manager.stop_all()

@@ -86,3 +86,10 @@ def start(scheduler, settings, manager) -> None:
         scheduler.add_job(run, "interval", args=[job, settings, manager], seconds=job.every_s,
                           id=f"housekeeping:{job.name}", max_instances=1, coalesce=True,
                           next_run_time=now + timedelta(seconds=job.first_after_s))
+
+
+def stop(scheduler) -> None:
+    """The scheduler stopped: `run_by` has nothing to move until the next start."""
+    global _scheduler
+    if _scheduler is scheduler:
+        _scheduler = None

@@ -72,6 +72,11 @@ def test_run_by_only_brings_a_run_forward(scheduler):
     housekeeping.run_by("unknown.job", soon)  # no such job: nothing happens
 
 
-def test_run_by_in_a_process_without_the_scheduler_does_nothing():
-    housekeeping._scheduler = None
-    housekeeping.run_by("questions.expire", datetime.now(timezone.utc))
+def test_run_by_after_the_scheduler_stopped_moves_nothing(scheduler):
+    runs_of("cards.expire", None)
+    housekeeping.start(scheduler, None, None)
+    scheduler.start()
+    job = scheduler.get_job("housekeeping:cards.expire")
+    housekeeping.stop(scheduler)
+    housekeeping.run_by("cards.expire", datetime.now(timezone.utc) + timedelta(days=-1))
+    assert scheduler.get_job(job.id).next_run_time == job.next_run_time
