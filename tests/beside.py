@@ -50,6 +50,11 @@ def result(timeout: float = 3600) -> tuple[int, str]:
     return max(code for code, _ in outcomes), "\n".join(output for _, output in outcomes)
 
 
+def abandon() -> None:
+    for run in _runs:
+        run.abandon()
+
+
 def summary() -> str | None:
     """Each process's last line ("N passed in …"), once they were waited for."""
     lines = [run.summary for run in _runs if run.summary]

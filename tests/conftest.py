@@ -170,7 +170,7 @@ def pytest_collection_modifyitems(session, config, items):
     for item in waiting:
         items.remove(item)
     items.extend(waiting)
-    if len(items) > len(waiting):  # run alone, the test starts it itself
+    if len(items) > len(waiting) and not config.option.collectonly:  # run alone, the test starts it itself
         import long_turn
         long_turn.start()
 
@@ -181,8 +181,8 @@ def pytest_collection_finish(session):
     waits for them at the end (after -k and other deselection, so the child runs what was chosen)."""
     import beside
     items = session.items
-    if os.environ.get(beside.CHILD) == "1":
-        return
+    if os.environ.get(beside.CHILD) == "1" or session.config.option.collectonly:
+        return  # (--collect-only runs nothing, here or beside)
     moved = [item for item in items if item.nodeid.split("::")[0] in beside.FILES]
     waiter = [item for item in items if item.nodeid.startswith("tests/test_beside.py")]
     rest = [item for item in items if item not in moved and item not in waiter
@@ -204,6 +204,10 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    import beside
+    import long_turn
+    beside.abandon()  # runs the session ended without waiting for (-x, ^C) stop with it
+    long_turn.abandon()
     _dropper.finish()
 
 

@@ -13,3 +13,7 @@ def start() -> None:
 def result(timeout: float = 1800) -> tuple[int, str]:
     start()
     return _run.result(timeout)
+
+
+def abandon() -> None:
+    _run.abandon()

@@ -4,6 +4,7 @@ when it is waited for."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,3 +44,16 @@ class SideRun:
         output = self.out.read()
         self.summary = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         return code, output
+
+    def abandon(self, grace: float = 60) -> None:
+        """The main run ended without waiting for this one (-x, ^C, a failed collection): interrupt
+        it as ^C would, so its tests' teardowns stop their sandboxes and services, rather than leave
+        it running for minutes on its own."""
+        if self.proc is None or self.proc.poll() is not None or self.summary is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
