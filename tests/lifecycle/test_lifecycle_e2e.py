@@ -283,6 +283,9 @@ def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
     model, tg = fakes
     answers = iter([Reply.say("never", delay_s=60), Reply.say("It is sunny.")])
     model.script = lambda req: next(answers)
+    # the retry comes with the next sweep (10 s), when a turn that long shows "⏳ Working…" (also 10 s):
+    # not what this test is about, and its message must not pass for the answer
+    service.env["NANOCLAW_PROGRESS_AFTER_S"] = "120"
     service.start()
     assert service.post(update("Weather?")) == 200
     model.wait_for(lambda r: "Weather?" in r.current_prompt(), timeout=60)
@@ -290,7 +293,7 @@ def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
     assert pid is not None
     for p in [pid] + descendants(pid):
         os.kill(p, signal.SIGKILL)
-    tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=SWEEP_INTERVAL_S + 30)
+    tg.wait_for(lambda r: FakeTelegram.params(r).get("text") == "It is sunny.", timeout=SWEEP_INTERVAL_S + 30)
     service.settled(tg)
     assert sent_texts(tg) == ["It is sunny.", SENTINEL_ANSWER]
     (row,) = service.inbound_rows()
