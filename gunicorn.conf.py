@@ -42,12 +42,12 @@ control_socket_disable = True
 def post_fork(server, worker):
     """In the worker, before it imports the app: on SQLite, peewee never loads a PostgreSQL driver,
     and requests never loads its encoding detector."""
-    from nanoclaw.config import Settings, SettingsError, skip_charset_detection, skip_postgres_drivers
-    skip_charset_detection()
+    from nanoclaw.config import Settings, SettingsError, lighten_program
     try:
-        skip_postgres_drivers(Settings.load().database_url)
+        database_url = Settings.load().database_url
     except SettingsError:
-        pass  # the app's own import says what is wrong
+        database_url = None  # the app's own import says what is wrong
+    lighten_program(database_url)
 
 
 def post_worker_init(worker):

@@ -369,7 +369,7 @@ __all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone",
 # peewee imports a PostgreSQL driver whenever one is installed (psycopg2: 4.6 MiB resident in each
 # program). A long-running program whose settings name SQLite marks the drivers absent before peewee
 # loads, so peewee sees PostgreSQL as unavailable in that process only; commands and tests are
-# untouched (gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
+# untouched (lighten_program: gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
 _POSTGRES_DRIVERS = ("psycopg2", "psycopg2cffi", "psycopg")
 
 
@@ -386,7 +386,7 @@ def skip_postgres_drivers(database_url: str) -> bool:
 # requests imports charset_normalizer (3 MiB resident in each program) only to guess the encoding of
 # a text answer that names none, and falls back to UTF-8 without it (Response.apparent_encoding).
 # The APIs the programs call answer JSON or name their charset, so the long-running programs mark
-# the detectors absent before requests loads (gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
+# the detectors absent before requests loads (lighten_program below; tests/test_lean.py).
 def skip_charset_detection() -> bool:
     """True when the detectors were marked absent (requests not loaded yet)."""
     import sys
@@ -397,3 +397,11 @@ def skip_charset_detection() -> bool:
         sys.modules.setdefault(name, None)
     warnings.filterwarnings("ignore", message="Unable to find acceptable character detection", module="requests")
     return True
+
+
+def lighten_program(database_url: str | None) -> None:
+    """A long-running program (the web worker, the proxy), before it imports the rest: both of the
+    above (the drivers only when the settings could be read)."""
+    skip_charset_detection()
+    if database_url is not None:
+        skip_postgres_drivers(database_url)

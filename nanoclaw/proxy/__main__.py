@@ -14,9 +14,8 @@ def main() -> int:
     except SettingsError as exc:
         print(f"nanoclaw proxy: cannot start: {exc}", file=sys.stderr)
         return 2
-    from ..config import skip_charset_detection, skip_postgres_drivers
-    skip_postgres_drivers(settings.database_url)
-    skip_charset_detection()
+    from ..config import lighten_program
+    lighten_program(settings.database_url)
     from .. import logs, proposal_rules
     from ..db import bind, database
     from ..models import AgentGroup
