@@ -44,6 +44,12 @@ def test_supervised_service_serves_healthz_and_stops_on_ctrl_c(tmp_path):
         # the master only forks and watches: one thread, no asyncio loop (gunicorn's control socket)
         assert len(os.listdir(f"/proc/{master}/task")) == 1
         assert "_asyncio" not in open(f"/proc/{master}/maps").read()
+        # no platform set up: supervisord holds no idle listener programs (each made every stop,
+        # the ^C below included, a second longer)
+        from nanoclaw.cli.doctor import program_states
+        from nanoclaw.config import Settings
+        states = program_states(Settings.load(environ=env, dotenv_path=tmp_path / "none.env"))
+        assert states is not None and sorted(states) == ["proxy", "web"]
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
