@@ -2,7 +2,9 @@
 `slack-socket` program when SLACK_APP_TOKEN is set; a DM delivered over the fake Socket Mode
 connection is answered through a real sandbox with chat.postMessage. Killing the program and the
 web program at random moments (10 rounds), with Slack sending unacknowledged envelopes again, loses
-no message and answers none twice."""
+no message and answers none twice; the one documented exception, as in the fault test
+(tests/lifecycle/test_faults_e2e.py): a reply whose sender was killed mid-send is on record as
+interrupted, counted as sent, at most one per kill of the web program."""
 from __future__ import annotations
 
 import os
@@ -19,7 +21,7 @@ from fakes.model_api import FakeModel
 from fakes.slack_api import BOT_USER_ID, TOKEN, FakeSlack
 from fakes.slack_socket import APP_TOKEN, FakeSocketMode
 from service_harness import SupervisedService
-from tests.lifecycle.test_faults_e2e import answer
+from tests.lifecycle.test_faults_e2e import answer, counted_as_sent, interrupted_replies
 from tests.platforms.test_slack_socket import dm
 
 ROUNDS = 10
@@ -99,6 +101,11 @@ def test_socket_mode_messages_are_answered_once_while_the_program_and_web_are_ki
                 pass
         redeliver()
     markers = {f"fault-{i}" for i in range(n + 1)}
-    wait_for(lambda: markers <= set(answers(slack)), 240, f"answers to all {n + 1} messages", between=redeliver)
+    wait_for(lambda: markers <= set(answers(slack)) | counted_as_sent(svc), 240, f"answers to all {n + 1} messages",
+             between=redeliver)
     assert sorted(m for m, c in answers(slack).items() if c > 1) == [], (Counter(killed), svc.log()[-4000:])
-    print(f"killed {dict(Counter(killed))}; {n + 1} messages, each answered once")
+    cut = sorted(markers - set(answers(slack)))  # each on record as interrupted (the wait above)
+    replies_cut = [t for t in interrupted_replies(svc) if MARKER.search(t)]
+    assert len(replies_cut) <= sum(1 for role in killed if role.startswith("web")), (replies_cut, Counter(killed))
+    print(f"killed {dict(Counter(killed))}; {n + 1} messages, each answered once"
+          + (f" but {cut}, whose reply was cut off by a kill mid-send (counted as sent)" if cut else ""))
