@@ -126,7 +126,7 @@ class FakeKube:
 
     def _run(self, name: str) -> None:
         """The kubelet's part: the pod's container on the engine, as the pod spec says."""
-        from docker.errors import ImageNotFound
+        from docker.errors import APIError, ImageNotFound
         pod = self.pods[name]
         if self.pending == "unschedulable":
             with self._lock:
@@ -162,15 +162,24 @@ class FakeKube:
         # the kubelet writes hostAliases into the pod's /etc/hosts and dnsConfig into its resolv.conf
         extra_hosts = {n: a["ip"] for a in spec.get("hostAliases") or [] for n in a["hostnames"]}
         dns = (spec.get("dnsConfig") or {}).get("nameservers") if spec.get("dnsPolicy") == "None" else None
-        self.engine.containers.run(
-            container["image"], command=container["command"], name=f"k8s-{name}", detach=True, init=True,
-            extra_hosts=extra_hosts or None, dns=dns if self.network_mode != "host" else None,
-            user=f"{ctx['runAsUser']}:{ctx['runAsGroup']}", environment={e["name"]: e["value"] for e in container["env"]},
-            working_dir=container["workingDir"], network_mode=self.network_mode,
-            mem_limit=limits["memory"].replace("Mi", "m"), nano_cpus=int(float(limits["cpu"]) * 1e9),
-            read_only=bool(csc.get("readOnlyRootFilesystem")), tmpfs=tmpfs,
-            cap_drop=csc.get("capabilities", {}).get("drop"), security_opt=["no-new-privileges"],
-            labels={"fake-kube": "1"})
+        try:
+            self.engine.containers.run(
+                container["image"], command=container["command"], name=f"k8s-{name}", detach=True, init=True,
+                extra_hosts=extra_hosts or None, dns=dns if self.network_mode != "host" else None,
+                user=f"{ctx['runAsUser']}:{ctx['runAsGroup']}", environment={e["name"]: e["value"] for e in container["env"]},
+                working_dir=container["workingDir"], network_mode=self.network_mode,
+                mem_limit=limits["memory"].replace("Mi", "m"), nano_cpus=int(float(limits["cpu"]) * 1e9),
+                read_only=bool(csc.get("readOnlyRootFilesystem")), tmpfs=tmpfs,
+                cap_drop=csc.get("capabilities", {}).get("drop"), security_opt=["no-new-privileges"],
+                labels={"fake-kube": "1"})
+        except APIError as exc:  # e.g. the pod was deleted while its container started ("marked for removal")
+            with self._lock:
+                if name in self.pods and pod["metadata"].get("deletionTimestamp") is None:
+                    pod["status"] = {"phase": "Failed", "containerStatuses": [{
+                        "name": "agent", "ready": False, "restartCount": 0, "image": container["image"], "imageID": "",
+                        "state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc)[:200]}}}]}
+                    self._bump(pod, "MODIFIED")
+            return  # as a kubelet does: the error is in the pod's status, never in a thread of the API server
         with self._lock:
             if name in self.pods and pod["metadata"].get("deletionTimestamp") is None:
                 pod["status"] = {"phase": "Running", "startTime": now_iso(), "containerStatuses": [{
