@@ -49,7 +49,11 @@ class Service:
                     "NANOCLAW_PORT": str(self.port), "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"), "TZ": tz,
                     "NANOCLAW_RUNTIME": runtime, "NANOCLAW_INSTALL_ID": f"life-{os.getpid()}",
                     "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-lifecycle-e2e-secret",
-                    "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}
+                    "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET,
+                    # a retry after a kill comes with the next sweep (10 s), when a turn that long would show
+                    # "⏳ Working…" (also 10 s): not what these tests are about, and they compare every text
+                    # sent (the status message has its own tests, tests/outbound/test_progress_e2e.py)
+                    "NANOCLAW_PROGRESS_AFTER_S": "120"}
         self.env.pop("DATABASE_URL", None)
         self.proc: subprocess.Popen | None = None
         self.log = ""
@@ -283,9 +287,6 @@ def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
     model, tg = fakes
     answers = iter([Reply.say("never", delay_s=60), Reply.say("It is sunny.")])
     model.script = lambda req: next(answers)
-    # the retry comes with the next sweep (10 s), when a turn that long shows "⏳ Working…" (also 10 s):
-    # not what this test is about, and its message must not pass for the answer
-    service.env["NANOCLAW_PROGRESS_AFTER_S"] = "120"
     service.start()
     assert service.post(update("Weather?")) == 200
     model.wait_for(lambda r: "Weather?" in r.current_prompt(), timeout=60)
