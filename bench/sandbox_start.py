@@ -3,8 +3,9 @@
     .venv/bin/python -m bench.sandbox_start [N]
 
 "first output" = the sandboxed program has written a file into /workspace/session; measured
-from the start() call. Two programs: a bare `python3 -c` and one that first imports
-claude_agent_sdk (what the agent runner does before its first useful output).
+from the start() call. Three programs: a bare `python3 -c`, one that first imports
+claude_agent_sdk whole, and one with the agent runner's own imports (the SDK without the parts of mcp
+that agent_runner/left_out.py keeps out), what it does before its first useful output.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from nanoclaw.runtime.base import INSTALL_LABEL, SandboxSpec
 PROGRAMS = {
     "bare python": "open('/workspace/session/ready', 'w').close()",
     "import claude_agent_sdk": "import claude_agent_sdk\nopen('/workspace/session/ready', 'w').close()",
+    # what `python -m agent_runner` imports before its CLI starts: the SDK without what left_out.py names
+    "the runner's imports": "import agent_runner.__main__, agent_runner.mcp_tools, agent_runner.poll_loop, "
+                            "agent_runner.provider\nopen('/workspace/session/ready', 'w').close()",
 }
 
 

@@ -98,3 +98,67 @@ print(json.dumps({"postgres_driver": peewee.psycopg2 is not None, "docker": sys.
 """
     seen = run(code, tmp_path)
     assert seen == {"postgres_driver": False, "docker": False}
+
+
+RUNNER_TOOLS = """
+import asyncio, json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, "container")
+import agent_runner.__main__  # the runner's entry, as `python -m agent_runner` starts it (its main() not run)
+from agent_runner import left_out
+from agent_runner.config import RunnerConfig
+from agent_runner.mcp_tools import ToolContext, Turn, build_server
+from agent_runner.store import SessionStore
+from agent_runner.targets import Target
+from claude_agent_sdk._internal.sdk_mcp_bridge import SdkMcpBridge
+from nanoclaw.sessions import session_schema as schema
+
+root = Path(tempfile.mkdtemp())
+session, inbound = root / "session", root / "inbound"
+for d in (session / "outbox", inbound / "inbox"):
+    d.mkdir(parents=True)
+schema.connect(inbound / schema.INBOUND).close()
+store = SessionStore(session, inbound)
+config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(session), "NANOCLAW_INBOUND_DIR": str(inbound), "TZ": "UTC"})
+ctx = ToolContext(store=store, config=config, turn=Turn(reply_to=Target("cli", "owner-chat"), in_reply_to="m1"))
+server = build_server(ctx)
+
+async def serve():
+    # What the CLI sends the SDK for an in-process server (its mcp_message control requests).
+    bridge = SdkMcpBridge(server["name"], server["instance"])
+    await bridge.handle({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "2"}}})
+    await bridge.handle({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    listed = await bridge.handle({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    called = await bridge.handle({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                  "params": {"name": "send_message", "arguments": {"text": "hello"}}})
+    await bridge.aclose()
+    return listed, called
+
+listed, called = asyncio.run(serve())
+import sqlite3
+sent = [r[0] for r in sqlite3.connect(session / schema.OUTBOUND).execute("SELECT content FROM messages_out")]
+try:
+    import starlette.applications
+    starlette.applications.Starlette()
+    refused = None
+except left_out.LeftOutError as e:
+    refused = str(e)
+print(json.dumps({"tools": [t["name"] for t in listed["result"]["tools"]], "called": called["result"], "sent": sent,
+                  "refused": refused,
+                  "real": sorted(m for m in ("starlette", "uvicorn", "sse_starlette", "httpx2", "mcp.server.mcpserver",
+                                             "mcp.server.auth", "mcp.server.streamable_http")
+                                 if m in sys.modules and not left_out.is_stand_in(sys.modules[m]))}))
+"""
+
+
+def test_the_runner_serves_its_tools_without_mcps_http_parts(tmp_path):
+    """The runner's cold start: the SDK's import of mcp brings its HTTP transports, auth and high-level
+    server (starlette, uvicorn, httpx2: ~180 modules, a fifth of the import) that an in-process tools
+    server never runs. They stay out, and the tools still answer the CLI's requests through the SDK."""
+    seen = run(RUNNER_TOOLS, tmp_path)
+    assert seen["real"] == [], "loaded for nothing at every sandbox start"
+    assert "send_message" in seen["tools"] and "schedule_task" in seen["tools"]
+    assert seen["called"]["isError"] is False and "message_id 1" in seen["called"]["content"][0]["text"]
+    assert [json.loads(c)["text"] for c in seen["sent"]] == ["hello"]
+    assert "starlette.applications.Starlette is left out" in seen["refused"], "a path that needs one fails loudly"

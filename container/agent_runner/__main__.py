@@ -1,7 +1,7 @@
 """`python -m agent_runner` (PYTHONPATH=/opt/nanoclaw): the agent side of one session's sandbox.
 
 Start-up order is chosen for cold-start latency: the bridge and the session store come up first,
-then the SDK import (~1.5 s) and the CLI connect (~0.5 s); the first poll follows immediately.
+then the SDK import (without what left_out.py names) and the CLI connect; the first poll follows immediately.
 """
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ import sqlite3
 import sys
 import time
 
-from .bridge import Bridge
-from .config import PLACEHOLDER_API_KEY, RunnerConfig
-from .store import SessionStore
+from . import left_out
+
+left_out.install()  # first: what the SDK's imports would load and a runner never runs stays out
+
+from .bridge import Bridge  # noqa: E402
+from .config import PLACEHOLDER_API_KEY, RunnerConfig  # noqa: E402
+from .store import SessionStore  # noqa: E402
 
 log = logging.getLogger("agent_runner")
 
