@@ -306,9 +306,8 @@ def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
 def test_scheduled_tasks_fire_at_their_local_time(tmp_path, fakes):
     model, tg = fakes
     tz = "America/New_York"
-    local_now = datetime.now(ZoneInfo(tz)).replace(microsecond=0)
-    group_at, isolated_at = local_now + timedelta(seconds=25), local_now + timedelta(seconds=40)
     calls = {"n": 0}
+    due = {}
 
     def script(req):
         prompt, results = req.current_prompt(), req.turn_tool_results()
@@ -317,11 +316,16 @@ def test_scheduled_tasks_fire_at_their_local_time(tmp_path, fakes):
         if "Read the news" in prompt:
             return Reply.say("Here is the news.")
         if not results:
+            # Times from the agent's first call, not the test's start: a slow machine's service and
+            # cold start must not eat the lead (the isolated task's sandbox wakes 15 s ahead).
+            local_now = datetime.now(ZoneInfo(tz)).replace(microsecond=0)
+            due["group"], due["isolated"] = local_now + timedelta(seconds=20), local_now + timedelta(seconds=35)
             # naive local times, as a user would say them
-            return Reply.call("mcp__nanoclaw__schedule_task", prompt="Time to stretch", at=group_at.strftime("%Y-%m-%dT%H:%M:%S"))
+            return Reply.call("mcp__nanoclaw__schedule_task", prompt="Time to stretch",
+                              at=due["group"].strftime("%Y-%m-%dT%H:%M:%S"))
         if len(results) == 1:
             return Reply.call("mcp__nanoclaw__schedule_task", prompt="Read the news", context="isolated",
-                              at=isolated_at.strftime("%Y-%m-%dT%H:%M:%S"))
+                              at=due["isolated"].strftime("%Y-%m-%dT%H:%M:%S"))
         calls["results"] = [r.text for r in results]
         return Reply.say("Both scheduled.")
     model.script = script
@@ -331,6 +335,7 @@ def test_scheduled_tasks_fire_at_their_local_time(tmp_path, fakes):
         assert svc.post(update("Remind me to stretch, and read me the news later")) == 200
         tg.wait_for(lambda r: FakeTelegram.params(r).get("text") == "Both scheduled.", timeout=90)
         assert all(t.startswith("Task ") and f"({tz})" in t for t in calls["results"]), calls["results"]
+        group_at, isolated_at = due["group"], due["isolated"]
         assert group_at.strftime("%H:%M") in calls["results"][0]  # shown back in local time
 
         stretch = model.wait_for(lambda r: "Time to stretch" in r.current_prompt(), timeout=60)
