@@ -62,11 +62,17 @@ def main(n: int = 5) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for rt in runtimes(root):
-            for label, program in PROGRAMS.items():
+            for program in PROGRAMS.values():
                 once(rt, root, program)  # warm the page cache
-                times = [once(rt, root, program) for _ in range(n)]
-                print(f"{rt.name:6} {label:24} median {statistics.median(times):.3f}s "
-                      f"(min {min(times):.3f}, max {max(times):.3f}, n={n})")
+            # interleaved, in rotating order, so the machine's drift falls on every program alike
+            times = {label: [] for label in PROGRAMS}
+            labels = list(PROGRAMS)
+            for i in range(n):
+                for label in labels[i % len(labels):] + labels[:i % len(labels)]:
+                    times[label].append(once(rt, root, PROGRAMS[label]))
+            for label, took in times.items():
+                print(f"{rt.name:6} {label:24} median {statistics.median(took):.3f}s "
+                      f"(min {min(took):.3f}, max {max(took):.3f}, n={n})")
 
 
 if __name__ == "__main__":
