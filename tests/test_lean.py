@@ -124,10 +124,11 @@ ctx = ToolContext(store=store, config=config, turn=Turn(reply_to=Target("cli", "
 server = build_server(ctx)
 
 async def serve():
-    # What the CLI sends the SDK for an in-process server (its mcp_message control requests).
+    # What the bundled CLI sends the SDK for an in-process server (its mcp_message control requests,
+    # seen from a real CLI: initialize at 2025-11-25, then tools/list and tools/call).
     bridge = SdkMcpBridge(server["name"], server["instance"])
     await bridge.handle({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "2"}}})
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "2"}}})
     await bridge.handle({"jsonrpc": "2.0", "method": "notifications/initialized"})
     listed = await bridge.handle({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
     called = await bridge.handle({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -147,15 +148,16 @@ except left_out.LeftOutError as e:
 print(json.dumps({"tools": [t["name"] for t in listed["result"]["tools"]], "called": called["result"], "sent": sent,
                   "refused": refused,
                   "real": sorted(m for m in ("starlette", "uvicorn", "sse_starlette", "httpx2", "mcp.server.mcpserver",
-                                             "mcp.server.auth", "mcp.server.streamable_http")
+                                             "mcp.server.auth", "mcp.server.streamable_http", "mcp_types._v2026_07_28")
                                  if m in sys.modules and not left_out.is_stand_in(sys.modules[m]))}))
 """
 
 
 def test_the_runner_serves_its_tools_without_mcps_http_parts(tmp_path):
     """The runner's cold start: the SDK's import of mcp brings its HTTP transports, auth and high-level
-    server (starlette, uvicorn, httpx2: ~180 modules, a fifth of the import) that an in-process tools
-    server never runs. They stay out, and the tools still answer the CLI's requests through the SDK."""
+    server (starlette, uvicorn, httpx2: ~180 modules, a fifth of the import) and the types of a protocol
+    revision the bundled CLI does not speak, none of which an in-process tools server runs. They stay
+    out, and the tools still answer the CLI's requests through the SDK."""
     seen = run(RUNNER_TOOLS, tmp_path)
     assert seen["real"] == [], "loaded for nothing at every sandbox start"
     assert "send_message" in seen["tools"] and "schedule_task" in seen["tools"]

@@ -4,7 +4,10 @@
 high-level server, with starlette, uvicorn, sse-starlette and httpx2 under them: about 180 modules
 and a fifth of the SDK's import time at every sandbox start (bench/sandbox_start.py). The runner
 serves its tools in-process over the SDK's memory streams, so none of them is ever called; mcp
-only names them at import (annotations, defaults, the HTTP app it never builds here).
+only names them at import (annotations, defaults, the HTTP app it never builds here). Nor does it
+need the wire types of protocol revision 2026-07-28 (pydantic models built at import, about as
+long again): the CLI bundled with the SDK opens an in-process server with `initialize` at
+2025-11-25, whose types are the 2025 revision's.
 
 `install()` puts a finder first on sys.meta_path that answers those names with a stand-in module.
 Each name taken from a stand-in is a class that refuses to be made, so a path that did need one
@@ -23,6 +26,7 @@ LEFT_OUT = (
     "uvicorn", "sse_starlette", "starlette", "httpx2",
     "mcp.server.auth", "mcp.server.streamable_http", "mcp.server.streamable_http_manager",
     "mcp.server.mcpserver", "mcp.client.streamable_http", "mcp.client.session_group",
+    "mcp_types._v2026_07_28",
 )
 
 
