@@ -111,15 +111,13 @@ from agent_runner.mcp_tools import ToolContext, Turn, build_server
 from agent_runner.store import SessionStore
 from agent_runner.targets import Target
 from claude_agent_sdk._internal.sdk_mcp_bridge import SdkMcpBridge
-from nanoclaw.sessions import session_schema as schema
+from nanoclaw.sessions import session_schema as schema, store as host_store
 
-root = Path(tempfile.mkdtemp())
-session, inbound = root / "session", root / "inbound"
-for d in (session / "outbox", inbound / "inbox"):
-    d.mkdir(parents=True)
-schema.connect(inbound / schema.INBOUND).close()
-store = SessionStore(session, inbound)
-config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(session), "NANOCLAW_INBOUND_DIR": str(inbound), "TZ": "UTC"})
+folder = Path(tempfile.mkdtemp()) / "session"
+host_store.prepare(folder, Target("cli", "owner-chat"))  # the session folder as the host lays it out
+store = SessionStore.of_session(folder)
+config = RunnerConfig.from_env({"NANOCLAW_SESSION_DIR": str(store.dir), "NANOCLAW_INBOUND_DIR": str(store.inbound_dir),
+                                "TZ": "UTC"})
 ctx = ToolContext(store=store, config=config, turn=Turn(reply_to=Target("cli", "owner-chat"), in_reply_to="m1"))
 server = build_server(ctx)
 
@@ -138,7 +136,7 @@ async def serve():
 
 listed, called = asyncio.run(serve())
 import sqlite3
-sent = [r[0] for r in sqlite3.connect(session / schema.OUTBOUND).execute("SELECT content FROM messages_out")]
+sent = [r[0] for r in sqlite3.connect(store.dir / schema.OUTBOUND).execute("SELECT content FROM messages_out")]
 try:
     import starlette.applications
     starlette.applications.Starlette()

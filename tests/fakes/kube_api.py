@@ -136,11 +136,7 @@ class FakeKube:
                 self._bump(pod, "MODIFIED")
             return
         if self.pending == "slow-pull":
-            with self._lock:
-                pod["status"] = {"phase": "Pending", "containerStatuses": [{
-                    "name": "agent", "ready": False, "restartCount": 0, "image": pod["spec"]["containers"][0]["image"],
-                    "imageID": "", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
-                self._bump(pod, "MODIFIED")
+            self._container_state(name, "Pending", {"waiting": {"reason": "ContainerCreating"}})
             return
         spec, container = pod["spec"], pod["spec"]["containers"][0]
         ctx, csc = spec.get("securityContext") or {}, container.get("securityContext") or {}
@@ -153,11 +149,7 @@ class FakeKube:
         try:
             self.engine.images.get(container["image"])
         except ImageNotFound:
-            with self._lock:
-                pod["status"] = {"phase": "Pending", "containerStatuses": [{
-                    "name": "agent", "ready": False, "restartCount": 0, "image": container["image"], "imageID": "",
-                    "state": {"waiting": {"reason": "ErrImagePull", "message": "image not found"}}}]}
-                self._bump(pod, "MODIFIED")
+            self._container_state(name, "Pending", {"waiting": {"reason": "ErrImagePull", "message": "image not found"}})
             return
         # the kubelet writes hostAliases into the pod's /etc/hosts and dnsConfig into its resolv.conf
         extra_hosts = {n: a["ip"] for a in spec.get("hostAliases") or [] for n in a["hostnames"]}
@@ -173,19 +165,24 @@ class FakeKube:
                 cap_drop=csc.get("capabilities", {}).get("drop"), security_opt=["no-new-privileges"],
                 labels={"fake-kube": "1"})
         except APIError as exc:  # e.g. the pod was deleted while its container started ("marked for removal")
-            with self._lock:
-                if name in self.pods and pod["metadata"].get("deletionTimestamp") is None:
-                    pod["status"] = {"phase": "Failed", "containerStatuses": [{
-                        "name": "agent", "ready": False, "restartCount": 0, "image": container["image"], "imageID": "",
-                        "state": {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(exc)[:200]}}}]}
-                    self._bump(pod, "MODIFIED")
+            self._container_state(name, "Failed", {"terminated": {"exitCode": 128, "reason": "StartError",
+                                                                  "message": str(exc)[:200]}}, unless_deleted=True)
             return  # as a kubelet does: the error is in the pod's status, never in a thread of the API server
+        self._container_state(name, "Running", {"running": {"startedAt": now_iso()}}, unless_deleted=True,
+                              ready=True, startTime=now_iso())
+
+    def _container_state(self, name: str, phase: str, state: dict, *, unless_deleted: bool = False,
+                         ready: bool = False, **status) -> None:
+        """The pod's phase and its one container's state, told to the watchers (not to a pod that was
+        deleted meanwhile, where `unless_deleted`)."""
         with self._lock:
-            if name in self.pods and pod["metadata"].get("deletionTimestamp") is None:
-                pod["status"] = {"phase": "Running", "startTime": now_iso(), "containerStatuses": [{
-                    "name": "agent", "ready": True, "restartCount": 0, "image": container["image"], "imageID": "",
-                    "state": {"running": {"startedAt": now_iso()}}}]}
-                self._bump(pod, "MODIFIED")
+            pod = self.pods.get(name)
+            if pod is None or (unless_deleted and pod["metadata"].get("deletionTimestamp") is not None):
+                return
+            pod["status"] = {"phase": phase, **status, "containerStatuses": [{
+                "name": "agent", "ready": ready, "restartCount": 0, "image": pod["spec"]["containers"][0]["image"],
+                "imageID": "", "state": state}]}
+            self._bump(pod, "MODIFIED")
 
     def _follow(self) -> None:
         """Phases from the containers: an exited container ends its pod (Succeeded on 0, else Failed)."""
