@@ -5,6 +5,7 @@ modules directly in nanoclaw/. Read from the source with ast: no module is impor
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -172,7 +173,8 @@ def test_every_module_says_what_it_owns():
     assert missing == []
 
 
-def code_words(path: Path) -> list[tuple[int, str]]:
+@functools.cache  # one tokenizing per file, however many platforms look at it
+def code_words(path: Path) -> tuple[tuple[int, str], ...]:
     """(line, text) of every name and string in a file's code: comments and docstrings left out."""
     import io
     import tokenize
@@ -180,7 +182,10 @@ def code_words(path: Path) -> list[tuple[int, str]]:
     words, previous = [], None
     for i, token in enumerate(tokens):
         if token.type == tokenize.STRING and previous in (None, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-            following = next((t for t in tokens[i + 1:] if t.type not in (tokenize.NL, tokenize.COMMENT)), None)
+            j = i + 1
+            while j < len(tokens) and tokens[j].type in (tokenize.NL, tokenize.COMMENT):
+                j += 1
+            following = tokens[j] if j < len(tokens) else None
             if following is None or following.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
                 previous = token.type
                 continue  # a docstring
@@ -188,7 +193,7 @@ def code_words(path: Path) -> list[tuple[int, str]]:
             words.append((token.start[0], token.string))
         if token.type not in (tokenize.NL, tokenize.COMMENT):
             previous = token.type
-    return words
+    return tuple(words)
 
 
 def names(platform: str, word: str) -> bool:
