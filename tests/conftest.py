@@ -1,11 +1,15 @@
 """Shared fixtures: a fresh app per test on a fresh database (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import shutil
 import subprocess
+import tempfile
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -78,30 +82,91 @@ def postgres_server_url() -> str | None:
     return _pg_url_cache[0]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    """A fresh, empty central database of each engine."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'data' / 'nanoclaw.db'}"
-        return
+class _Templates:
+    """One migrated database per engine in each test process, made the first time a test asks; each
+    test gets a copy of it (SQLite: the file; PostgreSQL: CREATE DATABASE … TEMPLATE), so a test
+    pays for a copy (3 ms; about 0.1 s on PostgreSQL) instead of every migration (32 ms; 0.2 s).
+    The migrations themselves run here on an empty database, and test_migrations.py tests them on
+    empty ones (`empty_db_url`)."""
+
+    def __init__(self):
+        self.sqlite_file: Path | None = None
+        self.pg_name: str | None = None
+
+    def sqlite(self) -> Path:
+        if self.sqlite_file is None:
+            path = Path(tempfile.mkdtemp(prefix="nanoclaw-template-")) / "nanoclaw.db"
+            db = open_database(f"sqlite:///{path}")
+            db.connect()
+            apply_pending(db, log=lambda _l: None)
+            db.close_all()  # the last connection's close checkpoints the WAL into the file
+            atexit.register(shutil.rmtree, path.parent, True)
+            self.sqlite_file = path
+        return self.sqlite_file
+
+    def postgres(self, server: str) -> str:
+        if self.pg_name is None:
+            name = "nc_template_" + uuid.uuid4().hex[:12]
+            _admin_sql(server, f"CREATE DATABASE {name}")
+            db = open_database(f"{server.rpartition('/')[0]}/{name}")
+            db.connect()
+            apply_pending(db, log=lambda _l: None)
+            db.close_all()  # a template is copied only while nobody is connected to it
+            self.pg_name = name
+        return self.pg_name
+
+
+_templates = _Templates()
+
+
+def _admin_sql(server: str, sql: str) -> None:
+    admin = open_database(server)
+    admin.connect()
+    admin.execute_sql(sql)
+    admin.close_all()
+
+
+def _sqlite_copy(tmp_path) -> str:
+    path = tmp_path / "data" / "nanoclaw.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_templates.sqlite(), path)
+    return f"sqlite:///{path}"
+
+
+def _postgres_database(template: bool):
     server = postgres_server_url()
     require(server is not None, "no PostgreSQL server (set NANOCLAW_TEST_PG_URL or install postgresql)")
     name = "nc_test_" + uuid.uuid4().hex[:12]
-    base, _, _ = server.rpartition("/")
-    admin = open_database(server)
-    admin.connect()
-    admin.execute_sql(f"CREATE DATABASE {name}")
-    admin.close()
-    yield f"{base}/{name}"
+    _admin_sql(server, f"CREATE DATABASE {name}" + (f" TEMPLATE {_templates.postgres(server)}" if template else ""))
+    yield f"{server.rpartition('/')[0]}/{name}"
     from nanoclaw.db import database
     if database.obj is not None and not database.obj.is_closed():
         database.obj.close()
     _dropper.drop(server, name)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    """A test's own central database of each engine, migrated to the newest version."""
+    if request.param == "sqlite":
+        yield _sqlite_copy(tmp_path)
+        return
+    yield from _postgres_database(template=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_db_url(request, tmp_path):
+    """A fresh, empty central database of each engine (for the migrations themselves)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'data' / 'nanoclaw.db'}"
+        return
+    yield from _postgres_database(template=False)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path):
-    return f"sqlite:///{tmp_path / 'data' / 'nanoclaw.db'}"
+    """A test's own SQLite central database, migrated to the newest version."""
+    return _sqlite_copy(tmp_path)
 
 
 @pytest.fixture
@@ -208,6 +273,8 @@ def pytest_sessionfinish(session, exitstatus):
     import long_turn
     beside.abandon()  # runs the session ended without waiting for (-x, ^C) stop with it
     long_turn.abandon()
+    if _templates.pg_name:
+        _dropper.drop(postgres_server_url(), _templates.pg_name)
     _dropper.finish()
 
 

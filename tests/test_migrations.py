@@ -10,8 +10,8 @@ CENTRAL_TABLES = {"agent_groups", "messaging_groups", "messaging_group_agents", 
 
 
 @pytest.fixture
-def db(db_url):
-    d = open_database(db_url)
+def db(empty_db_url):
+    d = open_database(empty_db_url)
     d.connect()
     yield d
     d.close()
@@ -65,9 +65,9 @@ def test_migrate_command_is_idempotent(cli):
     assert "nothing to do" in result.output
 
 
-def test_commands_refuse_before_migration(make_settings, sqlite_url):
+def test_commands_refuse_before_migration(make_settings, tmp_path):
     from nanoclaw.app import create_app
-    app = create_app(make_settings(DATABASE_URL=sqlite_url))
+    app = create_app(make_settings(DATABASE_URL=f"sqlite:///{tmp_path / 'data' / 'nanoclaw.db'}"))
     result = app.test_cli_runner().invoke(args=["nanoclaw", "agent", "list"])
     assert result.exit_code == 2
     assert "migration(s) pending; run: flask --app app nanoclaw migrate" in result.output

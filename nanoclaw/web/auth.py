@@ -12,6 +12,7 @@ Every form on the page carries a CSRF token (Flask-WTF's CSRFProtect, set up in 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -39,7 +40,13 @@ FAILED_LIMIT = 5             # wrong passwords per user id …
 FAILED_WINDOW_MINUTES = 15   # … within this window lock that user id out for the window
 FAILED_LIMIT_PER_ADDRESS = 20  # wrong passwords from one address, whatever user ids it tries
 TOUCH_EVERY_S = 60           # write last_seen_at at most this often
-_DUMMY_HASH = generate_password_hash("not-a-password-" + secrets.token_hex(8))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash to check a password against when the user has none (made on the first login, not at
+    import: scrypt costs ~0.15 s of CPU, which every command and worker start paid)."""
+    return generate_password_hash("not-a-password-" + secrets.token_hex(8))
 
 
 class AuthError(ValueError):
@@ -171,9 +178,10 @@ def recent_failures_from(address: str | None) -> int:
 
 
 def check_password(user_id: str, password: str) -> bool:
+    dummy = _dummy_hash()  # made here for a known user too: the first answer takes as long either way
     row = WebPassword.get_or_none(WebPassword.user == user_id)
     # compare against a dummy hash when there is none, so the answer takes as long either way
-    ok = check_password_hash(row.password_hash if row else _DUMMY_HASH, password or "")
+    ok = check_password_hash(row.password_hash if row else dummy, password or "")
     return bool(row) and ok and may_log_in(user_id)
 
 
