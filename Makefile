@@ -62,6 +62,7 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/remote/test_passes.py \
 	tests/remote/test_trees.py \
 	tests/sandboxes/test_mounts.py \
+	tests/sandboxes/test_runner_code.py \
 	tests/sandboxes/test_sandbox_queue.py \
 	tests/sandboxes/test_turn_cap.py \
 	tests/sessions/test_session_layout.py \

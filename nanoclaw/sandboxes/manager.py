@@ -9,6 +9,7 @@ whose sandbox keeps failing to start is told once and retried less often (start_
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -30,6 +31,7 @@ from ..runtime.base import INBOUND_TARGET, SESSION_TARGET, Mount, SandboxSpec
 from ..sessions import destinations, store
 from ..upstreams import chains, registry
 from ..usage.gate import SpendGate
+from .runner_code import compile_runner
 from .start_failures import StartFailures, heartbeat_of, notice, short_reason, wait_s
 from ..db import database
 from ..db import announce
@@ -188,6 +190,11 @@ def pick_next(queue: list[QueuedWake]) -> int:
     return 0
 
 
+@functools.cache
+def _compile_runner_once() -> bool:
+    return compile_runner(RUNNER_DIR)
+
+
 class SandboxManager:
     """One per process that wakes sessions (the web program, or a `chat` command)."""
 
@@ -206,6 +213,7 @@ class SandboxManager:
         self.last_error: str | None = None
         self.failures = StartFailures()
         self.budget = SpendGate(settings)
+        _compile_runner_once()
 
     def name_of(self, folder: str, session_id: str) -> str:
         return sandbox_name(self.settings.install_id, folder, session_id)
