@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_batch
 from conftest import require
 from fakes.model_api import FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
@@ -34,10 +35,8 @@ def service(tmp_path):
                "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-service-e2e-secret",
                "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}
         env.pop("DATABASE_URL", None)
-        flask = [f"{os.path.dirname(sys.executable)}/flask", "--app", "app", "nanoclaw"]
-        for args in (["migrate"], ["agent", "create", "Andy"], ["user", "add", "telegram:111222333", "--role", "owner"],
-                     ["wire", "telegram", "111222333", "andy"]):
-            subprocess.run(flask + args, cwd=PROJECT_ROOT, env=env, check=True, capture_output=True, timeout=60)
+        cli_batch.run([["migrate"], ["agent", "create", "Andy"], ["user", "add", "telegram:111222333", "--role", "owner"],
+                       ["wire", "telegram", "111222333", "andy"]], env)
         proc = subprocess.Popen([sys.executable, "-m", "nanoclaw.supervise"], cwd=PROJECT_ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:

@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+import cli_batch
 from conftest import require
 from fakes.model_api import SENTINEL, SENTINEL_ANSWER, FakeModel, Reply
 from fakes.telegram_api import TOKEN, FakeTelegram
@@ -57,10 +58,8 @@ class Service:
         self.env.pop("DATABASE_URL", None)
         self.proc: subprocess.Popen | None = None
         self.log = ""
-        flask = [f"{os.path.dirname(sys.executable)}/flask", "--app", "app", "nanoclaw"]
-        for args in (["migrate"], ["agent", "create", "Andy"], ["user", "add", f"telegram:{CHAT}", "--role", "owner"],
-                     ["wire", "telegram", CHAT, "andy"]):
-            subprocess.run(flask + args, cwd=PROJECT_ROOT, env=self.env, check=True, capture_output=True, timeout=60)
+        cli_batch.run([["migrate"], ["agent", "create", "Andy"], ["user", "add", f"telegram:{CHAT}", "--role", "owner"],
+                       ["wire", "telegram", CHAT, "andy"]], self.env)
 
     def start(self) -> float:
         """Start and wait for /healthz; returns when it answered (monotonic)."""
