@@ -31,7 +31,7 @@ migrate: $(STAMP)
 run: $(STAMP) migrate
 	exec $(BIN)/python -m nanoclaw.supervise
 
-# The suite starts some 300 Python programs from this tree (commands, services, sandboxes' runners):
+# The suite starts hundreds of Python programs from this tree (commands, services, sandboxes' runners):
 # its bytecode is written once here, also where PYTHONDONTWRITEBYTECODE is set (~0.18 s a command).
 test: $(DEV_STAMP)
 	$(BIN)/python -m compileall -q -j 0 nanoclaw container/agent_runner tests migrations
