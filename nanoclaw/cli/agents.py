@@ -166,7 +166,7 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
     Example: flask --app app nanoclaw wire telegram 42 andy
     """
     require_schema()
-    if not channel.isidentifier():
+    if channel not in channel_names():  # a typo would wire a chat no listener ever delivers from
         raise Mistake(f"channel {channel!r} is not a channel name (one of: {', '.join(channel_names())})")
     agent = get_agent(agent_folder)
     chat_id = native_id(channel, chat_id)

@@ -147,6 +147,7 @@ def test_fan_out_two_agents_on_one_chat(cli):
     (["wire", "telegram", "1", "ghost"], "no agent with folder 'ghost'"),
     (["wire", "telegram", "1", "andy", "--kind", "channel"], "'channel' is not one of"),
     (["wire", "tele gram", "1", "andy"], "is not a channel name"),
+    (["wire", "telegarm", "1", "andy"], "'telegarm' is not a channel name (one of: "),  # a typo wired nothing
     (["wire", "telegram", "1"], "Missing argument"),
     (["unwire", "telegram", "1", "andy"], "is not wired to andy"),
 ])
