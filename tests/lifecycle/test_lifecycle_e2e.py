@@ -282,6 +282,15 @@ def test_host_killed_while_a_reply_is_delivered(tmp_path):
             print(svc.log[-6000:])
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL a sandbox and everything under it; a child that died with its parent first is fine."""
+    for p in [pid] + descendants(pid):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
     model, tg = fakes
     answers = iter([Reply.say("never", delay_s=60), Reply.say("It is sunny.")])
@@ -291,8 +300,7 @@ def test_sandbox_killed_mid_turn_is_retried_and_answered(service, fakes):
     model.wait_for(lambda r: "Weather?" in r.current_prompt(), timeout=60)
     pid = service.sandbox_pid()
     assert pid is not None
-    for p in [pid] + descendants(pid):
-        os.kill(p, signal.SIGKILL)
+    kill_tree(pid)
     tg.wait_for(lambda r: FakeTelegram.params(r).get("text") == "It is sunny.", timeout=SWEEP_INTERVAL_S + 30)
     service.settled(tg)
     assert sent_texts(tg) == ["It is sunny.", SENTINEL_ANSWER]
@@ -390,8 +398,7 @@ def test_a_retry_after_a_kill_does_not_send_again_what_already_went_out(service,
     tg.wait_for(lambda r: FakeTelegram.method_of(r) == "sendMessage", timeout=60)
     model.wait_for(lambda r: len(r.turn_tool_results()) == 1, timeout=60)
     pid = service.sandbox_pid()
-    for p in [pid] + descendants(pid):
-        os.kill(p, signal.SIGKILL)
+    kill_tree(pid)
     tg.wait_for(lambda r: "Step two done too." in str(FakeTelegram.params(r).get("text")),
                 timeout=SWEEP_INTERVAL_S + 40)
     assert sent_texts(tg) == ["Step one done.", "Step two done too."]
