@@ -11,9 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from nanoclaw.config import PROJECT_ROOT
 
 
 def run(commands: list[list[str]], env: dict[str, str], timeout: float = 120) -> str:

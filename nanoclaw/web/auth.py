@@ -178,9 +178,10 @@ def recent_failures_from(address: str | None) -> int:
 
 
 def check_password(user_id: str, password: str) -> bool:
-    dummy = _dummy_hash()  # made here for a known user too: the first answer takes as long either way
+    # compare against a dummy hash when there is none, so the answer takes as long either way (made
+    # before the lookup, for a known user too: the first answer is no quicker for either)
+    dummy = _dummy_hash()
     row = WebPassword.get_or_none(WebPassword.user == user_id)
-    # compare against a dummy hash when there is none, so the answer takes as long either way
     ok = check_password_hash(row.password_hash if row else dummy, password or "")
     return bool(row) and ok and may_log_in(user_id)
 
