@@ -23,6 +23,7 @@ import pytest
 from conftest import require
 from nanoclaw.config import PROJECT_ROOT
 from nanoclaw.sessions import session_schema as schema
+from tests.fakes.accept_loop import AcceptLoop
 from tests.fakes.model_api import FakeModel, Reply, ToolCall
 
 from agent_runner.bridge import _pump as _relay  # noqa: E402
@@ -369,25 +370,20 @@ class UnixToTcp:
     """Stands in for the proxy: a unix socket whose connections go to the fake model's port."""
 
     def __init__(self, path: Path, port: int):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
         os.chmod(path, 0o777)
-        self.sock.listen(32)
+        sock.listen(32)
         self.port = port
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.loop = AcceptLoop(sock, self._forward, name="unix-to-tcp")
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            up = socket.create_connection(("127.0.0.1", self.port))
-            threading.Thread(target=_relay, args=(client, up), daemon=True).start()
-            threading.Thread(target=_relay, args=(up, client), daemon=True).start()
+    def _forward(self, client: socket.socket) -> None:
+        up = socket.create_connection(("127.0.0.1", self.port))
+        threading.Thread(target=_relay, args=(client, up), daemon=True).start()
+        threading.Thread(target=_relay, args=(up, client), daemon=True).start()
 
     def close(self) -> None:
-        self.sock.close()
+        self.loop.close()
 
 
 class RunnerProc:

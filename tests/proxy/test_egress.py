@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from fakes.accept_loop import AcceptLoop
 from fakes.https_server import HttpsServer, make_cert
 from nanoclaw.proposal_rules import RuleError, check_host_entry
 from nanoclaw.proxy import ProxyServer
@@ -140,17 +141,10 @@ class Echo:
     """A TCP server on 127.0.0.1 that echoes every byte (stands in for a TLS server behind a tunnel)."""
 
     def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.loop = AcceptLoop(sock, lambda conn: threading.Thread(target=self._echo, args=(conn,), daemon=True).start(),
+                               name="echo")
 
     @staticmethod
     def _echo(conn):
@@ -159,7 +153,7 @@ class Echo:
                 conn.sendall(data)
 
     def close(self):
-        self.sock.close()
+        self.loop.close()
 
 
 @pytest.fixture

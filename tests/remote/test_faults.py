@@ -19,6 +19,7 @@ from agent_runner.store import SessionStore
 from nanoclaw.sessions import session_schema as schema
 from nanoclaw.sessions import store
 from nanoclaw.sessions.store import Target
+from tests.fakes.accept_loop import AcceptLoop
 from tests.remote.test_gate import door, session_of  # noqa: F401 - the fixture
 from tests.remote.test_inbound_changes import contents
 
@@ -36,24 +37,19 @@ class CuttingRelay:
         self._lock = threading.Lock()
         self._left: int | None = None
         self._cuts: list[int] = []
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        server = socket.create_server(("127.0.0.1", 0))
+        self.port = server.getsockname()[1]
+        self.loop = AcceptLoop(server, self._connect, name="cutting-relay")
 
     def arm(self, cuts: list[int]) -> None:
         with self._lock:
             self._cuts = list(cuts)
             self._left = self._cuts.pop(0) if self._cuts else None
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.door)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst, (client, upstream)), daemon=True).start()
+    def _connect(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.door)
+        for src, dst in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(src, dst, (client, upstream)), daemon=True).start()
 
     def _take(self, size: int) -> int:
         """How many of `size` bytes pass; fewer means the connection is cut there (and the next
@@ -82,7 +78,7 @@ class CuttingRelay:
             sock.close()
 
     def close(self) -> None:
-        self.server.close()
+        self.loop.close()
 
 
 def until_done(action, relay: CuttingRelay, cuts: list[int]) -> None:
