@@ -14,10 +14,11 @@ import sys
 from nanoclaw.config import PROJECT_ROOT
 
 
-def run(commands: list[list[str]], env: dict[str, str], timeout: float = 120) -> str:
-    """Run the commands in one child process with `env`; raises RuntimeError naming the one that failed."""
+def run(commands: list[list[str]], env: dict[str, str], timeout: float = 120, input: str | None = None) -> str:
+    """Run the commands in one child process with `env` (and `input` on its standard input, which
+    the commands share); raises RuntimeError naming the one that failed."""
     done = subprocess.run([sys.executable, __file__, json.dumps(commands)], cwd=PROJECT_ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, input=input)
     if done.returncode:
         raise RuntimeError(f"set-up failed: {done.stdout}{done.stderr}")
     return done.stdout

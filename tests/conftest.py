@@ -17,8 +17,16 @@ from nanoclaw.app import create_app
 from nanoclaw.config import PROJECT_ROOT, Settings
 from nanoclaw.db import open_database
 from nanoclaw.migrate import apply_pending
+from nanoclaw.web import auth
 
 IN_CI = os.environ.get("CI") == "true"
+
+# In the tests' own processes a password is hashed with one round of PBKDF2, not scrypt: the same
+# code and checks (a check follows the method its stored hash names) at none of scrypt's cost, which
+# was a tenth of the suite's CPU (~0.1 s per login and per password set; tests/web/test_admin.py
+# alone spent 80 s in it). The programs the tests start (gunicorn, `flask` commands) keep scrypt:
+# tests/cli/test_cli.py checks that a password set by the real command is stored as one.
+auth.PASSWORD_METHOD = "pbkdf2:sha256:1"
 
 
 def require(condition: bool, why: str) -> None:

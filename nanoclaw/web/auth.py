@@ -40,13 +40,16 @@ FAILED_LIMIT = 5             # wrong passwords per user id …
 FAILED_WINDOW_MINUTES = 15   # … within this window lock that user id out for the window
 FAILED_LIMIT_PER_ADDRESS = 20  # wrong passwords from one address, whatever user ids it tries
 TOUCH_EVERY_S = 60           # write last_seen_at at most this often
+# How new passwords are hashed (werkzeug's default, named: a check follows the method its stored hash
+# names). Only the test suite changes it, for a cheap one (tests/conftest.py).
+PASSWORD_METHOD = "scrypt"
 
 
 @functools.cache
-def _dummy_hash() -> str:
+def _dummy_hash(method: str) -> str:
     """A hash to check a password against when the user has none (made on the first login, not at
     import: scrypt costs ~0.15 s of CPU, which every command and worker start paid)."""
-    return generate_password_hash("not-a-password-" + secrets.token_hex(8))
+    return generate_password_hash("not-a-password-" + secrets.token_hex(8), method=method)
 
 
 class AuthError(ValueError):
@@ -117,7 +120,7 @@ def set_password(user_id: str, password: str, actor: str = "cli") -> None:
     if problem:
         raise AuthError(problem)
     with database.atomic():
-        digest = generate_password_hash(password)
+        digest = generate_password_hash(password, method=PASSWORD_METHOD)
         if WebPassword.update(password_hash=digest, updated_at=utcnow()).where(
                 WebPassword.user == user_id).execute() == 0:
             WebPassword.create(user=user_id, password_hash=digest)
@@ -180,7 +183,7 @@ def recent_failures_from(address: str | None) -> int:
 def check_password(user_id: str, password: str) -> bool:
     # compare against a dummy hash when there is none, so the answer takes as long either way (made
     # before the lookup, for a known user too: the first answer is no quicker for either)
-    dummy = _dummy_hash()
+    dummy = _dummy_hash(PASSWORD_METHOD)
     row = WebPassword.get_or_none(WebPassword.user == user_id)
     ok = check_password_hash(row.password_hash if row else dummy, password or "")
     return bool(row) and ok and may_log_in(user_id)

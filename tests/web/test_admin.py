@@ -9,12 +9,14 @@ from datetime import timedelta
 
 import pytest
 
+import cli_batch
+from nanoclaw.app import create_app
 from nanoclaw.sessions.wake import NO_WAKE
 from nanoclaw.approvals import actions, pending
 from nanoclaw.channels.base import Card, get_adapter
 from nanoclaw.channels import web as webchannel
 from nanoclaw.models import (AgentGroup, AuditLog, MessagingGroup, Session, WebLoginToken,
-                             WebMessage, WebSession, Wiring, utcnow)
+                             WebMessage, WebPassword, WebSession, Wiring, utcnow)
 from nanoclaw.sessions.store import Target
 from nanoclaw.lifecycle.sweep import Claim, SessionView
 from nanoclaw.web import sandbox_state
@@ -161,6 +163,21 @@ def test_new_password_ends_open_logins(owner, site):
     assert result.exit_code == 0, result.output
     assert owner.get("/admin").status_code == 302
     assert login(owner, password="another long password").status_code == 302
+
+
+def test_a_password_set_by_the_command_is_scrypt_and_logs_in(tmp_path, make_settings):
+    """The suite's own processes hash passwords cheaply (tests/conftest.py); `admin set-password` run
+    as an operator runs it stores werkzeug's scrypt, and the page's login takes that password."""
+    env = {**os.environ, "NANOCLAW_DATA_DIR": str(tmp_path / "data"), "NANOCLAW_GROUPS_DIR": str(tmp_path / "groups"),
+           "NANOCLAW_ENV_FILE": str(tmp_path / "none.env"), "TZ": "UTC"}
+    env.pop("DATABASE_URL", None)
+    cli_batch.run([["migrate"], ["user", "add", OWNER, "--role", "owner"],
+                   ["admin", "set-password", OWNER, "--password-stdin"]], env, input=PASSWORD + "\n")
+    app = create_app(make_settings())  # the same data folder, its SQLite file
+    assert WebPassword.get(WebPassword.user == OWNER).password_hash.startswith("scrypt:")
+    client = app.test_client()
+    assert login(client).status_code == 302
+    assert login(app.test_client(), password="not the password").status_code == 401
 
 
 def test_set_password_refusals_are_one_line(site, cli):
