@@ -40,6 +40,7 @@ test: $(DEV_STAMP)
 # Tests that need no sandbox, service, browser or server: decisions, parsers, files (tests/test_layout.py
 # checks that each is still there).
 CHECK_TESTS := tests/agent/test_formatter.py \
+	tests/agent/test_answer_watch.py \
 	tests/agent/test_retry_after.py \
 	tests/inbound/test_decide.py \
 	tests/platforms/test_shapes.py \

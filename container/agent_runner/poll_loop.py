@@ -182,12 +182,16 @@ class PollLoop:
                 sent = self.store.already_sent(ids)  # the store's connection stays on this thread
                 prompt, blocks = await asyncio.to_thread(build_turn, batch, self.config.timezone, sent,
                                                          self.config.inbound_dir)
-                result = await self.provider.run_turn(prompt, blocks)
+
+                def answer_now(text: str) -> None:
+                    """The turn's answer and its rows' outcome, as soon as the model ends its turn."""
+                    self._finish_ok(ids + [r.id for r in plan.superseded], text, target, answering.id)
+                result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now)
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():
             result.text = COMMAND_DONE[command.split()[0]]
-        if result.status == BUDGET_STATUS:
+        if result.status == BUDGET_STATUS and result.answered is None:
             # the agent's budget is spent: not a failure of this message, which waits (the host tells
             # the chat, and starts this session again once the budget allows)
             self.store.release(ids)
@@ -196,22 +200,28 @@ class PollLoop:
             self.budget_spent = True
             log.warning("turn refused: the agent's budget is spent; the messages wait and this runner stops")
             return result
-        if result.error:
+        if result.answered is not None:  # done when the model ended its turn (answer_now)
+            if result.error:
+                log.warning("the turn failed after its answer went out: %s", result.error)
+        elif result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
             self.released.update({r.id: r.tries for r in batch})
             self.owed.update(r.id for r in batch)
         else:
-            text = format_outbound(result.text)
-            self.store.finish_turn(ids + [r.id for r in plan.superseded],
-                                   {"op": "text", "text": text, "answer": True} if text else None, target,
-                                   in_reply_to=answering.id, ok=True)
+            self._finish_ok(ids + [r.id for r in plan.superseded], result.text, target, answering.id)
         self.in_flight = []
         self.store.set_tool(None)
         log.info("turn end: %s in %.0f ms", "failed" if result.error else "ok", (time.monotonic() - started) * 1000)
         if target is None:
             log.warning("no routing for this session: the turn's answer had nowhere to go")
         return result
+
+    def _finish_ok(self, ids: list[str], text: str, target, in_reply_to: str) -> None:
+        text = format_outbound(text)
+        self.store.finish_turn(ids, {"op": "text", "text": text, "answer": True} if text else None, target,
+                               in_reply_to=in_reply_to, ok=True)
+        self.in_flight = []  # completed: a stop from here on has nothing to give back
 
     def _watch_inbound(self, wake: asyncio.Event) -> tuple[nudge.Watcher | None, float]:
         """The inotify watch on host/ (when nudges are on and work) and how long to sleep without one."""

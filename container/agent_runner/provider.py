@@ -36,6 +36,30 @@ class TurnResult:
     timed_out: bool = False
     model_calls_s: float | None = None
     status: int | None = None  # the model API's HTTP status when a call failed (402: the budget is spent)
+    answered: str | None = None  # the answer already handed to run_turn's on_answer, before the result
+
+
+class AnswerWatch:
+    """Tells the turn's answer as soon as the model ends its turn: the stream's `message_delta` with
+    stop_reason end_turn comes about 5 ms before the CLI's result message, and a message of exactly
+    one text block is the answer that result carries. Fed the SDK's messages in order (pure)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] | None = None  # the top-level message being streamed: its text blocks
+
+    def feed(self, msg) -> str | None:
+        if getattr(msg, "parent_tool_use_id", None) is not None:  # a subagent's message
+            return None
+        if isinstance(msg, StreamEvent):
+            kind = msg.event.get("type")
+            if kind == "message_start":
+                self.texts = []
+            elif kind == "message_delta" and (msg.event.get("delta") or {}).get("stop_reason") == "end_turn":
+                texts, self.texts = self.texts, None
+                return texts[0] if texts is not None and len(texts) == 1 else None
+        elif isinstance(msg, AssistantMessage) and self.texts is not None:
+            self.texts += [b.text for b in msg.content if isinstance(b, TextBlock)]
+        return None
 
 
 def destinations_text(labels: dict[str, str]) -> str:
@@ -216,8 +240,11 @@ class ClaudeProvider:
         transport = getattr(self.client, "_transport", None)  # the SDK names no public handle
         return getattr(getattr(transport, "_process", None), "pid", None)
 
-    async def run_turn(self, prompt: str, blocks: list[dict] | None = None) -> TurnResult:
-        """One turn; `blocks` (images, PDFs: media.Shown) follow the prompt in the same user message."""
+    async def run_turn(self, prompt: str, blocks: list[dict] | None = None,
+                       on_answer: Callable[[str], None] | None = None) -> TurnResult:
+        """One turn; `blocks` (images, PDFs: media.Shown) follow the prompt in the same user message.
+        `on_answer(text)` is told the answer when the model ends its turn, before the CLI's result
+        (AnswerWatch); the result then only confirms it (result.answered)."""
         self.freezer.thaw()
         if self.client is None:
             try:
@@ -227,11 +254,16 @@ class ClaudeProvider:
                 return TurnResult(error=short_reason(None, str(e)))
         result = TurnResult()
         last_text: list[str] = []
+        watch, answered = AnswerWatch(), None
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt, blocks or [])
                 async for msg in self.client.receive_response():
                     self._observe(msg)
+                    answer = watch.feed(msg) if on_answer is not None and answered is None else None
+                    if answer is not None:
+                        on_answer(answer)
+                        answered = answer
                     if isinstance(msg, StreamEvent):
                         continue
                     if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
@@ -247,6 +279,8 @@ class ClaudeProvider:
                             result.status = msg.api_error_status
                         else:
                             result.text = msg.result if msg.result is not None else "\n".join(last_text)
+                            if answered is not None and result.text != answered:
+                                log.warning("the result's text is not the answer sent when the model ended its turn")
         except TimeoutError:
             log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
             result = TurnResult(error=f"it took longer than {self.config.turn_timeout_s:.0f} s and was stopped",
@@ -260,6 +294,7 @@ class ClaudeProvider:
             log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             result = TurnResult(error="the agent process stopped unexpectedly")
             await self._drop_client()
+        result.answered = answered  # kept whatever came after it (a failure after the answer went out)
         if result.error:
             log.warning("turn failed: %s", result.error)
         return result
