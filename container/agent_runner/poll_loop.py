@@ -165,6 +165,7 @@ class PollLoop:
     async def run_turn(self, plan: TurnPlan) -> TurnResult:
         batch = plan.batch
         ids = [r.id for r in batch]
+        answered_ids = ids + [r.id for r in plan.superseded]  # what a good answer completes
         self.store.claim(ids)
         self.in_flight = ids
         target = reply_target(batch, self.store.routing())
@@ -185,7 +186,7 @@ class PollLoop:
 
                 def answer_now(text: str) -> None:
                     """The turn's answer and its rows' outcome, as soon as the model ends its turn."""
-                    self._finish_ok(ids + [r.id for r in plan.superseded], text, target, answering.id)
+                    self._finish_ok(answered_ids, text, target, answering.id)
                 result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now)
         finally:
             self.tool_ctx.turn = Turn()
@@ -209,7 +210,7 @@ class PollLoop:
             self.released.update({r.id: r.tries for r in batch})
             self.owed.update(r.id for r in batch)
         else:
-            self._finish_ok(ids + [r.id for r in plan.superseded], result.text, target, answering.id)
+            self._finish_ok(answered_ids, result.text, target, answering.id)
         self.in_flight = []
         self.store.set_tool(None)
         log.info("turn end: %s in %.0f ms", "failed" if result.error else "ok", (time.monotonic() - started) * 1000)
