@@ -41,6 +41,7 @@ test: $(DEV_STAMP)
 # checks that each is still there).
 CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/agent/test_answer_watch.py \
+	tests/agent/test_tool_server.py \
 	tests/agent/test_retry_after.py \
 	tests/inbound/test_decide.py \
 	tests/platforms/test_shapes.py \

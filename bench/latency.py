@@ -34,6 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "container")]
+# the same agent on the host is served as in its sandbox: the runner's own tools server, without mcp
+from agent_runner import left_out  # noqa: E402
+
+left_out.install()
 
 from fakes.model_api import FakeModel, Reply  # noqa: E402
 from nanoclaw.app import create_app

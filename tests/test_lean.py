@@ -138,27 +138,29 @@ listed, called = asyncio.run(serve())
 import sqlite3
 sent = [r[0] for r in sqlite3.connect(store.dir / schema.OUTBOUND).execute("SELECT content FROM messages_out")]
 try:
-    import starlette.applications
-    starlette.applications.Starlette()
+    from mcp.server import Server
+    Server("x")
     refused = None
 except left_out.LeftOutError as e:
     refused = str(e)
 print(json.dumps({"tools": [t["name"] for t in listed["result"]["tools"]], "called": called["result"], "sent": sent,
-                  "refused": refused,
-                  "real": sorted(m for m in ("starlette", "uvicorn", "sse_starlette", "httpx2", "mcp.server.mcpserver",
-                                             "mcp.server.auth", "mcp.server.streamable_http", "mcp_types._v2026_07_28")
+                  "refused": refused, "bridge": SdkMcpBridge.__module__,
+                  "real": sorted(m for m in ("mcp", "mcp.types", "mcp_types", "pydantic", "starlette", "uvicorn",
+                                             "httpx2", "jsonschema.validators")
                                  if m in sys.modules and not left_out.is_stand_in(sys.modules[m]))}))
 """
 
 
-def test_the_runner_serves_its_tools_without_mcps_http_parts(tmp_path):
-    """The runner's cold start: the SDK's import of mcp brings its HTTP transports, auth and high-level
-    server (starlette, uvicorn, httpx2: ~180 modules, a fifth of the import) and the types of a protocol
-    revision the bundled CLI does not speak, none of which an in-process tools server runs. They stay
-    out, and the tools still answer the CLI's requests through the SDK."""
+def test_the_runner_serves_its_tools_without_mcp(tmp_path):
+    """The runner's cold start: the SDK's import of mcp brings its wire types (pydantic models of five
+    protocol revisions), HTTP transports, auth and servers, and jsonschema: two thirds of the runner's
+    imports, none of which its own tools server (agent_runner/tool_server.py) runs. They stay out (the
+    argument check's jsonschema comes at the first call: loaded here after it), and the tools answer
+    the CLI's requests through the SDK's control channel."""
     seen = run(RUNNER_TOOLS, tmp_path)
-    assert seen["real"] == [], "loaded for nothing at every sandbox start"
+    assert seen["real"] == ["jsonschema.validators"], "loaded for nothing at every sandbox start"
+    assert seen["bridge"] == "agent_runner.tool_server"
     assert "send_message" in seen["tools"] and "schedule_task" in seen["tools"]
     assert seen["called"]["isError"] is False and "message_id 1" in seen["called"]["content"][0]["text"]
     assert [json.loads(c)["text"] for c in seen["sent"]] == ["hello"]
-    assert "starlette.applications.Starlette is left out" in seen["refused"], "a path that needs one fails loudly"
+    assert "mcp.server.Server is left out" in seen["refused"], "a path that needs one fails loudly"

@@ -51,18 +51,19 @@ def call_tool(ctx: ToolContext, fn, args: dict[str, Any]) -> dict[str, Any]:
         return {"content": [{"type": "text", "text": f"Error: {e.strerror or e}"}], "is_error": True}
 
 
-def build_server(ctx: ToolContext):
-    from claude_agent_sdk import create_sdk_mcp_server, tool
+def build_server(ctx: ToolContext) -> dict[str, Any]:
+    """The SDK's config for the server `nanoclaw` (in a process where left_out.py is installed: the
+    SDK then serves it with tool_server.ToolBridge)."""
+    from ..tool_server import Tool, ToolServer
 
-    def adapt(fn, name, description, schema):
-        @tool(name, description, schema)
-        async def handler(args: dict[str, Any]) -> dict[str, Any]:
+    def adapt(fn, name, description, schema) -> Tool:
+        async def run(args: dict[str, Any]) -> dict[str, Any]:
             if getattr(fn, "blocking", False):  # waits for a person: keep the SDK's event loop free
                 return await asyncio.to_thread(call_tool, ctx, fn, args)
             return call_tool(ctx, fn, args)
-        return handler
+        return Tool(name, description, schema, run)
 
-    server = create_sdk_mcp_server(SERVER_NAME, tools=[adapt(*spec) for spec in _specs(ctx.config.withheld_tools)])
+    server = ToolServer(SERVER_NAME, [adapt(*spec) for spec in _specs(ctx.config.withheld_tools)])
     # Our few core tools are always in the prompt, not deferred behind the CLI's tool search: the
     # agent must know it can message the chat without searching for how.
-    return {**server, "alwaysLoad": True}
+    return {"type": "sdk", "name": SERVER_NAME, "instance": server, "alwaysLoad": True}
