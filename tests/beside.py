@@ -27,7 +27,7 @@ GROUPS = (
      "tests/agent/test_runner.py", "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py",
      "tests/inbound/test_media_e2e.py", "tests/web/test_browser.py", "tests/agent/test_media.py",
      "tests/outbound/test_nudges.py", "tests/web/test_browser_operator.py", "tests/platforms/test_telegram_poll.py",
-     "tests/cli/test_cli.py"),
+     "tests/cli/test_cli.py", "tests/remote/test_inbound_changes.py"),
 )
 FILES = tuple(f for group in GROUPS for f in group)
 CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the processes beside: each runs what it was given
