@@ -4,7 +4,7 @@ For an MCP server of type "sdk" the CLI sends each JSON-RPC message to the SDK a
 control request, and the SDK hands it to a bridge it makes per server: `handle(message)` returns the
 response (None for a notification), `aclose()` ends it. The SDK's own bridge runs mcp's server
 library over memory streams; that library's wire types (pydantic models of several protocol
-revisions) and jsonschema were two thirds of the runner's imports, about 0.35 s of CPU at every
+revisions) and jsonschema were most of the runner's imports, about half a second of CPU at every
 sandbox start (issue 43: the cold start). What the CLI asks an in-process tools server is small:
 initialize, the initialized notification, tools/list, tools/call, ping, and the cancellation of a
 call. `ToolServer` answers those as mcp's server does (tests/agent/test_tool_server.py puts the same
