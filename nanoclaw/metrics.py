@@ -122,7 +122,8 @@ AWAITING_STALE_S = 600  # a mark no request took this long (a turn that never as
 #                        /clear) would turn the next message's figure into hours: it is dropped
 
 
-def observe_first_request(data_dir, folder: str) -> None:
+def observe_first_request(data_dir, folder: str, arrived: float | None = None) -> None:
+    """`arrived`: when the request came (time.time()), if it is observed later than that."""
     at = take_awaiting(data_dir, folder)
-    if at is not None and (waited := time.time() - at) <= AWAITING_STALE_S:
+    if at is not None and (waited := (arrived or time.time()) - at) <= AWAITING_STALE_S:
         FIRST_MODEL_REQUEST_SECONDS.observe(max(0.0, waited))

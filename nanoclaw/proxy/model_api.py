@@ -103,6 +103,7 @@ class ModelApi:
         self.book.close()
 
     def __call__(self, request: Request, reply: Reply) -> int:
+        arrived = time.time()
         found = model_paths.endpoint(request.method, request.path)
         if isinstance(found, model_paths.Refused):  # never forwarded: not a model endpoint, or not plainly one
             kind = "not_found_error" if found.status == 404 else "invalid_request_error"
@@ -139,9 +140,11 @@ class ModelApi:
                                     open_upstreams=self.breaker.open_upstreams())
         if isinstance(links, failover.Refused):
             return reply.error(links.status, links.message, "invalid_request_error")
-        if found.billed and self.data_dir is not None:
-            metrics.observe_first_request(self.data_dir, request.folder)
-        return self._try(request, reply, found, head, links, ticket)
+        try:
+            return self._try(request, reply, found, head, links, ticket)
+        finally:  # the router's mark is a file to read and remove: after the call, off the answer's path
+            if found.billed and self.data_dir is not None:
+                metrics.observe_first_request(self.data_dir, request.folder, arrived)
 
     def _models(self, found, choice: AgentModel, reply: Reply) -> int:
         listing = models_list(choice)

@@ -104,3 +104,20 @@ def test_a_mark_no_request_took_for_long_is_dropped_not_observed(tmp_path):
     name = "nanoclaw_first_model_request_seconds"
     assert after[f"{name}_count"] == before[f"{name}_count"] + 1  # the stale mark was not observed
     assert 2 <= after[f"{name}_sum"] - before[f"{name}_sum"] < 60
+
+
+def test_the_first_request_is_timed_to_its_arrival_when_observed_after_the_call(tmp_path):
+    """The proxy reads the router's mark after the model call (off the answer's path): the figure is
+    still the wait until the request arrived, not until its answer was relayed."""
+    import time
+
+    from nanoclaw import metrics
+    count = lambda: metrics.FIRST_MODEL_REQUEST_SECONDS.collect()[0].samples  # noqa: E731
+    name = "nanoclaw_first_model_request_seconds"
+    before = {s.name: s.value for s in count() if s.name.endswith(("_count", "_sum"))}
+    now = time.time()
+    metrics.mark_awaiting(tmp_path, "cleo", now - 30)
+    metrics.observe_first_request(tmp_path, "cleo", arrived=now - 28)  # the answer took ~28 s more
+    after = {s.name: s.value for s in count() if s.name.endswith(("_count", "_sum"))}
+    assert after[f"{name}_count"] == before[f"{name}_count"] + 1
+    assert 1.9 <= after[f"{name}_sum"] - before[f"{name}_sum"] <= 2.1
