@@ -124,6 +124,8 @@ def parse_user_id(user_id: str) -> str:
     if not sep or not channel or not native or not channel.isidentifier():
         raise Mistake(f"user id {user_id!r} must look like <channel>:<platform user id>, the channel one of: "
                       f"{', '.join(channel_names())}")
+    if channel not in channel_names():  # a typo would make a user nobody ever is
+        raise Mistake(f"{channel!r} (in user id {user_id!r}) is not a channel name (one of: {', '.join(channel_names())})")
     return user_id
 
 

@@ -89,10 +89,12 @@ def test_user_add_roles(cli):
     (["user", "add", "telegram:1", "--role", "owner", "--agent", "andy"], "drop --agent"),
     (["user", "add", "telegram:1", "--role", "king"], "'king' is not one of"),
     (["user", "add", "telegram:1", "--agent", "ghost"], "no agent with folder 'ghost'"),
+    (["user", "add", "telegarm:1", "--role", "owner"], "'telegarm' (in user id 'telegarm:1') is not a channel name (one of: "),
 ])
 def test_user_mistakes(cli, args, fragment):
     cli("agent", "create", "Andy")
     one_error_line(cli(*args), fragment)
+    assert User.select().count() == 0  # nothing stored
 
 
 # --- wire ------------------------------------------------------------------------------------
