@@ -185,11 +185,11 @@ class PollLoop:
                 if self.provider.memory_due(self.config.context_window):
                     await self.save_memory("the conversation is long: the model's context is nearly full")
                 sent = self.store.already_sent(ids)  # the store's connection stays on this thread
-                if has_attachments(batch):  # pictures and PDFs are read and encoded off the loop
-                    prompt, blocks = await asyncio.to_thread(build_turn, batch, self.config.timezone, sent,
-                                                             self.config.inbound_dir)
-                else:  # text alone: formatting, no thread hop (traced: ~1 ms before the model is asked)
-                    prompt, blocks = build_turn(batch, self.config.timezone, sent, self.config.inbound_dir)
+                turn = (batch, self.config.timezone, sent, self.config.inbound_dir)
+                # pictures and PDFs are read and encoded off the loop; text alone is formatting, with no
+                # thread hop (traced: ~1 ms before the model is asked)
+                prompt, blocks = (await asyncio.to_thread(build_turn, *turn) if has_attachments(batch)
+                                  else build_turn(*turn))
 
                 def answer_now(text: str) -> None:
                     """The turn's answer and its rows' outcome, as soon as the model ends its turn."""

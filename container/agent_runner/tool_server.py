@@ -44,6 +44,10 @@ def _error(request_id: Any, code: int, message: str, data: Any = None) -> dict[s
     return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
+def _ok(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
@@ -80,25 +84,21 @@ class ToolServer:
             asked = params.get("protocolVersion")
             if not isinstance(asked, str):
                 return _error(request_id, INVALID_PARAMS, "Invalid request parameters", "")
-            return self._result(request_id, {
+            return _ok(request_id, {
                 "protocolVersion": asked if asked in HANDSHAKE_VERSIONS else LATEST,
                 "capabilities": {"tools": {"listChanged": False}},
                 "serverInfo": {"name": self.name, "version": self.version}})
         if method == "ping":
-            return self._result(request_id, {})
+            return _ok(request_id, {})
         if method == "tools/list":
-            return self._result(request_id, {"tools": [
+            return _ok(request_id, {"tools": [
                 {"name": t.name, "description": t.description, "inputSchema": t.schema} for t in self.tools]})
         if method == "tools/call":
             name, arguments = params.get("name"), params.get("arguments")
             if not isinstance(name, str) or not isinstance(arguments, (dict, type(None))):
                 return _error(request_id, INVALID_PARAMS, "Invalid request parameters", "")
-            return self._result(request_id, await self._call(name, arguments or {}))
+            return _ok(request_id, await self._call(name, arguments or {}))
         return _error(request_id, METHOD_NOT_FOUND, "Method not found", method)
-
-    @staticmethod
-    def _result(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """As the SDK's own tools server: an unknown tool, arguments that do not fit the schema and a
@@ -171,7 +171,7 @@ class ToolBridge:
             if self._running.get(request_id) is task:
                 del self._running[request_id]
         if task.cancelled():
-            return {"jsonrpc": "2.0", "id": request_id, "error": dict(CANCELLED)}
+            return _error(request_id, CANCELLED["code"], CANCELLED["message"])
         return task.result()
 
     async def aclose(self) -> None:
