@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from .approvals import agent_cards, chats, pairing, questions, senders  # noqa: F401  (cards; approvals; pairing)
+from .approvals import agent_cards, chats, pairing, questions, senders, set_aside  # noqa: F401  (cards; approvals; pairing)
 from .channels.base import get_adapter
 from .inbound import intake
 from .lifecycle.background import RUNTIME_RETRY_S, LOCK_RETRY_S, Background, take_lock

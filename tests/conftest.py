@@ -296,3 +296,11 @@ def counter_value(name: str, labels: dict) -> float:
     """A counter's value for these labels in this process (0 before it was counted)."""
     from prometheus_client import REGISTRY
     return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def said_just_now(iso: str, within_s: float = 120.0) -> bool:
+    """An event's UTC ISO time is about now: what a fixture's time older than a week becomes (issue 60:
+    a platform's time more than 7 days before its reference is replaced by the reference, now)."""
+    import time
+    from datetime import datetime
+    return abs(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() - time.time()) < within_s

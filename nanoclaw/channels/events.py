@@ -6,14 +6,55 @@ I/O: it is the vocabulary the rest of the pipe shares.
 """
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
+AHEAD_S = 300              # a platform's time this far past its reference is a lie (or a wrong clock)
+BEHIND_S = 7 * 86400       # and this far before it, too: a backlog older than a week keeps its reference
+_LAST_S = 253402300799     # 9999-12-31T23:59:59Z, the last second datetime can show
+
+
+def seconds(value) -> float | None:
+    """A platform's number of seconds (int, float or its text) as a finite float; None for anything
+    else (a bool, NaN, infinity, a word, a number past what a float holds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        out = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def trusted_time(claimed, reference=None, now: float | None = None) -> float:
+    """When a message was said, as epoch seconds the host can keep (pure). Every time a platform sends is
+    untrusted: a sender's client sets Signal's, any homeserver Matrix's. `claimed` more than AHEAD_S after
+    `reference` or more than BEHIND_S before it is replaced by the reference; the reference is a time the
+    platform's own server set (Signal's serverReceivedTimestamp, Matrix's now minus unsigned.age), else now,
+    and itself no later than now + AHEAD_S."""
+    now = time.time() if now is None else now
+    ref = seconds(reference)
+    if ref is None or not BEHIND_S < ref <= now + AHEAD_S:  # never before the first week of 1970 either
+        ref = now
+    at = seconds(claimed)
+    if at is None or at > ref + AHEAD_S or at < ref - BEHIND_S:
+        return ref
+    return at
+
 
 def iso_utc(epoch_seconds: float) -> str:
-    """A platform's epoch timestamp as UTC ISO 8601 with milliseconds and Z (InboundEvent.timestamp)."""
-    dt = datetime.fromtimestamp(float(epoch_seconds), tz=timezone.utc)
+    """An epoch time as UTC ISO 8601 with milliseconds and Z (InboundEvent.timestamp); never raises
+    (a time datetime cannot show is shown as the nearest one it can)."""
+    at = seconds(epoch_seconds)
+    dt = datetime.fromtimestamp(min(max(at if at is not None else time.time(), 0.0), _LAST_S), tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def said_at(claimed, reference=None, now: float | None = None) -> str:
+    """trusted_time as InboundEvent.timestamp."""
+    return iso_utc(trusted_time(claimed, reference, now))
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,69 @@ def attempt_outcome(status: int | None) -> str:
     return "done"
 
 
+REFUSALS_TO_SET_ASIDE = 5   # a running web program that refused one event this often in a row never takes it
+
+
+def answer_of(status: int | None) -> str:
+    """What one hand-over's answer says of the event (pure): 'done' (2xx: stored, or seen before);
+    'outage' (no answer, a 503 "cannot store now", or 401/403: the two programs' keys differ), which says
+    nothing of this event, so it is offered again for as long as it takes; 'refused' (any other 5xx or
+    4xx): the web program is up and will not take this one."""
+    if status is None or status in (401, 403, 503):
+        return "outage"
+    if 200 <= status < 300:
+        return "done"
+    return "refused" if status >= 400 else "outage"
+
+
+class Offering:
+    """One event being handed over, until it is taken or set aside: a listener never holds its stream
+    on an event a running web program keeps refusing (a parser bug, a payload nobody foresaw)."""
+
+    def __init__(self):
+        self.refusals = 0
+        self.last: str = ""
+
+    def answered(self, status: int | None, detail: str = "") -> str:
+        """'done', 'again' or 'set aside' after one attempt's answer."""
+        kind = answer_of(status)
+        if kind == "done":
+            return "done"
+        if kind == "refused":
+            self.refusals += 1
+            self.last = f"HTTP {status}" + (f": {detail[:200]}" if detail else "")
+            return "set aside" if self.refusals >= REFUSALS_TO_SET_ASIDE else "again"
+        self.refusals = 0  # in a row: an outage between refusals starts the count again
+        return "again"
+
+
+def offer(attempt, keep_aside, pause, stopped, backoff) -> str:
+    """Hand one event over until it is taken ('done'), set aside ('set aside') or the program stops
+    ('stopped'). attempt() -> (status or None, detail); keep_aside(reason) -> whether it was kept (if not,
+    it is offered again: nothing goes unrecorded); pause(seconds) waits, ending early at a stop;
+    backoff(failures) -> seconds."""
+    offering, failures = Offering(), 0
+    while not stopped():
+        step = offering.answered(*attempt())
+        if step == "done":
+            return "done"
+        if step == "set aside" and keep_aside(f"{offering.refusals} times in a row (last: {offering.last})"):
+            return "set aside"
+        failures += 1
+        pause(backoff(failures))
+    return "stopped"
+
+
+def answer_detail(resp) -> tuple[int | None, str]:
+    """(status, the start of its body) of post()'s answer, (None, "") for none."""
+    if resp is None:
+        return None, ""
+    try:
+        return resp.status_code, resp.text[:200]
+    except (UnicodeDecodeError, ValueError):
+        return resp.status_code, ""
+
+
 def post(http: requests.Session, url: str, key: bytes, body: bytes, what: str, then: str):
     """One signed hand-over to the web program: its response, or None when it gave none. A failure is
     logged here, once: `what` names the event, `then` says what becomes of it."""

@@ -16,7 +16,7 @@ import requests
 
 from .. import platforms
 from ..db import database
-from ..inbound import transcribe
+from ..inbound import set_aside, transcribe
 from ..models import UserRole
 from ..proxy.headers import OAUTH_BETA, credential_headers
 from ..runtime import bwrap
@@ -266,6 +266,20 @@ def check_owner() -> Finding:
     return Finding(True, "owner", owner.user_id)
 
 
+def check_set_aside() -> Finding | None:
+    """Events a listener stopped offering (a running web program refused each five times in a row)."""
+    try:
+        rows = set_aside.open_ones(limit=1000)
+    except Exception:
+        return None  # the database is not ready: check_owner says so
+    if not rows:
+        return None
+    latest = rows[0]
+    return Finding(False, "set-aside events", f"{len(rows)} event(s) were never answered (latest: {latest.channel} "
+                                              f"{latest.event_key}, refused {latest.reason}); the page's \"Waiting "
+                                              "on you\" shows them, and the log has the traceback: dismiss them there")
+
+
 def check_transcriber(settings) -> Finding:
     ok, detail = transcribe.check(settings)
     return Finding(ok, "voice notes", detail)
@@ -291,6 +305,7 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
         found.append(check_service(settings))
     with database.connection_context():
         found.append(check_owner())
+        found.extend(f for f in [check_set_aside()] if f is not None)
     return found
 
 

@@ -6,7 +6,8 @@ what it removed:
   yet routed is never removed (intake recovery still needs it);
 - decided proposals, answered or expired help requests, questions past their expiry, the numbered
   options of cards sent where there are no buttons: NANOCLAW_KEEP_DECIDED_DAYS (90);
-- audit entries: NANOCLAW_KEEP_AUDIT_DAYS (365).
+- audit entries: NANOCLAW_KEEP_AUDIT_DAYS (365);
+- events a listener set aside (inbound/set_aside.py): NANOCLAW_KEEP_HISTORY_DAYS (365).
 Open items are not removed here: they expire (operator/expiry.py, approvals, questions) and are
 removed once they have been expired that long. `cutoffs` is the pure decision.
 """
@@ -21,6 +22,7 @@ from agent_runner import change_log
 
 from ..models import (AuditLog, CardChoice, DroppedMessage, HelpRequest, AcceptedEvent, PendingProposal,
                       PendingQuestion, utcnow)
+from ..inbound import set_aside
 from ..outbound import delivery
 from .active import everything
 from .housekeeping import register_job
@@ -37,13 +39,15 @@ class Cutoffs:
     events: datetime
     decided: datetime
     audit: datetime
+    history: datetime
 
 
 def cutoffs(settings, now: datetime) -> Cutoffs:
     """Rows older than these go (pure)."""
     return Cutoffs(events=now - timedelta(days=settings.keep_events_days),
                    decided=now - timedelta(days=settings.keep_decided_days),
-                   audit=now - timedelta(days=settings.keep_audit_days))
+                   audit=now - timedelta(days=settings.keep_audit_days),
+                   history=now - timedelta(days=settings.keep_history_days))
 
 
 def prune(settings, now: datetime | None = None) -> dict[str, int]:
@@ -60,6 +64,7 @@ def prune(settings, now: datetime | None = None) -> dict[str, int]:
         "past questions": PendingQuestion.delete().where(PendingQuestion.expires_at < c.decided).execute(),
         "options of old cards": CardChoice.delete().where(CardChoice.created_at < c.decided).execute(),
         "audit entries": AuditLog.delete().where(AuditLog.at < c.audit).execute(),
+        "set-aside events": set_aside.prune(c.history),
     }
     log.info("retention: removed %s", ", ".join(f"{n} {what}" for what, n in removed.items()))
     return removed

@@ -65,10 +65,12 @@ def unavailable(channel: str, exc: Exception):
     return resp, 503
 
 
-def malformed(adapter, channel: str, exc: MalformedPayload):
+def malformed(adapter, channel: str, exc: MalformedPayload, cause: Exception | None = None):
     """An authentic request whose payload does not fit: answered as the platform expects (so it
-    does not retry what can never be read), one log line with its kind, counted; nothing routed."""
-    log.warning("%s webhook: a malformed %s payload was acknowledged and not routed: %s", channel, exc.kind, exc)
+    does not retry what can never be read), one log line with its kind (and the traceback of a
+    parser that raised, `cause`), counted; nothing routed."""
+    log.warning("%s webhook: a malformed %s payload was acknowledged and not routed: %s", channel, exc.kind, exc,
+                exc_info=cause)
     metrics.WEBHOOKS_MALFORMED.labels(channel, exc.kind).inc()
     answer = getattr(adapter, "malformed_answer", None)
     body, status = answer(exc) if answer is not None else ("", 200)
@@ -130,6 +132,14 @@ def webhook(channel: str, kind: str):
         return jsonify(error=exc.reason), exc.status
     except MalformedPayload as exc:
         return malformed(adapter, channel, exc)
+    except STORE_FAILURES as exc:
+        return unavailable(channel, exc)
+    except Exception as exc:
+        # a payload no shape foresaw broke a parser: still one authentic request that can never be read,
+        # so it is answered like any malformed one (a 5xx would have the platform, or our listener, offer
+        # it again for ever); the traceback is logged with it, once, for the bug report
+        return malformed(adapter, channel, MalformedPayload(f"the parser raised {type(exc).__name__}",
+                                                            kind="parser-error"), cause=exc)
     for kind, why in parsed.skipped:
         log.warning("%s webhook: a malformed %s part was skipped, the rest routed: %s", channel, kind, why)
         metrics.WEBHOOKS_MALFORMED.labels(channel, kind).inc()

@@ -139,11 +139,13 @@ class FakeSignalCli(FakePlatform):
         return entry
 
     def envelope(self, sender: str, *, number: str | None = None, name: str | None = None, **body) -> dict:
-        """A `receive` event's payload as the daemon writes it."""
+        """A `receive` event's payload as the daemon writes it. `timestamp` is the sender's (their client sets
+        it, inside the encrypted content); the server's two are Signal's own clock."""
         stamp = body.pop("timestamp", None) or self.stamp()
+        server = int(time.time() * 1000)
         envelope = {"source": number or sender, "sourceNumber": number, "sourceUuid": sender, "sourceName": name,
-                    "sourceDevice": 1, "timestamp": stamp, "serverReceivedTimestamp": stamp + 40,
-                    "serverDeliveredTimestamp": stamp + 90, **body}
+                    "sourceDevice": 1, "timestamp": stamp, "serverReceivedTimestamp": server - 50,
+                    "serverDeliveredTimestamp": server, **body}
         return {"envelope": envelope, "account": self.account}
 
     def message(self, sender: str, text: str | None, *, number: str | None = None, name: str | None = None,

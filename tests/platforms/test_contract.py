@@ -231,3 +231,50 @@ def test_any_payload_never_gets_a_5xx(app, platform, kind):
     def check(payload):
         assert KITS[platform].post(app.test_client(), payload, kind=kind).status_code < 500
     check()
+
+
+# --- times at the edges (issue 60, item 1) -------------------------------------------------------
+
+TIME_KEYS = {"date", "edit_date", "ts", "event_ts", "timestamp", "origin_server_ts", "serverReceivedTimestamp",
+             "serverDeliveredTimestamp", "age"}
+EDGE_TIMES = st.sampled_from([0, -1, 2**53 - 1, 2**53, 2**62, 2**63 - 1, 2**63, -2**63, 2**64, 1e300, -1e300,
+                              0.5, 1700000000.25, "1700000000", "2**62", "", None, True])
+
+
+@pytest.mark.parametrize("platform", NAMES)
+def test_a_time_at_the_edges_never_gets_a_5xx_and_what_is_kept_is_in_the_window(app, platform):
+    """Every time field of a real message set to a number at the edges (0, negative, 2^53, 2^62, 2^63,
+    floats, text): answered below 500, and each event accepted keeps a time no later than five minutes
+    from now (a far-future time would outlive the history's retention)."""
+    import time
+    from datetime import datetime
+    payload, kind = first_message(platform)
+    where = [p for p in paths(payload) if p and p[-1] in TIME_KEYS]
+    assert where, f"{platform}: its first message has no time field"
+
+    @hypothesis_settings(EXAMPLES, max_examples=120)
+    @given(values=st.lists(EDGE_TIMES, min_size=len(where), max_size=len(where)), salt=st.integers(0, 10**9))
+    def check(values, salt):
+        changed = payload
+        for path, value in zip(where, values):
+            changed = replaced(changed, path, value)
+        resp = KITS[platform].post(app.test_client(), changed, kind=kind)
+        assert resp.status_code < 500, resp.get_data(as_text=True)[:300]
+    check()
+    latest = time.time() + 300 + 5  # the issue's five minutes
+    for row in AcceptedEvent.select().where(AcceptedEvent.channel == platform, AcceptedEvent.payload.is_null(False)):
+        said = datetime.fromisoformat(json.loads(row.payload)["timestamp"].replace("Z", "+00:00")).timestamp()
+        assert said <= latest, f"{platform} kept {json.loads(row.payload)['timestamp']}"
+
+
+def test_a_parser_that_raises_is_a_malformed_payload_not_a_5xx(app, monkeypatch):
+    """A payload no shape foresaw breaks a parser: answered as malformed (logged once with its traceback,
+    counted), never a 5xx that a platform, or a listener, would offer again for ever."""
+    from nanoclaw.channels.base import get_adapter
+    adapter = get_adapter("signal", app.config["NANOCLAW"])
+    monkeypatch.setattr(adapter, "parse", lambda payload: [][1])
+    before, stored_before = malformed_total("signal"), stored()
+    payload, kind = first_message("signal")
+    resp = KITS["signal"].post(app.test_client(), payload, kind=kind)
+    assert resp.status_code == 200
+    assert malformed_total("signal") == before + 1 and stored() == stored_before

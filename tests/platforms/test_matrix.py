@@ -303,22 +303,29 @@ def test_login_with_a_password_keeps_one_token_for_every_program(synapse, app, c
     assert result.exit_code != 0 and "could not log in" in result.output and "Traceback" not in result.output
 
 
-def test_the_sync_token_stays_put_while_the_web_program_refuses_hand_overs(synapse, app):
-    """The real listener against Synapse, handing over to a web program that answers 503: the token
-    does not move and the same event comes again; once the web program takes it, the token moves."""
+def test_the_sync_token_stays_put_while_the_web_program_is_down_and_moves_past_what_it_refuses(synapse, app,
+                                                                                               monkeypatch):
+    """The real listener against Synapse, handing over to a web program that answers as scripted. While it
+    is down or restarting (503, no answer) the same event is offered again and the token stays; once it
+    takes the event, the token moves. An event a running web program refuses five times in a row (500) is
+    set aside with the reason (issue 60) and the sync goes on past it: the next event is handed over."""
     import asyncio
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from nanoclaw.inbound.set_aside import SetAsideEvent
+    from nanoclaw.platforms.matrix import listener as listening
     from nanoclaw.platforms.matrix.listener import SyncListener
+    monkeypatch.setattr(listening, "backoff", lambda failures: 0.05)
     settings, bot, alice, room = bot_and_alice(synapse, app)
-    web = {"status": 503, "events": []}
+    web = {"script": [], "events": []}
 
     class Web(BaseHTTPRequestHandler):
         def do_POST(self):
             item = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            web["events"].append((item["event"].get("event_id"), web["status"]))
-            self.send_response(web["status"])
+            status = web["script"].pop(0) if web["script"] else 200
+            web["events"].append((item["event"].get("event_id"), status))
+            self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -328,23 +335,40 @@ def test_the_sync_token_stays_put_while_the_web_program_refuses_hand_overs(synap
     threading.Thread(target=server.serve_forever, daemon=True).start()
     listener = SyncListener(settings, web_url=f"http://127.0.0.1:{server.server_address[1]}", timeout_ms=0)
 
+    def answers(event_id):
+        return [status for e, status in web["events"] if e == event_id]
+
     async def run() -> None:
         await listener.connect()
         try:
             assert await listener.run_once(first=True) == 0  # the account's first sync: no history
             start = listener.since()
+            web["script"] = [503, 503, 503]
             said = alice.say(room, "while the web program is down")
-            for _ in range(3):
-                assert await listener.run_once(first=False) > 0  # refused: wait, and the token stays
-                assert listener.since() == start
-            web["status"] = 200
+            once = asyncio.ensure_future(listener.run_once(first=False))
+            while len(web["events"]) < 2:
+                await asyncio.sleep(0.02)
+            assert listener.since() == start and not once.done()  # offered again, the token where it was
+            assert await once == 0 and listener.since() != start
+            assert answers(said) == [503, 503, 503, 200]  # the same event each time, until taken
+
+            moved = listener.since()
+            web["script"] = [500] * 20
+            refused = alice.say(room, "a payload the web program cannot take")
             assert await listener.run_once(first=False) == 0
-            assert listener.since() != start
-            assert [e for e, _status in web["events"] if e == said] == [said] * 4  # the same event each time
-            assert [status for e, status in web["events"] if e == said] == [503, 503, 503, 200]
+            assert answers(refused) == [500] * 5 and listener.since() != moved
+            web["script"] = []
+            after = alice.say(room, "and the next one")
+            assert await listener.run_once(first=False) == 0
+            assert answers(after) == [200]
         finally:
             await listener.client.api.session.close()
     try:
         asyncio.run(run())
     finally:
         server.shutdown()
+    with app.app_context():
+        kept = list(SetAsideEvent.select())
+    assert [(k.channel, k.event_key, k.reason) for k in kept] == [
+        ("matrix", kept[0].event_key, "5 times in a row (last: HTTP 500)")]
+    assert "a payload the web program cannot take" in kept[0].payload

@@ -8,6 +8,7 @@ block; the listener killed mid-stream and started again: every message answered 
 from __future__ import annotations
 
 import base64
+import json
 import contextlib
 import io
 import re
@@ -112,3 +113,44 @@ def test_the_listener_killed_mid_stream_loses_and_repeats_nothing(signal_svc):
     svc.daemon.message(alice, SENTINEL, number=OWNER_NO, name="Olivia")  # a quiet period, then count
     svc.wait(lambda: SENTINEL_ANSWER in answers(svc, alice), what="the sentinel's answer")
     assert sorted(marks()) == [f"m{n}" for n in range(1, 6)]  # each exactly once
+
+
+def test_a_strangers_clock_from_the_far_future_stops_nothing(signal_svc):
+    """Issue 60, item 1, as a stranger would try it: one message from an unknown number whose client says it
+    was sent at 2^62 ms (Signal's server cannot check: the time is inside the encrypted content). The
+    owner's next message is answered, and the stranger's is kept at the server's time, not in the future."""
+    import time
+    from nanoclaw.models import PendingChannelApproval
+    svc = signal_svc
+    alice = owner(svc)
+    mallory = svc.daemon.person("+4917600000066", 6)
+    svc.daemon.message(mallory, "hello from the year 146 million", number="+4917600000066", name="Mallory",
+                       timestamp=2**62)
+    svc.daemon.message(alice, "Still there?", number=OWNER_NO, name="Olivia")
+    svc.wait(lambda: "You said: Still there?" in answers(svc, alice), what="the owner's answer")
+    with svc.app.app_context():
+        held = [r.original_message for r in PendingChannelApproval.select()]
+    assert [h["text"] for h in held] == ["hello from the year 146 million"]  # the owner is asked about the chat
+    assert held[0]["timestamp"][:4] == time.strftime("%Y", time.gmtime())  # at Signal's server's time
+
+
+def test_an_event_the_web_program_keeps_refusing_is_set_aside_and_the_stream_goes_on(signal_svc):
+    """An event a running web program refuses (here: over its 1 MiB limit, 413) is offered five times,
+    then set aside with the reason, and the messages after it are answered; the owner sees it on the page
+    and in doctor."""
+    from nanoclaw.approvals import pending
+    from nanoclaw.inbound.set_aside import SetAsideEvent
+    svc = signal_svc
+    alice = owner(svc)
+    svc.daemon.message(alice, "x" * (1024 * 1024 + 100), number=OWNER_NO, name="Olivia")
+    svc.daemon.message(alice, "After the big one", number=OWNER_NO, name="Olivia")
+    svc.wait(lambda: "You said: After the big one" in answers(svc, alice), what="the next message's answer")
+    with svc.app.app_context():
+        rows = list(SetAsideEvent.select())
+        assert [(r.channel, r.reason.split(" (")[0]) for r in rows] == [("signal", "5 times in a row")]
+        assert "HTTP 413" in rows[0].reason and len(rows[0].payload) > 1024 * 1024
+        items = [i for i in pending.pending_items(svc.settings, f"signal:{alice}").items if i.kind == "Set aside"]
+        assert len(items) == 1 and items[0].buttons == (("Dismiss", f"nse-{rows[0].id}:dismiss"),)
+        from nanoclaw.cli.doctor import check_set_aside
+        told = check_set_aside()
+        assert told.ok is False and told.detail.startswith("1 event(s) were never answered (latest: signal")

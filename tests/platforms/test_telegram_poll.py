@@ -125,6 +125,24 @@ def test_while_the_web_program_is_down_nothing_is_confirmed_and_nothing_is_lost(
     assert AcceptedEvent.select().where(AcceptedEvent.event_id == str(update["update_id"])).count() == 1
 
 
+def test_an_update_the_web_program_keeps_refusing_is_set_aside_and_the_next_is_routed(web, tg):  # noqa: F811
+    """Issue 60: an update a running web program refuses (over its 1 MiB limit: 413) holds the updates
+    after it for five polls at most; then it is kept aside with the reason, confirmed, and the next routed."""
+    from nanoclaw.inbound.set_aside import SetAsideEvent
+    p = poller(web)
+    big = message(4242, ANNA, "x" * (1024 * 1024 + 10))
+    tg.push_update(big)
+    after = message(4242, ANNA, "after the big one")
+    tg.push_update(after)
+    for _ in range(4):
+        assert p.run_once() > 0 and p.offset is None  # refused: nothing confirmed yet, waits
+    assert p.run_once() == 0.0
+    assert routed(web, ["after the big one"]) and p.offset == after["update_id"] + 1  # both confirmed
+    kept = list(SetAsideEvent.select())
+    assert [(k.channel, k.event_key, k.reason) for k in kept] == [
+        ("telegram", str(big["update_id"]), "5 times in a row (last: HTTP 413: {\"error\":\"payload too large\"}\n)")]
+
+
 def test_a_registered_webhook_is_named_with_the_fix(web, tg, caplog):  # noqa: F811
     tg.webhook = {"url": "https://example.org/webhooks/telegram"}
     p = poller(web)

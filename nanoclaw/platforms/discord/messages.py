@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from . import schema as ds
 from ...channels import shapes
 from ...channels.base import MalformedPayload
-from ...channels.events import InboundEvent, ReplyTo
+from ...channels.events import InboundEvent, ReplyTo, said_at
 
 CHANNEL = "discord"
 ROUTED_TYPES = {0, 19}                 # DEFAULT and REPLY; joins, pins, boosts… are not conversation
@@ -27,11 +27,16 @@ _USER_MENTION = re.compile(r"<@!?(\d+)>")
 
 def _utc_iso(value: str | None) -> str:
     try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00")) if value else datetime.now(timezone.utc)
-    except ValueError:
-        dt = datetime.now(timezone.utc)
-    dt = dt.astimezone(timezone.utc) if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    except (ValueError, TypeError):
+        dt = None
+    if dt is not None and dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    try:
+        claimed = dt.timestamp() if dt is not None else None
+    except (OverflowError, ValueError):
+        claimed = None
+    return said_at(claimed)
 
 
 def _name(user: ds.User | None, member: ds.Member | None = None) -> str:

@@ -31,7 +31,7 @@ from . import schema as mx
 from ...channels import choices, handoff
 from ...channels.base import Card, DeliveryError, api_request, Parsed, WebhookRefused, read_as, register
 from ...channels.download import AttachmentError, check_size, fetch
-from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
+from ...channels.events import Action, InboundEvent, ReplyTo, said_at
 from ...channels.files import Limits, mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
@@ -123,6 +123,15 @@ def retry_after(body: dict, headers) -> float | None:
 
 # --- the adapter -----------------------------------------------------------------------------
 
+def sent_at(event: mx.Event, now: float | None = None) -> str:
+    """When it was said: the origin server's claim, held to the time our own homeserver's `unsigned.age`
+    implies (any homeserver in a room sets origin_server_ts; canonical JSON allows up to 2^53-1 ms)."""
+    now = time.time() if now is None else now
+    age = event.unsigned.age
+    reference = now - age / 1000 if isinstance(age, int) and age >= 0 else None
+    return said_at(event.origin_server_ts / 1000 if event.origin_server_ts else None, reference, now)
+
+
 @register("matrix")
 class MatrixAdapter:
     max_file_bytes = 50 * 1024 * 1024  # Synapse's default max_upload_size
@@ -193,7 +202,7 @@ class MatrixAdapter:
         return InboundEvent(
             channel="matrix", event_id=event.event_id, chat_id=handed.room_id, kind=kind,
             sender_id=event.sender, sender_name=self._name(handed),
-            text=text, timestamp=iso_utc(event.origin_server_ts / 1000 if event.origin_server_ts else time.time()),
+            text=text, timestamp=sent_at(event),
             thread_id=thread_id, message_id=event.event_id, mentioned=mentioned(content, self.user_id, kind),
             reply_to=ReplyTo(replied) if replied else None,
             attachments=(attachment,) if attachment else (), chat_name=handed.room_name)

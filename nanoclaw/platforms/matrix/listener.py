@@ -6,6 +6,8 @@ what gets handed over). Each event of a sync is handed over, signed, to the web 
 routing, choices on cards, invites. The sync token (data/matrix/sync.json, owner-only) moves past a
 sync only after every event in it was answered 2xx, i.e. durably accepted (or seen before): a crash
 or a restart of either program syncs from the old token again and the dedup counts each event once.
+An event is offered again while the web program is down or restarting; one a running web program
+refused five times in a row is set aside (inbound/set_aside.py) and the sync goes on past it.
 A room whose timeline was cut short (`limited`) is paged back to the old token first, so nothing in
 between is lost.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from . import account
 from .adapter import SYNC_KEY_PURPOSE, SYNC_PATH
 from ...channels import handoff
 from ...config import install_secret
+from ...inbound import set_aside
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,8 @@ class SyncListener:
         self.told: dict[str, float] = dict(account.read_json(account.state_dir(settings) / "encrypted.json"))
         self.failures = 0
         self.stopped = asyncio.Event()
+        self.halted = threading.Event()   # the stop, as the hand-over thread sees it
+        self.set_aside = 0
         self.http = requests.Session()
         self.client: ClientAPI | None = None
 
@@ -171,12 +177,21 @@ class SyncListener:
 
     # --- hand-over ---
 
-    def hand_over(self, item: dict) -> bool:
-        """Whether the web program accepted it (2xx: stored, or seen before)."""
+    def hand_over(self, item: dict) -> tuple[int | None, str]:
+        """One try: the web program's status (2xx: stored, or seen before) and the start of its answer."""
         body = json.dumps(item, separators=(",", ":")).encode()
         resp = handoff.post(self.http, self.web_url, self.key, body, f"Matrix event {item['event'].get('event_id')}",
-                            "syncing from the same point again")
-        return resp is not None and handoff.attempt_outcome(resp.status_code) == "done"
+                            "offering it again")
+        return handoff.answer_detail(resp)
+
+    def offer(self, item: dict) -> str:
+        """Hand one item over until it is taken, set aside (a running web program refused it five times in
+        a row) or the program stops: 'done', 'set aside' or 'stopped'."""
+        outcome = handoff.offer(lambda: self.hand_over(item),
+                                lambda why: set_aside.keep("matrix", str(item["event"].get("event_id")), why, item),
+                                self.halted.wait, self.halted.is_set, backoff)
+        self.set_aside += outcome == "set aside"
+        return outcome
 
     async def backfill(self, sync: dict, since: str) -> None:
         """Rooms whose timeline the sync cut short: the events between the old token and it, first."""
@@ -223,9 +238,8 @@ class SyncListener:
             return wait
         items = handovers(sync, self.rooms, history=since is not None, user_id=self.user_id)
         for item in items:
-            if not await asyncio.to_thread(self.hand_over, item):
-                self.failures += 1
-                return backoff(self.failures)  # the token stays: the same events come again
+            if await asyncio.to_thread(self.offer, item) == "stopped":
+                return 0.0  # the token stays: the same events come again
         for item in items:
             if item["kind"] == "event" and item["event"].get("type") == "m.room.encrypted":
                 await self.tell_encrypted(item["room_id"])
@@ -249,6 +263,7 @@ class SyncListener:
                 await asyncio.wait({once, stop}, return_when=asyncio.FIRST_COMPLETED)
                 stop.cancel()
                 if not once.done():
+                    self.halted.set()
                     once.cancel()
                     await asyncio.gather(once, return_exceptions=True)
                     break

@@ -58,11 +58,16 @@ class Content(Shape):
     displayname: str | None = None
 
 
+class Unsigned(Shape):
+    age: int | None = None                             # ms since the event was sent, by our homeserver's clock
+
+
 class Event(Shape):
     type: str
     event_id: str
     sender: str
-    origin_server_ts: int = 0
+    origin_server_ts: int = 0                          # set by the sender's homeserver: any server can lie
+    unsigned: Unsigned = field(default_factory=Unsigned)
     content: Content = field(default_factory=Content)
     state_key: str | None = None
 

@@ -32,7 +32,7 @@ from .rpc import VOICE_NOTES, Rpc
 from ...channels import choices, handoff
 from ...channels.base import Card, DeliveryError, Parsed, WebhookRefused, read_as, register
 from ...channels.download import AttachmentError, check_size
-from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
+from ...channels.events import Action, InboundEvent, ReplyTo, said_at
 from ...channels.files import Limits, mime_of, sent_as
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
@@ -85,6 +85,13 @@ def with_mentions(text: str, mentions: list[sg.Mention], is_bot, bot_name: str) 
         at = m.start + max(m.length, 0)
     out.append(text[at:])
     return "".join(out)
+
+
+def sent_at(stamp: int | None, server_received: int | None) -> str:
+    """When the message was said: the sender's own clock (in the encrypted content, which Signal's server
+    cannot check), held to the server's receipt time."""
+    ms = lambda v: v / 1000 if isinstance(v, int) else None
+    return said_at(ms(stamp), ms(server_received))
 
 
 def attachment_of(item: sg.Attachment, chat_id: str, sender: str) -> dict | None:
@@ -177,7 +184,7 @@ class SignalAdapter:
         return InboundEvent(
             channel="signal", event_id=ref or f"{sender}:{time.time_ns()}", chat_id=chat_id, kind=kind,
             sender_id=sender, sender_name=env.source_name or env.source_number or f"Signal user {sender[:8]}",
-            text=text, timestamp=iso_utc(stamp / 1000 if stamp else time.time()), message_id=ref,
+            text=text, timestamp=sent_at(stamp, env.server_received_timestamp), message_id=ref,
             mentioned=kind == "dm" or any(is_bot(m) for m in data.mentions) or bool(quoted_bot),
             reply_to=replied, attachments=files, chat_name=group.group_name if group else None)
 

@@ -4,8 +4,9 @@ server-sent events) handed to the web program one at a time.
 Each `receive` event is handed over, signed, to the web program (POST /webhooks/signal/events),
 which accepts it exactly as a webhook: parsing, dedup by message, routing, choices on cards. The
 next event is read only after the web program answered 2xx (stored, or seen before); until then
-the same event is offered again, with growing pauses. A lost connection is opened again with
-backoff.
+the same event is offered again, with growing pauses, while the web program is down or restarting.
+An event a running web program refused five times in a row is set aside (inbound/set_aside.py) and
+the stream goes on. A lost connection is opened again with backoff.
 
 The stream has no acknowledgement. With `--receive-mode on-connection` the daemon receives from
 Signal's servers only while this program is connected, so what arrives while it is down waits there
@@ -27,6 +28,7 @@ from .adapter import EVENTS_KEY_PURPOSE, EVENTS_PATH
 from .rpc import Rpc
 from ...channels import handoff
 from ...channels.base import DeliveryError
+from ...inbound import set_aside
 from ...config import install_secret
 
 log = logging.getLogger(__name__)
@@ -92,18 +94,24 @@ class EventsListener:
         self.rpc = Rpc(settings, self.http)
         self.failures = 0
         self.handed = 0
+        self.set_aside = 0
         self._stream = None   # the open events response
 
-    def hand_over(self, payload: dict) -> bool:
-        """Whether the web program accepted it (2xx: stored, or seen before)."""
-        body = json.dumps(payload, separators=(",", ":")).encode()
+    @staticmethod
+    def name_of(payload: dict) -> str:
         envelope = payload.get("envelope") if isinstance(payload.get("envelope"), dict) else {}
-        what = f"Signal event {envelope.get('sourceUuid')}:{envelope.get('timestamp')}"
-        resp = handoff.post(self.http, self.web_url, self.key, body, what, "offering it again")
-        return resp is not None and handoff.attempt_outcome(resp.status_code) == "done"
+        return f"{envelope.get('sourceUuid')}:{envelope.get('timestamp')}"
+
+    def hand_over(self, payload: dict) -> tuple[int | None, str]:
+        """One try: the web program's status (2xx: stored, or seen before) and the start of its answer."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        resp = handoff.post(self.http, self.web_url, self.key, body, f"Signal event {self.name_of(payload)}",
+                            "offering it again")
+        return handoff.answer_detail(resp)
 
     def deliver(self, data: str) -> None:
-        """Hand one event over, again and again until it is taken (or the program stops)."""
+        """Hand one event over, again and again until it is taken, set aside (refused by a running web
+        program five times in a row) or the program stops."""
         try:
             payload = json.loads(data)
         except ValueError:
@@ -113,13 +121,13 @@ class EventsListener:
             return
         if self.account_uuid:
             payload["account_uuid"] = self.account_uuid
-        failures = 0
-        while not self.stop.is_set():
-            if self.hand_over(payload):
-                self.handed += 1
-                return
-            failures += 1
-            self.stop.wait(backoff(failures))
+        outcome = handoff.offer(lambda: self.hand_over(payload),
+                                lambda why: set_aside.keep("signal", self.name_of(payload), why, payload),
+                                self.stop.wait, self.stop.is_set, backoff)
+        if outcome == "done":
+            self.handed += 1
+        elif outcome == "set aside":
+            self.set_aside += 1
 
     def listen_once(self) -> None:
         """One connection to the stream, read until it ends."""

@@ -89,6 +89,7 @@ class Envelope(Shape):
     source_name: str | None = field(default=None, name="sourceName")
     source_device: int | None = field(default=None, name="sourceDevice")
     timestamp: int | None = None
+    server_received_timestamp: int | None = field(default=None, name="serverReceivedTimestamp")  # Signal's server's clock
     data_message: DataMessage | None = field(default=None, name="dataMessage")
     edit_message: EditMessage | None = field(default=None, name="editMessage")
     sync_message: SyncMessage | None = field(default=None, name="syncMessage")

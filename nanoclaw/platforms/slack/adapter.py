@@ -52,7 +52,7 @@ from . import schema as sl
 from .text import TEXT_LIMIT, clip, card_blocks, chat_kind, emoji_name, escape, plain_text
 from ...channels.base import (
     Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, json_of, read_as, register)
-from ...channels.events import Action, InboundEvent, iso_utc
+from ...channels.events import Action, InboundEvent, said_at, seconds
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.parts import PartialSends
 from ...channels.text import split_text
@@ -163,10 +163,9 @@ class SlackAdapter:
             return None  # edits (message_changed, the new text nested), deletions, joins, bot_message…
         if not ev.channel or not ev.ts:
             raise MalformedPayload("a message without channel or ts", kind=f"event_callback/{ev.type}")
-        try:
-            timestamp = iso_utc(float(ev.ts))
-        except (ValueError, OverflowError, OSError):
-            raise MalformedPayload(f"ts {ev.ts!r} is not a time", kind=f"event_callback/{ev.type}") from None
+        if seconds(ev.ts) is None:
+            raise MalformedPayload(f"ts {ev.ts!r} is not a time", kind=f"event_callback/{ev.type}")
+        timestamp = said_at(ev.ts)
         channel, ts, raw = ev.channel, ev.ts, ev.text or ""
         our_user, our_bot = self.identity()
         if our_user is None and our_bot is None:

@@ -39,7 +39,7 @@ from . import schema as tg
 from .media import SEND_METHODS, SENT_AS, attachments_of
 from ...channels.base import (
     Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, read_as, register)
-from ...channels.events import Action, InboundEvent, ReplyTo, iso_utc
+from ...channels.events import Action, InboundEvent, ReplyTo, said_at
 from ...channels.download import AttachmentError, AttachmentTooLarge, check_size, fetch
 from ...channels.files import mime_of, sent_as
 from ...channels.parts import PartialSends
@@ -240,7 +240,7 @@ class TelegramAdapter:
             channel="telegram", event_id=event_id, chat_id=str(msg.chat.id), kind=kind,
             sender_id=sender_id, sender_name=sender_name,
             text=(EDITED_PREFIX + text) if edited else text,
-            timestamp=iso_utc(msg.edit_date if edited and msg.edit_date else msg.date),
+            timestamp=said_at(msg.edit_date if edited and msg.edit_date else msg.date),
             thread_id=str(msg.message_thread_id) if is_topic else None,
             message_id=str(msg.message_id),
             mentioned=kind == "dm" or mentions_bot(msg, self.bot_id, username),

@@ -6,7 +6,9 @@ moves past an update only after the web program answered 2xx, i.e. after it was 
 (or seen before): Telegram keeps every update not confirmed by a later offset, so a crash or a
 restart of either program hands the same updates over again and the dedup counts them once.
 
-While the web program does not answer, nothing is confirmed and the poller waits (growing pauses).
+While the web program does not answer, nothing is confirmed and the poller waits (growing pauses);
+an update a running web program refused five times in a row is set aside (inbound/set_aside.py) and
+confirmed, so the updates after it are not held up.
 A 409 means a webhook is registered (Telegram then refuses getUpdates): the log says so with the
 command that removes it. 429 waits `retry_after`; network trouble and 5xx back off; never a spin.
 """
@@ -22,6 +24,7 @@ import requests
 from ...channels import handoff
 from .adapter import ALLOWED_UPDATES, POLL_KEY_PURPOSE, POLL_PATH
 from ...config import install_secret
+from ...inbound import set_aside
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ class Poller:
         self.offset: int | None = None
         self.failures = 0
         self.stop = threading.Event()
+        self._offering: tuple[int, handoff.Offering] | None = None   # the first update not yet done with
         self.http = requests.Session()
 
     def get_updates(self) -> Answer:
@@ -96,12 +100,27 @@ class Poller:
             body = None
         return read_answer(resp.status_code, body, self.failures)
 
-    def hand_over(self, update: dict) -> bool:
-        """Whether the web program accepted the update (2xx: stored, or seen before)."""
+    def hand_over(self, update: dict) -> tuple[int | None, str]:
+        """One try: the web program's status (2xx: stored, or seen before) and the start of its answer."""
         body = json.dumps(update, separators=(",", ":")).encode()
         resp = handoff.post(self.http, self.web_url, self.key, body, f"update {update['update_id']}",
-                            "it stays with Telegram")
-        return resp is not None and handoff.attempt_outcome(resp.status_code) == "done"
+                            "offering it again")
+        return handoff.answer_detail(resp)
+
+    def offer(self, update: dict) -> bool:
+        """One try at an update: whether it is done with (taken, or set aside after a running web program
+        refused it five times in a row, across polls); if not, Telegram keeps it and the next poll brings
+        it again."""
+        ident = update["update_id"]
+        if self._offering is None or self._offering[0] != ident:
+            self._offering = (ident, handoff.Offering())
+        offering = self._offering[1]
+        step = offering.answered(*self.hand_over(update))
+        done = step == "done" or (step == "set aside" and set_aside.keep(
+            "telegram", str(ident), f"{offering.refusals} times in a row (last: {offering.last})", update))
+        if done:
+            self._offering = None
+        return done
 
     def run_once(self) -> float:
         """One getUpdates and the hand-over of what it brought; how long to wait before the next."""
@@ -114,7 +133,7 @@ class Poller:
         for update in sorted(answer.updates, key=lambda u: u["update_id"]):
             if self.offset is not None and update["update_id"] < self.offset:
                 continue
-            if not self.hand_over(update):
+            if not self.offer(update):
                 break  # in order: nothing after it is confirmed either
             handed.append(update["update_id"])
         self.offset = next_offset(self.offset, handed)

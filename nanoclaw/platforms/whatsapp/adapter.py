@@ -19,7 +19,6 @@ import hmac
 import json
 import logging
 import mimetypes
-from datetime import datetime, timezone
 from pathlib import Path
 
 import requests
@@ -27,7 +26,7 @@ import requests
 from . import schema as wa
 from ...channels.base import (
     Card, DeliveryError, api_request, MalformedPayload, Parsed, WebhookRefused, read_as, register)
-from ...channels.events import Action, InboundEvent, ReplyTo
+from ...channels.events import Action, InboundEvent, ReplyTo, said_at
 from ...channels import shapes
 from ...channels.download import AttachmentError, check_size, fetch, host_allowed
 from ...channels.files import Limits, mime_of, sent_as
@@ -84,14 +83,6 @@ def subscription_challenge(query, verify_token: str | None) -> str:
 
 # --- inbound: parsing (pure) -----------------------------------------------------------------
 
-def _iso(unix_seconds) -> str:
-    try:
-        dt = datetime.fromtimestamp(int(unix_seconds), tz=timezone.utc)
-    except (TypeError, ValueError, OverflowError):
-        dt = datetime.now(timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.000Z")
-
-
 def _message_text(message: wa.Message) -> tuple[str, tuple[dict, ...]] | None:
     """(text, attachments) for the message types a person writes; None for the rest."""
     kind = message.type
@@ -130,7 +121,7 @@ def parse_message(message: wa.Message, names: dict[str, str]) -> InboundEvent | 
     text, attachments = content
     return InboundEvent(
         channel=CHANNEL, event_id=wamid, chat_id=sender, kind="dm", sender_id=sender,
-        sender_name=names.get(sender) or sender, text=text, timestamp=_iso(message.timestamp),
+        sender_name=names.get(sender) or sender, text=text, timestamp=said_at(message.timestamp),
         message_id=wamid, mentioned=True,  # WhatsApp has no mentions: every chat is a DM with us
         reply_to=ReplyTo(context) if context else None, attachments=attachments)
 
