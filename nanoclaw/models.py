@@ -307,10 +307,13 @@ TASK_CONTEXTS = ("group", "isolated")
 
 
 class ScheduledTask(Base):
-    """A task an agent scheduled. Its agent group owns it; times are naive UTC."""
+    """A task an agent scheduled in one chat. Its agent group owns it; times are naive UTC."""
     id = pw.CharField(primary_key=True)
     agent_group = pw.ForeignKeyField(AgentGroup, backref="tasks", on_delete="CASCADE")
     session = pw.ForeignKeyField(Session, null=True, backref="tasks", on_delete="SET NULL")
+    # the chat it was scheduled in: the agent sees and changes only its own chat's tasks (a plain id, the
+    # record of where it came from; NULL: seen only by the CLI and the page)
+    messaging_group_id = pw.IntegerField(null=True)
     prompt = pw.TextField()
     schedule_kind = pw.CharField()  # once | cron | every
     schedule_value = pw.CharField()

@@ -78,3 +78,29 @@ def test_sqlite_runs_wal_with_foreign_keys(sqlite_app):
     assert database.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert database.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
     assert database.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 5000
+
+
+def test_each_existing_task_is_given_the_chat_of_its_session(db, tmp_path):
+    """0020 (issue 60, item 3): a task kept before tasks had a chat gets its session's; one whose session
+    is gone gets none (the CLI and the page still see it, no agent does)."""
+    import shutil
+    early = tmp_path / "early"
+    early.mkdir()
+    for m in migrate.discover():
+        if m.name != "task_chat" and m.version < 20:
+            shutil.copy(m.path, early)
+    migrate.apply_pending(db, early, log=lambda _l: None)
+    p, now = db.param, "2026-12-01 10:00:00"
+    db.execute_sql(f"INSERT INTO agent_groups (id, name, folder, created_at) VALUES (1, 'Andy', 'andy', {p})", (now,))
+    for mg in (7, 8):
+        db.execute_sql(f"INSERT INTO messaging_groups (id, channel_type, platform_id, created_at) "
+                       f"VALUES ({mg}, 'telegram', 'chat-{mg}', {p})", (now,))
+    db.execute_sql(f"INSERT INTO sessions (id, agent_group_id, messaging_group_id, created_at, last_active_at) "
+                   f"VALUES ('s8', 1, 8, {p}, {p})", (now, now))
+    for task, session in (("in-dm", "s8"), ("orphan", None)):
+        db.execute_sql(f"INSERT INTO scheduled_tasks (id, agent_group_id, session_id, prompt, schedule_kind, "
+                       f"schedule_value, created_at, updated_at) VALUES ({p}, 1, {p}, 'x', 'every', '1h', {p}, {p})",
+                       (task, session, now, now))
+    migrate.apply_pending(db, log=lambda _l: None)
+    found = dict(db.execute_sql("SELECT id, messaging_group_id FROM scheduled_tasks").fetchall())
+    assert found == {"in-dm": 8, "orphan": None}

@@ -5,7 +5,9 @@ Transport (docs/architecture.md, "Scheduled tasks"): the agent's tool writes a s
 registered here, which applies it to the central `scheduled_tasks` table and writes the answer
 into the session's inbound.db as a completed `answer` row with id `answer:<request_id>`, which
 the tool is waiting for. Every query is scoped to the agent group that owns the session folder
-the row came from, so one group can never see or change another group's tasks.
+the row came from and to that session's chat (the host's record, never the agent's word), so one
+group can never see or change another group's tasks, and a group chat never sees or rewrites the
+tasks of the owner's DM (which run there, with its private reach).
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ class Caller:
     group: AgentGroup
     session: Session | None
     path: Path
+
+    @property
+    def chat(self) -> int | None:
+        """The chat whose tasks this caller sees: its session's, from the host's records."""
+        return self.session.messaging_group_id if self.session is not None else None
 
 
 def _caller(session_path: Path) -> Caller:
@@ -47,21 +54,22 @@ def _op_schedule(c: Caller, op: dict, tz: str) -> dict:
 
 
 def _op_list(c: Caller, op: dict, tz: str) -> dict:
-    tasks = open_tasks(c.group)
+    tasks = open_tasks(c.group, c.chat)
     text = "\n".join(summary(t, tz) for t in tasks) if tasks else "No scheduled tasks."
     return {"text": text, "tasks": [describe(t, tz) for t in tasks]}
 
 
 def _op_update(c: Caller, op: dict, tz: str) -> dict:
     task = update(c.group, op.get("task_id"), prompt=op.get("prompt"), at=op.get("at"), cron=op.get("cron"),
-                  every=op.get("every"), context=op.get("context"), progress=op.get("progress"), tz=tz)
+                  every=op.get("every"), context=op.get("context"), progress=op.get("progress"), tz=tz,
+                  chat=c.chat)
     audit(f"agent:{c.group.folder}", "task.update", task.id)
     return {"text": f"Task updated: {summary(task, tz)}", "task": describe(task, tz)}
 
 
 def _op_state(action: str):
     def apply(c: Caller, op: dict, tz: str) -> dict:
-        task = set_state(c.group, op.get("task_id"), action, tz=tz)
+        task = set_state(c.group, op.get("task_id"), action, tz=tz, chat=c.chat)
         audit(f"agent:{c.group.folder}", f"task.{action}", task.id)
         done = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}[action]
         return {"text": f"Task {task.id} {done}." + (f" Next run {local_text(task.next_run_at, tz)}."

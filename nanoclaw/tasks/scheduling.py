@@ -138,10 +138,21 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def find(group: AgentGroup | None, task_id: str) -> ScheduledTask:
-    query = ScheduledTask.select().where(ScheduledTask.id == str(task_id or "").strip())
+EVERY_CHAT = "every chat"   # the CLI's and the page's view: `chat` left out
+
+
+def _in(query, group: AgentGroup | None, chat):
+    """Tasks of the agent (all agents: None) and of one chat (a messaging group's id; EVERY_CHAT: any). The
+    agent's own ops always name a chat: a task scheduled elsewhere, or whose chat is unknown, is not there."""
     if group is not None:
         query = query.where(ScheduledTask.agent_group == group.id)
+    if chat is not EVERY_CHAT:
+        query = query.where(ScheduledTask.messaging_group_id == chat if chat is not None else ScheduledTask.id.is_null())
+    return query
+
+
+def find(group: AgentGroup | None, task_id: str, chat=EVERY_CHAT) -> ScheduledTask:
+    query = _in(ScheduledTask.select().where(ScheduledTask.id == str(task_id or "").strip()), group, chat)
     task = query.first()
     if task is None or task.status not in OPEN_STATES:
         raise TaskError(f"no open task {task_id!r}" + ("; list_tasks shows yours" if group else ""))
@@ -169,6 +180,7 @@ def schedule(group: AgentGroup, session: Session | None, prompt, *, at=None, cro
         if ScheduledTask.get_or_none(ScheduledTask.id == task_id) is not None:
             task_id = uuid.uuid4().hex[:8]
         task = ScheduledTask.create(id=task_id, agent_group=group.id, session=session.id if session else None,
+                                    messaging_group_id=session.messaging_group_id if session else None,
                                     prompt=prompt, schedule_kind=kind, schedule_value=value, context_mode=context,
                                     progress=progress, next_run_at=to_db(first), created_at=to_db(now),
                                     updated_at=to_db(now))
@@ -176,17 +188,15 @@ def schedule(group: AgentGroup, session: Session | None, prompt, *, at=None, cro
     return task
 
 
-def open_tasks(group: AgentGroup | None) -> list[ScheduledTask]:
-    query = ScheduledTask.select().where(ScheduledTask.status.in_(OPEN_STATES))
-    if group is not None:
-        query = query.where(ScheduledTask.agent_group == group.id)
+def open_tasks(group: AgentGroup | None, chat=EVERY_CHAT) -> list[ScheduledTask]:
+    query = _in(ScheduledTask.select().where(ScheduledTask.status.in_(OPEN_STATES)), group, chat)
     return list(query.order_by(ScheduledTask.next_run_at, ScheduledTask.id))
 
 
 def update(group: AgentGroup, task_id: str, *, prompt=None, at=None, cron=None, every=None, context=None,
-           progress=None, tz: str, now: datetime | None = None) -> ScheduledTask:
+           progress=None, tz: str, now: datetime | None = None, chat=EVERY_CHAT) -> ScheduledTask:
     now = now or utc_now()
-    task = find(group, task_id)
+    task = find(group, task_id, chat)
     changes = {}
     if prompt is not None:
         changes["prompt"] = clean_prompt(prompt)
@@ -206,11 +216,11 @@ def update(group: AgentGroup, task_id: str, *, prompt=None, at=None, cron=None, 
 
 
 def set_state(group: AgentGroup | None, task_id: str, action: str, *, tz: str,
-              now: datetime | None = None) -> ScheduledTask:
+              now: datetime | None = None, chat=EVERY_CHAT) -> ScheduledTask:
     """pause | resume | cancel. Resuming continues on the task's grid from now (runs missed
     while paused are skipped); a one-shot whose time passed while paused runs at once."""
     now = now or utc_now()
-    task = find(group, task_id)
+    task = find(group, task_id, chat)
     if action == "pause":
         if task.status == "paused":
             raise TaskError(f"task {task.id} is already paused")

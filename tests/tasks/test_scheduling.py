@@ -191,6 +191,33 @@ def test_another_groups_task_is_invisible_to_the_agent(agent, app):
     assert ScheduledTask.get_by_id(secret.id).status == "active"
 
 
+def test_a_chat_sees_and_changes_only_its_own_tasks(agent, app):
+    """Issue 60, item 3: the owner's DM and a group chat share the agent. The group's session lists none of
+    the DM's tasks, cannot rewrite, pause or cancel one (it would then run in the DM, with the owner's
+    private reach), and its own task is not the DM's either; the CLI's view still sees both."""
+    ctx, group, dm_session, _path = agent
+    settings = app.config["NANOCLAW"]
+    private = scheduling.schedule(group, dm_session, "read me my private notes", every="1d", tz="UTC")
+    _same, group_session = make_session(settings, "andy", chat="the-group")
+    group_ctx = agent_context(path_of(settings, group_session), settings)
+    try:
+        with Host(path_of(settings, group_session), settings):
+            assert tools.list_tasks(group_ctx) == "No scheduled tasks."
+            for attempt in (lambda: tools.update_task(group_ctx, private.id, prompt="post the notes here"),
+                            lambda: tools.pause_task(group_ctx, private.id),
+                            lambda: tools.cancel_task(group_ctx, private.id)):
+                with pytest.raises(ToolError, match="no open task"):
+                    attempt()
+            tools.schedule_task(group_ctx, "weekly group digest", every="7d")
+        kept = ScheduledTask.get_by_id(private.id)
+        assert (kept.prompt, kept.status, kept.session_id) == ("read me my private notes", "active", dm_session.id)
+        assert "weekly group digest" not in tools.list_tasks(ctx)  # the DM sees only its own
+        assert "read me my private notes" in tools.list_tasks(ctx)
+        assert {t.prompt for t in scheduling.open_tasks(group)} == {"read me my private notes", "weekly group digest"}
+    finally:
+        group_ctx.store.close()
+
+
 def test_an_op_applied_again_after_a_crash_is_applied_once(agent, app):
     ctx, group, session, path = agent
     settings = app.config["NANOCLAW"]
