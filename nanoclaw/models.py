@@ -311,9 +311,7 @@ class ScheduledTask(Base):
     id = pw.CharField(primary_key=True)
     agent_group = pw.ForeignKeyField(AgentGroup, backref="tasks", on_delete="CASCADE")
     session = pw.ForeignKeyField(Session, null=True, backref="tasks", on_delete="SET NULL")
-    # the chat it was scheduled in: the agent sees and changes only its own chat's tasks (a plain id, the
-    # record of where it came from; NULL: seen only by the CLI and the page)
-    messaging_group_id = pw.IntegerField(null=True)
+    messaging_group_id = pw.IntegerField(null=True)  # its chat: the only one whose agent ops see it
     prompt = pw.TextField()
     schedule_kind = pw.CharField()  # once | cron | every
     schedule_value = pw.CharField()

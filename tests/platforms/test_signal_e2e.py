@@ -8,7 +8,6 @@ block; the listener killed mid-stream and started again: every message answered 
 from __future__ import annotations
 
 import base64
-import json
 import contextlib
 import io
 import re
