@@ -1,5 +1,4 @@
-"""Central tables. The schema itself is created by migrations/; these classes
-are how the code reads and writes it."""
+"""Central tables. The schema itself is created by migrations/; these classes are how the code reads and writes it."""
 from __future__ import annotations
 
 import json
@@ -307,7 +306,7 @@ TASK_CONTEXTS = ("group", "isolated")
 
 
 class ScheduledTask(Base):
-    """A task an agent scheduled in one chat. Its agent group owns it; times are naive UTC."""
+    """A task an agent scheduled in one chat; times are naive UTC."""
     id = pw.CharField(primary_key=True)
     agent_group = pw.ForeignKeyField(AgentGroup, backref="tasks", on_delete="CASCADE")
     session = pw.ForeignKeyField(Session, null=True, backref="tasks", on_delete="SET NULL")
