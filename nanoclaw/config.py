@@ -89,6 +89,16 @@ def _int(name: str, raw: str, lo: int, hi: int) -> int:
     return value
 
 
+def _price(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0 <= value <= 1000:  # also NaN
+        raise SettingsError(f"{name}={raw!r} is not a price; it accepts US dollars from 0 to 1000, such as 0.015")
+    return value
+
+
 def _database_url(raw: str) -> str:
     parsed = urlparse(raw)
     if parsed.scheme == "sqlite" and raw.startswith("sqlite:///") and len(raw) > len("sqlite:///"):
@@ -168,6 +178,7 @@ class Settings:
     tts_api_key: str | None = None  # its key, when it needs one (Kokoro-FastAPI, openedai-speech need none)
     tts_model: str = "tts-1"
     tts_voice: str = "alloy"
+    tts_price_per_1k_chars: float = 0.015  # USD, into the agent's spend and budget (OpenAI's tts-1)
     session_transport: str = "auto"  # auto | files | network: how a sandbox reaches its session (docs/scale.md)
     door_listen: str | None = None   # host:port where the door takes remote sandboxes over TLS; None: off
     door_url: str | None = None      # how those sandboxes reach it (https://10.0.0.5:8443)
@@ -297,6 +308,8 @@ class Settings:
             tts_api_key=get("NANOCLAW_TTS_API_KEY"),
             tts_model=get("NANOCLAW_TTS_MODEL", "tts-1"),
             tts_voice=get("NANOCLAW_TTS_VOICE", "alloy"),
+            tts_price_per_1k_chars=_price("NANOCLAW_TTS_PRICE_PER_1K_CHARS",
+                                          get("NANOCLAW_TTS_PRICE_PER_1K_CHARS", "0.015")),
             session_transport=transport,
             door_listen=door_listen,
             door_url=door_url,

@@ -57,7 +57,7 @@ SWEEP_ACTIONS = Counter(
     "back), failed (given up), woken (due work).", ["action"])
 VOICE_ANSWERS = Counter(
     "nanoclaw_voice_answers_total", "Answers to be spoken, by outcome: sent (as a voice note with its text), "
-    "too_long, speech_failed or platform_refused (each sent as text only).", ["outcome"])
+    "too_long, turn_cap, speech_failed or platform_refused (each sent as text only).", ["outcome"])
 SWEEP_PASSES = Counter(
     "nanoclaw_sweep_passes_total", "Sweep passes completed (liveness, stuck claims, retries, idle stops).")
 MODEL_TOKENS = Counter(

@@ -50,6 +50,9 @@ def test_dotenv_is_read_and_environment_wins(tmp_path):
     ({"MAX_MESSAGES_PER_PROMPT": "ten"}, "MAX_MESSAGES_PER_PROMPT"),
     ({"ANTHROPIC_UPSTREAM_URL": "api.anthropic.com"}, "ANTHROPIC_UPSTREAM_URL"),
     ({"TELEGRAM_API_BASE": "ftp://x"}, "TELEGRAM_API_BASE"),
+    ({"NANOCLAW_TTS_PRICE_PER_1K_CHARS": "cheap"}, "NANOCLAW_TTS_PRICE_PER_1K_CHARS"),
+    ({"NANOCLAW_TTS_PRICE_PER_1K_CHARS": "-1"}, "NANOCLAW_TTS_PRICE_PER_1K_CHARS"),
+    ({"NANOCLAW_TTS_PRICE_PER_1K_CHARS": "nan"}, "NANOCLAW_TTS_PRICE_PER_1K_CHARS"),
 ])
 def test_invalid_value_names_the_variable(tmp_path, env, variable):
     with pytest.raises(SettingsError) as info:

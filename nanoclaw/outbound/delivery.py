@@ -303,7 +303,7 @@ def perform(adapter, conn, session_path: Path, row: Outgoing, settings=None) -> 
         if settings is not None and settings.tts_url and voice.wanted(
                 op, voice.chat_mode(conn), voice.answers_a_voice_note(conn, row.in_reply_to)):
             # the audio waits in neither of the session's parts: no sandbox sees it
-            return voice.send(adapter, row.target, op["text"], settings, session_path / "voice", row.id)
+            return voice.send(adapter, row.target, op["text"], settings, session_path, row.id, row.in_reply_to)
         return adapter.send_text(row.target, op["text"])
     if kind == "reaction" and "on_message_in" in op:
         target, pid = answered_message(conn, op["on_message_in"])

@@ -19,16 +19,20 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import requests
 
 from .. import metrics
+from ..usage import ledger
 
 log = logging.getLogger("nanoclaw.voice")
 
 MAX_CHARS = 4096                   # what OpenAI's endpoint takes in one request
+MAX_A_TURN = 3                     # voice sends one turn may make: the agent can ask for voice on any send
+_TURNS_KEPT = 1024
 TIMEOUT = (5, 60)
 MAX_AUDIO_BYTES = 16 * 1024 * 1024
 FORMAT, SUFFIX = "opus", ".ogg"    # OGG/Opus: what Telegram, WhatsApp and Signal play as a voice note
@@ -43,6 +47,28 @@ class SpeechError(Exception):
 
 
 # --- pure decisions -------------------------------------------------------------------------------
+
+def turn_allows(voiced: set, row_id: str) -> bool:
+    """Whether this row may be spoken, given the rows of its turn already spoken (a row tried again after an
+    outage keeps its place)."""
+    return row_id in voiced or len(voiced) < MAX_A_TURN
+
+
+_voiced: OrderedDict = OrderedDict()   # (session folder, the message answered) -> rows spoken; the latest kept
+
+
+def take_turn_place(session_path: Path, in_reply_to: str | None, row_id: str) -> bool:
+    """turn_allows for this process's record of the turn, and the row's place taken when it may."""
+    key = (str(session_path), in_reply_to or "")
+    voiced = _voiced.setdefault(key, set())
+    _voiced.move_to_end(key)
+    while len(_voiced) > _TURNS_KEPT:
+        _voiced.popitem(last=False)
+    if not turn_allows(voiced, row_id):
+        return False
+    voiced.add(row_id)
+    return True
+
 
 def spoken(text: str) -> str:
     """What the voice says: code blocks become "code sent as text", a link its label (a bare one
@@ -142,20 +168,31 @@ def _once(kind: str, message: str, *args) -> None:
         log.warning(message + " (logged once; counted in nanoclaw_voice_answers_total)", *args)
 
 
-def send(adapter, target, text: str, settings, folder: Path, row_id: str) -> str | None:
+def send(adapter, target, text: str, settings, session_path: Path, row_id: str, in_reply_to: str | None = None
+         ) -> str | None:
     """The text as a voice note with the text as its caption (or after it: the adapter's file
     sending knows its platform's caption limit); the text alone when the voice cannot be made or
-    sent. `folder`: where the audio waits, in the session's host-only part."""
+    sent, or when the turn has spoken MAX_A_TURN times already. What is spoken is priced into the
+    agent's spend (NANOCLAW_TTS_PRICE_PER_1K_CHARS), so its budget counts it. The audio waits in the
+    session's host-only folder (`session_path`), which no sandbox sees."""
     if len(text) > MAX_CHARS:
         _once("long", "an answer over %d characters was sent as text only", MAX_CHARS)
         metrics.VOICE_ANSWERS.labels("too_long").inc()
         return adapter.send_text(target, text)
+    if not take_turn_place(session_path, in_reply_to, row_id):
+        _once("turn_cap", "a turn asked for more than %d voice notes; the rest went as text only", MAX_A_TURN)
+        metrics.VOICE_ANSWERS.labels("turn_cap").inc()
+        return adapter.send_text(target, text)
+    words = spoken(text)
     try:
-        audio = Speaker(settings).synthesize(spoken(text))
+        audio = Speaker(settings).synthesize(words)
     except SpeechError as exc:
         _once("service", "the answer went as text only: the text-to-speech service failed: %s", exc)
         metrics.VOICE_ANSWERS.labels("speech_failed").inc()
         return adapter.send_text(target, text)
+    ledger.record_speech(session_path.parent.name, session_path.name, settings.tts_model, len(words),
+                         settings.tts_price_per_1k_chars, ledger.today(settings.timezone))
+    folder = session_path / "voice"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / f"answer-{row_id[:12]}{SUFFIX}"
     path.write_bytes(audio)

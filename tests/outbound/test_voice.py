@@ -59,8 +59,8 @@ class Recorder:
 
 
 @pytest.fixture
-def session(tmp_path, monkeypatch):
-    path = tmp_path / "s"
+def session(tmp_path, monkeypatch, sqlite_app):
+    path = tmp_path / "sessions" / "andy" / "s1"   # the agent's folder and the session's id, as the host lays them
     store.prepare(path, Target("recorder", "chat-1"))
     schema.connect(path / "agent" / schema.OUTBOUND).close()
     recorder = Recorder()
@@ -68,16 +68,19 @@ def session(tmp_path, monkeypatch):
     return path, recorder
 
 
-def answer_to(path, *, voice_note: bool, text: str = "It is sunny.", mode: str = "auto", **extra) -> None:
+def answer_to(path, *, voice_note: bool, text: str = "It is sunny.", mode: str = "auto", rows: int = 1,
+              **extra) -> None:
     attachments = [{"kind": "voice", "name": "voice.oga", "path": "/workspace/inbound/inbox/x/voice.oga"}] \
         if voice_note else []
     mid = store.write_message(path, content={"text": "", "attachments": attachments}, target=Target("recorder", "chat-1"))
     store.set_option(path, "voice", mode)
     conn = schema.connect(path / "agent" / schema.OUTBOUND)
-    conn.execute("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, channel_type, platform_id, content)"
-                 " VALUES ('o1', 1, ?, ?, 'chat', 'recorder', 'chat-1', ?)",
-                 (mid, schema.utc_now_iso(), __import__("json").dumps({"op": "text", "text": text, "answer": True,
-                                                                       **extra})))
+    for n in range(1, rows + 1):
+        conn.execute("INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, channel_type, platform_id, "
+                     "content) VALUES (?, ?, ?, ?, 'chat', 'recorder', 'chat-1', ?)",
+                     (f"o{n}", n, mid, schema.utc_now_iso(),
+                      __import__("json").dumps({"op": "text", "text": text if rows == 1 else f"{text} {n}",
+                                                "answer": n == rows, **extra})))
     conn.close()
 
 
@@ -89,6 +92,35 @@ def test_a_voice_note_is_answered_with_one_and_its_text(session, make_settings):
     [(kind, audio, caption)] = recorder.sent
     assert (kind, caption) == ("voice", "It is sunny.") and audio.startswith(b"OggS") and audio.endswith(b"It is sunny.")
     assert not (path / "voice").exists() or not any((path / "voice").iterdir())  # nothing left behind
+
+
+def test_what_is_spoken_is_priced_into_the_agents_spend(session, make_settings):
+    """Issue 60, item 9: text to speech costs money outside the door; it is the agent's spend too, so its
+    budget counts it (NANOCLAW_TTS_PRICE_PER_1K_CHARS)."""
+    from nanoclaw.usage import ledger
+    path, recorder = session
+    settings = make_settings(NANOCLAW_TTS_PRICE_PER_1K_CHARS="0.03")
+    text = "It is sunny. " * 40  # 520 characters, spoken as they are (no code, no links)
+    with FakeSpeech() as speech:
+        answer_to(path, voice_note=True, text=text)
+        from dataclasses import replace
+        assert deliver_session(path, replace(settings, tts_url=speech.base)) == 1
+    spoken = len(voice.spoken(text))
+    spent = ledger.spent("andy", ledger.today(settings.timezone))
+    assert spent.day_micro == round(spoken * 0.03 * 1000) > 0  # 0.03 USD per 1,000 characters
+    assert recorder.sent[0][0] == "voice"
+
+
+def test_a_turn_speaks_at_most_three_times(session, make_settings):
+    """The agent can ask for voice on any send: a turn of five sends asking for it gets three voice notes
+    and two texts, logged once and counted."""
+    path, recorder = session
+    before = counter_value("nanoclaw_voice_answers_total", {"outcome": "turn_cap"})
+    with FakeSpeech() as speech:
+        answer_to(path, voice_note=False, text="Listen", rows=5, voice=True)
+        assert deliver_session(path, make_settings(NANOCLAW_TTS_URL=speech.base)) == 5
+    assert [kind for kind, *_ in recorder.sent] == ["voice", "voice", "voice", "text", "text"]
+    assert counter_value("nanoclaw_voice_answers_total", {"outcome": "turn_cap"}) - before == 2
 
 
 def test_without_a_voice_set_up_or_for_a_typed_message_the_answer_is_text(session, make_settings):
