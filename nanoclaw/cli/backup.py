@@ -97,14 +97,15 @@ def prune_cmd():
     NANOCLAW_KEEP_DECIDED_DAYS (90)  decided proposals, closed help requests, past questions
     NANOCLAW_KEEP_AUDIT_DAYS (365)   the audit log
     NANOCLAW_KEEP_MESSAGES_DAYS (30) each session's finished messages and delivered replies
-    NANOCLAW_KEEP_HISTORY_DAYS (365) the history index agents search (search_history)
+    NANOCLAW_KEEP_HISTORY_DAYS (365) the history index agents search (search_history) and memory change records
     """
     from ..lifecycle.records import prune, prune_sessions
-    from ..memory import history
+    from ..memory import history, notes
     require_schema()
     removed = prune(settings())
     messages, records = prune_sessions(settings())
     indexed = history.prune(settings().keep_history_days)
+    changes = notes.prune_changes(settings().keep_history_days)
     click.echo("removed " + ", ".join(f"{n} {what}" for what, n in removed.items())
                + f"; from session databases {messages} finished messages, {records} delivery records; "
-               f"{indexed} message(s) from the history index")
+               f"{indexed} message(s) from the history index, {changes} memory change record(s)")

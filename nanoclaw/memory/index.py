@@ -13,7 +13,7 @@ from ..lifecycle.housekeeping import register_job
 from ..outbound import delivery
 from ..sessions import session_schema as schema
 from ..sessions import store
-from . import history, snapshot
+from . import history, notes, snapshot
 
 log = logging.getLogger("nanoclaw.memory")
 
@@ -51,7 +51,8 @@ def index_new(settings, manager, now=None) -> int:
 @register_job("history.prune", every_s=24 * 3600, first_after_s=300)
 def prune(settings, manager, now=None) -> int:
     removed = history.prune(settings.keep_history_days)
-    if removed:
-        log.info("removed %d message(s) older than %d days from the history index", removed,
-                 settings.keep_history_days)
+    changes = notes.prune_changes(settings.keep_history_days)
+    if removed or changes:
+        log.info("removed %d message(s) from the history index and %d memory change record(s) older than %d days",
+                 removed, changes, settings.keep_history_days)
     return removed

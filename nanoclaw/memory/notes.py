@@ -7,6 +7,7 @@ changing nothing twice. A person's change (CLI, page) is recorded with who and w
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta
 
 import peewee
 
@@ -52,12 +53,27 @@ def _save(folder: str, scope: Scope, text: str) -> None:
         Memory.create(agent_folder=folder, scope=scope.name, text=text)
 
 
+MAX_CHANGES_A_MINUTE = 30   # per session: a hostile agent cannot grow memory_changes without limit
+BUSY = (f"Not saved: this conversation changed its memory {MAX_CHANGES_A_MINUTE} times in the last minute, the "
+        "most it may; wait a minute, or put several facts in one change.")
+
+
+def too_many(recent: int) -> bool:
+    """Whether one more change would pass the session's limit (pure)."""
+    return recent >= MAX_CHANGES_A_MINUTE
+
+
 def agent_change(settings, folder: str, scope: Scope, change: entries.Change, *, session_id: str,
-                 request_key: str) -> tuple[bool, str]:
+                 request_key: str, now: datetime | None = None) -> tuple[bool, str]:
     """Apply the agent's change (once per request_key): (ok, what the agent is told)."""
     done = MemoryChange.get_or_none(MemoryChange.request_key == request_key)
     if done is not None:
         return done.action != "refused", done.outcome
+    since = (now or utcnow()) - timedelta(minutes=1)
+    recent = MemoryChange.select().where(MemoryChange.agent_folder == folder, MemoryChange.created_at >= since,
+                                         MemoryChange.session_id == session_id).count()
+    if too_many(recent):
+        return False, BUSY  # not recorded: a refusal must not grow the table either
     before = text_of(folder, scope)
     try:
         after = entries.apply(before, change, host_secret_values(settings, folder))
@@ -83,15 +99,25 @@ def agent_change(settings, folder: str, scope: Scope, change: entries.Change, *,
 
 def person_change(settings, actor: str, folder: str, scope: Scope, text: str, *, action: str = "edit",
                   why: str | None = None) -> tuple[str, str]:
-    """A person sets a scope's whole text (edit) or empties it (clear): (before, after)."""
+    """A person sets a scope's whole text (edit) or empties it (clear): (before, after). A clear also
+    redacts every earlier change of the scope (who and when stay, the words go): cleared means gone."""
     before = text_of(folder, scope)
     after = "" if action == "clear" else entries.check_text(text, host_secret_values(settings, folder))
     with database.atomic():
+        if action == "clear":
+            MemoryChange.update(before_text=None, after_text=None).where(
+                MemoryChange.agent_folder == folder, MemoryChange.scope == scope.name).execute()
         MemoryChange.create(agent_folder=folder, scope=scope.name, actor=actor, action=action,
-                            before_text=before, after_text=after, outcome=why or "")
+                            before_text=None if action == "clear" else before, after_text=after, outcome=why or "")
         if after != before:
             _save(folder, scope, after)
     return before, after
+
+
+def prune_changes(keep_days: int, now: datetime | None = None) -> int:
+    """Change records older than the history's keeping time go (NANOCLAW_KEEP_HISTORY_DAYS)."""
+    cutoff = (now or utcnow()) - timedelta(days=keep_days)
+    return MemoryChange.delete().where(MemoryChange.created_at < cutoff).execute()
 
 
 def visible_scopes(folder: str) -> list[str]:

@@ -45,6 +45,10 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
     from nanoclaw.inbound.set_aside import SetAsideEvent
     for key, age in (("aside-long-ago", 400), ("aside-this-year", 300)):  # kept as long as the history
         SetAsideEvent.create(channel="signal", event_key=key, reason="5 times", payload="{}", set_aside_at=days_ago(age))
+    from nanoclaw.memory.tables import MemoryChange
+    for key, age in (("changed-long-ago", 400), ("changed-this-year", 300)):  # kept as long as the history
+        MemoryChange.create(agent_folder="andy", scope="chat:telegram:42", actor="cli", action="edit",
+                            before_text="", after_text=key, created_at=days_ago(age))
     for key, age in (("said-long-ago", 400), ("said-this-year", 300)):  # the history index keeps 365 days
         history.add("andy", "telegram", "42", None, "s1", key, "telegram:42", "A",
                     days_ago(age).strftime("%Y-%m-%dT%H:%M:%S"), f"message {key}")
@@ -56,9 +60,10 @@ def test_prune_removes_what_is_past_its_time_and_keeps_the_rest(app, cli, caplog
                                      "1 closed help requests, 1 past questions, 1 options of old cards, "
                                      "1 audit entries, 1 set-aside events; from session "
                                      "databases 0 finished messages, 0 delivery records; 1 message(s) from the "
-                                     "history index")
+                                     "history index, 1 memory change record(s)")
     assert [h.message_key for h in History.select()] == ["said-this-year"]
     assert [e.event_key for e in SetAsideEvent.select()] == ["aside-this-year"]
+    assert [c.after_text for c in MemoryChange.select()] == ["changed-this-year"]
     assert "retention: removed 1 routed webhook events" in caplog.text
     assert sorted(e.event_id for e in AcceptedEvent.select()) == ["new", "unrouted"]  # recovery still needs it
     assert DroppedMessage.select().count() == 1

@@ -87,6 +87,45 @@ def test_a_replayed_request_changes_memory_once(sqlite_app):
     assert not ok and "key" in told and Memory.get().text == "meeting on Fridays"
 
 
+def test_a_session_changes_memory_at_most_30_times_a_minute(sqlite_app):
+    """Issue 60, item 7: a hostile agent cannot grow the change records without limit; the 31st change in a
+    minute is refused in words it reads (and not recorded), another session is not held back, and a
+    minute later the session may change it again."""
+    from datetime import timedelta
+    from nanoclaw.models import utcnow
+    settings = sqlite_app.config["NANOCLAW"]
+    scope, now = Scope("chat", "telegram:-1"), utcnow()
+    for n in range(30):
+        ok, _told = notes.agent_change(settings, "andy", scope, Change("add", f"fact {n}"), session_id="s1",
+                                       request_key=f"andy/s1/r{n}", now=now)
+        assert ok
+    ok, told = notes.agent_change(settings, "andy", scope, Change("add", "fact 30"), session_id="s1",
+                                  request_key="andy/s1/r30", now=now)
+    assert not ok and "30 times in the last minute" in told and "wait a minute" in told
+    assert MemoryChange.select().count() == 30 and "fact 30" not in Memory.get().text
+    assert notes.agent_change(settings, "andy", scope, Change("add", "other"), session_id="s2",
+                              request_key="andy/s2/r0", now=now)[0]
+    assert notes.agent_change(settings, "andy", scope, Change("add", "fact 30"), session_id="s1",
+                              request_key="andy/s1/r31", now=now + timedelta(minutes=1, seconds=1))[0]
+
+
+def test_clearing_a_scope_redacts_its_earlier_changes(sqlite_app):
+    """`memory clear` (and the page's clear) leaves no words of the scope in its change records: who and
+    when stay; another scope's records keep theirs."""
+    settings = sqlite_app.config["NANOCLAW"]
+    dm, team = Scope("private", "telegram:111"), Scope("chat", "telegram:-1")
+    notes.agent_change(settings, "andy", dm, Change("add", "my locker code is 4711"), session_id="s1",
+                       request_key="andy/s1/a")
+    notes.person_change(settings, "cli", "andy", dm, "my locker code is 4711\nlikes tea")
+    notes.agent_change(settings, "andy", team, Change("add", "standup at 9"), session_id="s2", request_key="andy/s2/a")
+    notes.person_change(settings, "cli", "andy", dm, "", action="clear", why="asked to forget")
+    kept = [(c.actor, c.action, c.before_text, c.after_text) for c in
+            MemoryChange.select().where(MemoryChange.scope == dm.name).order_by(MemoryChange.id)]
+    assert kept == [("agent:andy", "add", None, None), ("cli", "edit", None, None), ("cli", "clear", None, "")]
+    assert "4711" not in " ".join(str(c.before_text) + str(c.after_text) + c.outcome for c in MemoryChange.select())
+    assert MemoryChange.get(MemoryChange.scope == team.name).after_text == "standup at 9"
+
+
 def seed(folder="andy"):
     for i, (chat, who, text) in enumerate([
             ("111", "telegram:111", "my locker code is 4711"),
