@@ -28,6 +28,10 @@ _WHY = {
                     "background monitors and workflows report outside the turn, where nobody would see "
                     "them: run the command with Bash and check on it when asked."),
     "ReportFindings": "it is a code-review screen's tool; here the findings go in your answer.",
+    # its request carries the provider's web_search server tool, which NanoClaw's door refuses: the
+    # provider would search outside the agent's allowlist and budget (the web issue brings web_search)
+    "WebSearch": "the provider's web search is refused at NanoClaw's door (it searches outside your egress "
+                 "allowlist and budget); ask for the page you need, or the owner for a search tool.",
 }
 # Also left out of the request: each tool's definition costs the CLI time on every turn (these five
 # are a third of a turn's 73 KB; docs/benchmarks.md)

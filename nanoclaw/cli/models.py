@@ -4,6 +4,9 @@ from __future__ import annotations
 import click
 
 from ..operator import models as ops
+from ..proxy import model_features
+from ..proxy.model_body import FEATURES
+from ..proxy.policy_files import policy_root
 from ..upstreams.registry import AUTH_STYLES, DEFAULT
 from .base import WHY, Mistake, get_agent, group, print_table, require_schema, settings
 
@@ -142,3 +145,36 @@ def model_clear(folder, why):
     require_schema()
     cleared = _ops(ops.clear_model, settings(), "cli", get_agent(folder), why)
     click.echo(f"{folder} runs on the defaults again" if cleared else f"{folder} had no model of its own")
+
+
+@model_group.group("feature")
+def feature_group():
+    """What an agent's model requests may ask the provider to do beyond answering. Refused at the door by
+    default: url-source and file-source (the provider fetches a URL or reads a file of its own), web_search,
+    web_fetch, code_execution (server tools), mcp_servers, container; each is fetched or run outside the
+    agent's egress allowlist and its budget's estimate."""
+
+
+@feature_group.command("allow")
+@click.argument("folder")
+@click.argument("feature", type=click.Choice(FEATURES))
+@WHY
+def feature_allow(folder, feature, why):
+    """Let agent FOLDER's model requests use FEATURE (from its next request)."""
+    _feature(folder, feature, True, why)
+
+
+@feature_group.command("deny")
+@click.argument("folder")
+@click.argument("feature", type=click.Choice(FEATURES))
+@WHY
+def feature_deny(folder, feature, why):
+    """Refuse FEATURE to agent FOLDER's model requests again (from its next request)."""
+    _feature(folder, feature, False, why)
+
+
+def _feature(folder: str, feature: str, allow: bool, why: str | None) -> None:
+    require_schema()
+    agent = get_agent(folder)
+    after = model_features.change(policy_root(settings()), agent.folder, feature, allow, "cli", why)
+    click.echo(f"{folder} may use: {', '.join(after) if after else 'no feature beyond answering'}")

@@ -28,7 +28,9 @@ from ..upstreams.chains import AgentModel, Link
 from ..usage import estimate, prices
 from ..usage.budgets import BUDGET_STATUS
 from ..usage.meter import Meter
-from . import model_paths
+from . import model_body, model_paths
+from .model_features import FeatureBook
+from .policy_files import policy_root
 from .door import Reply, Request
 from .headers import downstream_response_headers, error_body, upstream_request_headers
 from .outages import Outages
@@ -94,6 +96,7 @@ class ModelApi:
         self.breaker = failover.Breaker()
         self.outages = Outages(settings.data_dir) if spending is not None else None
         self._free_logged: set[str] = set()
+        self.features = FeatureBook(policy_root(settings))
 
     @classmethod
     def from_settings(cls, settings) -> "ModelApi":
@@ -111,6 +114,11 @@ class ModelApi:
         choice = self.book.choice(request.folder)
         if found.kind == model_paths.MODELS and choice is not None:
             return self._models(found, choice, reply)
+        if request.method == "POST":  # what the provider would fetch or run past the allowlist and the budget
+            why = model_body.refusal(request.body, self.features.allowed(request.folder), request.folder)
+            if why is not None:
+                log.warning("refused a model request of %s: %s", request.folder, why.split(":")[0])
+                return reply.error(400, why, "invalid_request_error")
         head = estimate.head_of(request.body) if request.method == "POST" else estimate.Head()
         free = self.book.free_upstreams()
         ticket, spent = None, False

