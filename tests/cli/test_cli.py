@@ -179,3 +179,21 @@ def test_help_explains(cli):
     text = " ".join(result.output.split())
     assert "dm -> pattern '.', group -> mention, thread -> mention-sticky" in text
     assert "--sender-scope" in text
+
+
+def test_model_feature_allow_and_deny_write_the_agents_policy_audited(cli, app):
+    """Issue 60, item 4: the owner allows one door feature for one agent; a feature that is not one is
+    refused in one line (exit 2), nothing written."""
+    from nanoclaw.models import AuditLog
+    from nanoclaw.proxy.model_features import FeatureBook
+    from nanoclaw.proxy.policy_files import policy_root
+    assert cli("agent", "create", "Andy").exit_code == 0
+    allowed = cli("model", "feature", "allow", "andy", "web_fetch", "--why", "reads the docs")
+    assert allowed.exit_code == 0 and "andy may use: web_fetch" in allowed.output
+    book = FeatureBook(policy_root(app.config["NANOCLAW"]))
+    assert book.allowed("andy") == {"web_fetch"}
+    assert cli("model", "feature", "deny", "andy", "web_fetch").exit_code == 0 and book.allowed("andy") == set()
+    wrong = cli("model", "feature", "allow", "andy", "teleport")
+    assert wrong.exit_code == 2 and "Traceback" not in wrong.output and "teleport" in wrong.output
+    assert [a.action for a in AuditLog.select().where(AuditLog.action.startswith("model.feature"))] == \
+        ["model.feature.allow", "model.feature.deny"]
