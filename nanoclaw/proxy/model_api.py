@@ -34,7 +34,7 @@ from .policy_files import policy_root
 from .door import Reply, Request
 from .headers import downstream_response_headers, error_body, upstream_request_headers
 from .outages import Outages
-from .spending import Spending
+from .spending import RETRY_AFTER_S, Busy, Spending
 from .upstream_book import UpstreamBook
 
 log = logging.getLogger("nanoclaw.proxy")
@@ -132,6 +132,10 @@ class ModelApi:
                 ticket = self.spending.free_ticket(request, head)
             else:
                 ticket = self.spending.admit(request, head, price, wait=not has_free, tell=not has_free)
+                if isinstance(ticket, Busy):  # two of its calls under way for a minute: the CLI retries a 429
+                    reply.simple(429, error_body(ticket, "rate_limit_error"), "application/json",
+                                 headers={"retry-after": str(RETRY_AFTER_S)})
+                    return 429
                 if isinstance(ticket, str):
                     if not has_free:  # before the call leaves the machine; the CLI does not retry a 402
                         log.warning("refused a model call of %s: its budget is spent", request.folder)

@@ -37,6 +37,18 @@ log = logging.getLogger("nanoclaw.proxy.spending")
 
 SESSION_HEADER = "x-nanoclaw-session"
 RESERVE_WAIT_S = 60.0   # how long a call waits for the agent's calls in flight to say what they cost
+MAX_IN_FLIGHT = 2       # a budgeted agent's metered calls at once (subagents' too): an overshoot is bounded
+IN_FLIGHT_WAIT_S = 60.0
+RETRY_AFTER_S = 5
+
+
+class Busy(str):
+    """Why a call waited its turn in vain: answered 429 with retry-after (the CLI retries it)."""
+
+
+def may_fly(flying: int, queue: list, me) -> bool:
+    """Whether this call may go now (pure): fewer than MAX_IN_FLIGHT in flight and first in arrival order."""
+    return flying < MAX_IN_FLIGHT and bool(queue) and queue[0] is me
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,8 @@ class Spending:
         self._reserved: dict[str, int] = {}                 # agent folder -> micro-USD held by calls in flight
         self._agent_locks: dict[str, threading.Condition] = {}
         self._estimated: set[str] = set()                   # models already logged as charged by estimate
+        self._flying: dict[str, int] = {}                   # agent folder -> metered calls in flight
+        self._queues: dict[str, list] = {}                  # agent folder -> calls waiting, in arrival order
 
     def _agent(self, folder: str) -> threading.Condition:
         with self._lock:
@@ -106,26 +120,67 @@ class Spending:
             if limits.daily_micro is None and limits.monthly_micro is None:
                 return free
             agent = self._agent(request.folder)
-            deadline = time.monotonic() + RESERVE_WAIT_S
-            with agent:
-                while True:
-                    # read under the agent's lock: `done` records a call before it lets its reservation go,
-                    # so each call's cost is in `spent` or in `reserved` whenever this looks
-                    day = ledger.today(self.tz, self.clock())
-                    spent = ledger.spent(request.folder, day)
-                    held = self.reserved(request.folder)
-                    verdict = budgets.verdict(limits, spent, day, held)
-                    if not verdict.blocked:
-                        with self._lock:
-                            self._reserved[request.folder] = held + cost
-                        return Ticket(cost, len(request.body), head.max_tokens, head.model, held=True)
-                    left = deadline - time.monotonic()
-                    if not wait or held == 0 or budgets.verdict(limits, spent, day).blocked or left <= 0:
-                        break
-                    agent.wait(min(left, 5.0))  # a call in flight may leave room when it is counted
+            if not self._take_off(request.folder, agent):
+                return Busy(f"nanoclaw: agent '{request.folder}' has {MAX_IN_FLIGHT} model calls under way (the most "
+                            f"while it has a budget); try again in {RETRY_AFTER_S} s")
+            try:
+                result = self._reserve(request, head, agent, limits, cost, wait)
+            except BaseException:
+                self._land(request.folder, agent)
+                raise
+            if not isinstance(result, Ticket):
+                self._land(request.folder, agent)  # refused: its place goes to the next
+                return self._refused(request, tell, *result)
+            return result
         except Exception as exc:  # noqa: BLE001 - the database is away or not set up (a bare proxy)
             self._unreadable(exc)
             return free
+
+    def _take_off(self, folder: str, agent: threading.Condition) -> bool:
+        """Wait (in arrival order, up to IN_FLIGHT_WAIT_S) for a place among the agent's calls in flight."""
+        me = object()
+        deadline = time.monotonic() + IN_FLIGHT_WAIT_S
+        with agent:
+            queue = self._queues.setdefault(folder, [])
+            queue.append(me)
+            try:
+                while not may_fly(self._flying.get(folder, 0), queue, me):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    agent.wait(left)
+                self._flying[folder] = self._flying.get(folder, 0) + 1
+                return True
+            finally:
+                queue.remove(me)
+                agent.notify_all()
+
+    def _land(self, folder: str, agent: threading.Condition) -> None:
+        with agent:
+            self._flying[folder] = max(0, self._flying.get(folder, 0) - 1)
+            agent.notify_all()
+
+    def _reserve(self, request, head, agent, limits, cost, wait) -> Ticket | tuple:
+        """The reservation under the agent's lock: a held ticket, or (verdict, held) when it may not go."""
+        deadline = time.monotonic() + RESERVE_WAIT_S
+        with agent:
+            while True:
+                # read under the agent's lock: `done` records a call before it lets its reservation go,
+                # so each call's cost is in `spent` or in `reserved` whenever this looks
+                day = ledger.today(self.tz, self.clock())
+                spent = ledger.spent(request.folder, day)
+                held = self.reserved(request.folder)
+                verdict = budgets.verdict(limits, spent, day, held)
+                if not verdict.blocked:
+                    with self._lock:
+                        self._reserved[request.folder] = held + cost
+                    return Ticket(cost, len(request.body), head.max_tokens, head.model, held=True)
+                left = deadline - time.monotonic()
+                if not wait or held == 0 or budgets.verdict(limits, spent, day).blocked or left <= 0:
+                    return verdict, held
+                agent.wait(min(left, 5.0))  # a call in flight may leave room when it is counted
+
+    def _refused(self, request, tell: bool, verdict, held: int) -> str:
         if tell:
             self._event("block", request.folder, verdict.period, self.session_of(request), verdict.spent_micro,
                         verdict.limit_micro)
@@ -148,6 +203,7 @@ class Spending:
             if ticket.held:
                 agent = self._agent(request.folder)
                 with agent:
+                    self._flying[request.folder] = max(0, self._flying.get(request.folder, 0) - 1)
                     with self._lock:
                         left = self._reserved.get(request.folder, 0) - ticket.estimate_micro
                         if left > 0:

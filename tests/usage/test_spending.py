@@ -359,3 +359,41 @@ def test_usage_budget_list_and_clear_and_the_cost_metric_agree_with_the_ledger(d
     door.model_api.spending.limits.forget()
     assert ask(door, "andy", "s-andy")[0] == 200   # no budget: it goes
     assert cli("usage", "nobody").exit_code == 2
+
+
+def test_a_budgeted_agent_has_at_most_two_calls_at_the_provider(door, cli, monkeypatch):
+    """Issue 60, item 4: whatever the estimate, an overshoot is bounded by a constant: while an agent has a
+    budget, two of its calls are at the provider at once; a third waits its turn (then goes), and one that
+    waited too long gets a 429 with retry-after, which the CLI retries. An agent without a budget is not
+    held back."""
+    import time
+    from nanoclaw.proxy import spending
+    assert cli("budget", "set", "andy", "--daily", "50").exit_code == 0
+    door.model.script = lambda req: Reply.say("ok", model="claude-sonnet-4-5-20250929", input_tokens=10, delay_s=0.6)
+
+    def at_once(folder: str, n: int):
+        with ThreadPoolExecutor(n) as pool:
+            return list(pool.map(lambda _: ask(door, folder), range(n)))
+
+    def most_at_once(calls) -> int:
+        spans = [(c.received_mono, c.received_mono + (c.handled_s or 0)) for c in calls]
+        return max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+
+    assert [status for status, _h, _b in at_once("andy", 4)] == [200] * 4
+    assert most_at_once(door.model.model_calls()) == 2
+    before = len(door.model.model_calls())
+    assert [status for status, _h, _b in at_once("bea", 4)] == [200] * 4  # no budget: all four at once
+    assert most_at_once(door.model.model_calls()[before:]) == 4
+
+    monkeypatch.setattr(spending, "IN_FLIGHT_WAIT_S", 0.2)
+    door.model.script = lambda req: Reply.say("ok", model="claude-sonnet-4-5-20250929", input_tokens=10, delay_s=1.5)
+    answers = at_once("andy", 3)
+    busy = [(h, b) for status, h, b in answers if status == 429]
+    assert len(busy) == 1 and sorted(s for s, _h, _b in answers) == [200, 200, 429]
+    headers, body = busy[0]
+    assert {k.lower(): v for k, v in headers.items()}["retry-after"] == str(spending.RETRY_AFTER_S)
+    assert b"2 model calls under way" in body
+    deadline = time.monotonic() + 10
+    while door.model_api.spending._flying.get("andy"):  # every place given back once the answers are counted
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
