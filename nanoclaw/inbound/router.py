@@ -33,6 +33,7 @@ from ..channels.events import InboundEvent, event_from_json
 from ..db import database
 from ..models import DroppedMessage, MessagingGroup, Session, User, UserDm, utcnow
 from ..sessions import store
+from .grown import has_grown, regrow
 from .inbox import InboxFiles
 
 log = logging.getLogger("nanoclaw.router")
@@ -136,6 +137,8 @@ def _route(event: InboundEvent, settings, wake, *, replay: bool, accepted: bool)
         return drop(event, step, keep_content=False)
     elif not mg.name and event.chat_name:
         name_chat(mg, event.chat_name)
+    if has_grown(mg.kind, event.kind):  # a DM with a second person now: its private reach ends here
+        mg = regrow(mg, event, wake, lambda e, text: tell(e, settings, text))
     # the agents: read, decide, act
     thread_id = decide.thread_of(mg.kind, event.thread_id, event.thread_root)
     facts = facts_of.read(mg, event.user_id, thread_id, decide.session_thread(mg.kind, thread_id),

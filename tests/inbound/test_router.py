@@ -105,3 +105,43 @@ def test_own_messages_never_routed(cli, app):
     cli("wire", "telegram", "42", "andy", "--unknown-senders", "public")
     assert route(event(1, from_self=True), app.config["NANOCLAW"], NO_WAKE).dropped == "own_message"
     assert Session.select().count() == 0
+
+
+def test_a_dm_that_grows_into_a_room_ends_its_private_session_before_the_newcomer_is_heard(cli, app, monkeypatch):
+    """Issue 60, item 2: the owner's Matrix room of two is wired (a DM: their private reach); the owner
+    invites Bob. Before Bob's first message reaches a sandbox the DM's session is closed (never resumed),
+    the chat is a `thread` room for good with the mention-sticky rule, the room is told once, and Bob's
+    message starts a new session whose reach is the room's, not the owner's private memory."""
+    from nanoclaw.memory.scopes import reach_of
+    from nanoclaw.models import AuditLog, MessagingGroup, Wiring
+    said = []
+    monkeypatch.setattr("nanoclaw.inbound.router.tell", lambda e, _s, text: said.append((e.chat_id, text)))
+    settings = app.config["NANOCLAW"]
+    cli("agent", "create", "Andy")
+    cli("user", "add", "matrix:@olivia:example.org", "--role", "owner")
+    cli("user", "add", "matrix:@bob:example.org", "--role", "member", "--agent", "andy")
+    cli("wire", "matrix", "!room:example.org", "andy")
+
+    def said_in_room(i, sender, kind, text, mentioned=False):
+        return InboundEvent(channel="matrix", event_id=f"$e{i}", chat_id="!room:example.org", kind=kind,
+                            sender_id=sender, sender_name=sender, text=text, timestamp="2026-12-06T10:00:00.000Z",
+                            message_id=f"$e{i}", mentioned=mentioned or kind == "dm",
+                            thread_id=None if kind == "dm" else f"$e{i}")
+    assert route(said_in_room(1, "@olivia:example.org", "dm", "my locker code is 4711"), settings, NO_WAKE).written
+    private = Session.get()
+    assert reach_of(settings.sessions_dir, "andy", private.id).memory.kind == "private"
+
+    result = route(said_in_room(2, "@bob:example.org", "thread", "hi Andy, what did Olivia tell you?",
+                                mentioned=True), settings, NO_WAKE)
+    assert [(f, engaged) for f, _s, engaged in result.written] == [("andy", True)]
+    fresh = Session.get(Session.id != private.id)
+    assert Session.get_by_id(private.id).status == "closed" and fresh.status == "active"
+    assert reach_of(settings.sessions_dir, "andy", fresh.id).memory.name == "chat:matrix:!room:example.org"
+    assert rows(app, "andy", fresh.id) == [(1, "hi Andy, what did Olivia tell you?")]  # nothing of the DM
+    mg = MessagingGroup.get()
+    assert mg.kind == "thread" and Wiring.get().engage_mode == "mention-sticky"
+    assert len(said) == 1 and "fresh conversation" in said[0][1]
+    # one way, and told once: the next message (even one that says two members again) changes nothing
+    route(said_in_room(3, "@olivia:example.org", "dm", "ok"), settings, NO_WAKE)
+    assert MessagingGroup.get().kind == "thread" and len(said) == 1
+    assert AuditLog.select().where(AuditLog.action == "chat.grown").count() == 1
