@@ -35,6 +35,7 @@ SQLITE_PRAGMAS = {
     "foreign_keys": 1,
     "busy_timeout": 5000,
     "synchronous": "normal",
+    "secure_delete": 1,   # what is deleted (a forgotten history, a cleared memory) is zeroed, not left in free pages
 }
 
 

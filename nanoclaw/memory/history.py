@@ -105,7 +105,10 @@ def prune(keep_days: int, now: datetime | None = None) -> int:
     cutoff = ((now or datetime.now(timezone.utc)) - timedelta(days=keep_days)).strftime("%Y-%m-%dT%H:%M:%S")
     catch_up()  # a row leaves the index as it goes (the delete trigger): it must be in it first
     with database.atomic():
-        return History.delete().where(History.said_at < cutoff).execute()
+        removed = History.delete().where(History.said_at < cutoff).execute()
+    if removed:
+        scrub()
+    return removed
 
 
 def forget(folder: str, *, channel: str | None = None, chat_id: str | None = None,
@@ -117,7 +120,26 @@ def forget(folder: str, *, channel: str | None = None, chat_id: str | None = Non
         query_ = query_.where(History.said_at < before)
     catch_up()
     with database.atomic():
-        return query_.execute()
+        removed = query_.execute()
+    if removed:
+        scrub()
+    return removed
+
+
+def scrub() -> None:
+    """After a forget or a prune, nothing of the words stays readable in the database's files (SQLite): the
+    rows' pages were zeroed as they were deleted (secure_delete, db.SQLITE_PRAGMAS), the full-text index is
+    merged into one segment (`optimize` drops the deleted entries the older segments still held), and the
+    write-ahead log is checkpointed and truncated. PostgreSQL keeps dead tuples until its VACUUM (autovacuum
+    runs on its own; `VACUUM history` at once): docs/security.md says so."""
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        return
+    with database.atomic():
+        database.execute_sql("INSERT INTO history_fts(history_fts) VALUES ('optimize')")
+    busy, _log, _done = database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        log.warning("the history's write-ahead log could not be truncated now (a reader holds it); it is on the "
+                    "next checkpoint")
 
 
 def oldest(folder: str | None = None) -> str | None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from nanoclaw.memory import entries, history, notes, query
 from nanoclaw.memory.entries import Change, Refused
 from nanoclaw.memory.scopes import Reach, Scope, decide
-from nanoclaw.memory.tables import Memory, MemoryChange
+from nanoclaw.memory.tables import History, Memory, MemoryChange
 
 
 # --- entries (pure) -----------------------------------------------------------------------------
@@ -124,6 +124,33 @@ def test_clearing_a_scope_redacts_its_earlier_changes(sqlite_app):
     assert kept == [("agent:andy", "add", None, None), ("cli", "edit", None, None), ("cli", "clear", None, "")]
     assert "4711" not in " ".join(str(c.before_text) + str(c.after_text) + c.outcome for c in MemoryChange.select())
     assert MemoryChange.get(MemoryChange.scope == team.name).after_text == "standup at 9"
+
+
+def database_bytes(settings) -> bytes:
+    path = settings.data_dir / "nanoclaw.db"
+    return b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal")) if p.exists())
+
+
+@pytest.mark.parametrize("how", ["forget", "prune"])
+def test_after_a_forget_or_a_prune_no_word_is_left_in_the_database_files(sqlite_app, how):
+    """Issue 60, item 6: `history forget` and retention leave nothing of the text readable from the files:
+    not in the full-text index's pages, not in free pages, not in the write-ahead log."""
+    settings = sqlite_app.config["NANOCLAW"]
+    for i in range(40):  # enough rows for several index segments and pages
+        history.add("andy", "telegram", "111", None, "s", f"w{i}", "telegram:111", "Olivia",
+                    "2020-01-01T10:00:00" if how == "prune" else "2026-11-20T10:00:00",
+                    f"my zanzibarquux code is {4700 + i} and more words to fill the page {i}")
+    history.add("andy", "telegram", "222", None, "s", "kept", "telegram:222", "Bob", "2026-11-21T10:00:00",
+                "the team meets on Fridays")
+    history.catch_up()
+    assert b"zanzibarquux" in database_bytes(settings)  # it is there to be found first
+    if how == "forget":
+        assert history.forget("andy", channel="telegram", chat_id="111") == 40
+    else:
+        assert history.prune(365) == 40
+    found = database_bytes(settings)
+    assert b"zanzibarquux" not in found and b"4711" not in found
+    assert [h.text for h in History.select()] == ["the team meets on Fridays"]
 
 
 def seed(folder="andy"):
