@@ -88,6 +88,27 @@ def upstream_test(name, model):
         raise SystemExit(1)
 
 
+@upstream_group.command("grant")
+@click.argument("folder")
+@click.argument("name")
+@WHY
+def upstream_grant(folder, name, why):
+    """Let an admin of agent FOLDER put it on upstream NAME (the owner's choice; a free upstream's calls are
+    never refused for a budget). Until the first grant or revoke, an agent has every upstream not priced free."""
+    after = _ops(ops.grant, settings(), "cli", get_agent(folder), name, True, why)
+    click.echo(f"{folder}'s admins may choose: {', '.join(sorted(after))}")
+
+
+@upstream_group.command("revoke")
+@click.argument("folder")
+@click.argument("name")
+@WHY
+def upstream_revoke(folder, name, why):
+    """Take upstream NAME away from what an admin of agent FOLDER may choose (its current model stays)."""
+    after = _ops(ops.grant, settings(), "cli", get_agent(folder), name, False, why)
+    click.echo(f"{folder}'s admins may choose: {', '.join(sorted(after)) or 'nothing but what the owner sets'}")
+
+
 def _model_on(name: str) -> str | None:
     from ..models import AgentGroup
     for agent in AgentGroup.select().order_by(AgentGroup.folder):

@@ -103,10 +103,55 @@ def _may_set(actor: str, agent: AgentGroup) -> None:
         raise ModelRefused("you administer other agents, not this one")
 
 
+# --- which upstreams an admin may put an agent on (trust round five, item 8) ---------------------
+
+GRANTS_FILE = "upstream_grants.json"
+
+
+def granted(settings, agent: AgentGroup) -> set[str]:
+    """The upstreams an admin may put this agent on: the owner's grants; without any (every install before
+    grants existed), every upstream not priced free, so nothing that worked breaks."""
+    path = policy_root(settings) / agent.folder / GRANTS_FILE
+    found = upstreams(settings)
+    try:
+        listed = json.loads(path.read_text(encoding="utf-8")).get("granted")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    if isinstance(listed, list):
+        return {name for name in listed if name in found or name == registry.DEFAULT}
+    return {registry.DEFAULT} | {name for name, upstream in found.items() if not upstream.free}
+
+
+def grant(settings, actor: str, agent: AgentGroup, name: str, allow: bool, why: str | None = None) -> set[str]:
+    """The owner grants or revokes one upstream for one agent; the grants after."""
+    _owner(actor)
+    found = upstreams(settings)
+    if name not in found and name != registry.DEFAULT:
+        raise ModelRefused(f"no model upstream {name!r} (registered: {', '.join(sorted(found)) or 'none'})")
+    before = granted(settings, agent)
+    after = before | {name} if allow else before - {name}
+    write_json(policy_root(settings) / agent.folder / GRANTS_FILE, {"granted": sorted(after)})
+    audit(actor, "upstream.grant" if allow else "upstream.revoke", agent.folder, upstream=name,
+          **({"why": why} if why else {}))
+    return after
+
+
+def _may_use(settings, actor: str, agent: AgentGroup, choice: AgentModel) -> None:
+    """An admin (not the owner) may put an agent only on upstreams the owner granted it."""
+    if actor == "cli" or lookups.is_owner(actor):
+        return
+    allowed = granted(settings, agent)
+    for link in choice.chain:
+        if link.upstream not in allowed:
+            raise ModelRefused(f"upstream {link.upstream!r} is not granted to {agent.folder}; the owner grants it "
+                               f"with: flask --app app nanoclaw upstream grant {agent.folder} {link.upstream}")
+
+
 def set_model(settings, actor: str, agent: AgentGroup, model: str, upstream: str | None = None,
               fallbacks: list[str] = (), effort: str | None = None, why: str | None = None, *, wake=None) -> AgentModel:
     _may_set(actor, agent)
     choice = _rule(chains.build, model, upstream, list(fallbacks), effort, upstreams(settings))
+    _may_use(settings, actor, agent, choice)
     before = current(settings, agent)
     write_json(chains.path_of(policy_root(settings), agent.folder), choice.as_dict())
     audit(actor, "model.set", agent.folder, before=before.describe() if before else None, after=choice.describe(),

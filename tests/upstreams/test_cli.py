@@ -153,3 +153,36 @@ def test_the_ledger_keeps_upstream_asked_and_answered_model_on_both_databases(ap
     assert rows[("anthropic", "claude-haiku-4-5", "claude-haiku-4-5")].switched == 0
     out = app.test_cli_runner().invoke(args=["nanoclaw", "usage", "--days", "3660"]).output
     assert "backup" in out and "2 call(s) answered by a fallback" in out
+
+
+def test_a_scoped_admin_may_put_an_agent_only_on_upstreams_the_owner_granted(cli):
+    """Issue 60, item 8: an admin of Andy cannot move it to the upstream the owner priced free (its calls
+    are never refused for a budget) until the owner grants it; every upstream not priced free is granted
+    until the first grant or revoke (installs before grants keep working); the owner is not held back."""
+    from nanoclaw.models import AgentGroup, AuditLog
+    from nanoclaw.operator import models as ops
+    assert cli("user", "add", "telegram:7", "--role", "admin", "--agent", "andy").exit_code == 0
+    assert cli("upstream", "add", "local", "--url", "http://127.0.0.1:9", "--auth", "none", "--prices", "free"
+               ).exit_code == 0
+    assert cli("upstream", "add", "paid", "--url", "http://127.0.0.1:9", "--auth", "none").exit_code == 0
+    settings, andy = cli.settings, AgentGroup.get(AgentGroup.folder == "andy")
+    assert ops.granted(settings, andy) == {"anthropic", "paid"}
+    with pytest.raises(ops.ModelRefused, match="not granted to andy.*upstream grant andy local"):
+        ops.set_model(settings, "telegram:7", andy, "llama3.1:8b", "local")
+    with pytest.raises(ops.ModelRefused, match="'local' is not granted"):
+        ops.set_model(settings, "telegram:7", andy, "claude-sonnet-4-5", fallbacks=["local:llama3.1:8b"])
+    assert not (settings.data_dir / "policy" / "andy" / "model.json").exists()  # nothing written
+    ops.set_model(settings, "telegram:7", andy, "claude-sonnet-4-5", "paid")  # granted: goes
+    granted = cli("upstream", "grant", "andy", "local", "--why", "the home GPU")
+    assert granted.exit_code == 0 and "anthropic, local, paid" in granted.output
+    ops.set_model(settings, "telegram:7", andy, "llama3.1:8b", "local")
+    assert cli("upstream", "revoke", "andy", "paid").exit_code == 0
+    with pytest.raises(ops.ModelRefused):
+        ops.set_model(settings, "telegram:7", andy, "claude-sonnet-4-5", "paid")
+    with pytest.raises(ops.ModelRefused, match="only the owner"):
+        ops.grant(settings, "telegram:7", andy, "paid", True)
+    wrong = cli("upstream", "grant", "andy", "nowhere")
+    assert wrong.exit_code == 2 and "no model upstream 'nowhere'" in wrong.output
+    assert [a.action for a in AuditLog.select().where(AuditLog.action.startswith("upstream.g") |
+                                                      AuditLog.action.startswith("upstream.r"))] == \
+        ["upstream.grant", "upstream.revoke"]
