@@ -5,7 +5,12 @@ classes (JsonMessageEnvelope, JsonDataMessage, JsonSyncMessage, JsonSendMessageR
 - POST /api/v1/rpc: version, getUserStatus, send (recipient | groupId | noteToSelf, message,
   attachments as data: URIs, quoteTimestamp/quoteAuthor, editTimestamp, voiceNote), sendReaction,
   remoteDelete, sendTyping, getAttachment (base64), listGroups; errors as signal-cli gives them
-  (-1 user error, -5 rate limit, -32601 no such method);
+  (-1 user error, -5 rate limit, -32601 no such method). A send that reached no recipient is not a
+  result but JSON-RPC error -1 "Failed to send message" with the per-recipient results in
+  `error.data.response` (SendMessageResultUtils, SignalJsonRpcCommandHandler; since 0.12.3), each a
+  JsonSendMessageResult: `type` SUCCESS, NETWORK_FAILURE, UNREGISTERED_FAILURE, IDENTITY_FAILURE,
+  RATE_LIMIT_FAILURE (with `retryAfterSeconds`) or PROOF_REQUIRED_FAILURE (with `token` and
+  `retryAfterSeconds`). `unreachable` and `rate_limited` make a recipient fail those ways;
 - GET /api/v1/events: server-sent events (`event:receive`, `data:{"envelope": …, "account": …}`),
   a `:` keep-alive every 15 s, the body chunked as Java's HttpServer sends it;
 - GET /api/v1/check: 200.
@@ -96,6 +101,8 @@ class FakeSignalCli(FakePlatform):
         self.directory: dict[str, str] = {account: self.account_uuid}  # number -> ACI uuid
         self.known: set[str] = {self.account_uuid}                     # everyone on Signal, numbers hidden or not
         self.attachments: dict[str, bytes] = {}
+        self.unreachable: set[str] = set()         # uuids whose sends fail with NETWORK_FAILURE (Signal away)
+        self.rate_limited: dict[str, int] = {}     # uuid -> retryAfterSeconds of a RATE_LIMIT_FAILURE
         self.waiting: deque[dict] = deque()      # events not yet read by a client
         self.delivered: list[dict] = []          # events written to a client, in order
         self.clients = 0
@@ -213,7 +220,7 @@ class FakeSignalCli(FakePlatform):
         try:
             result = self._call(method, params)
         except RpcError as exc:
-            return 200, {"jsonrpc": "2.0", "error": {"code": exc.code, "message": exc.message, "data": None},
+            return 200, {"jsonrpc": "2.0", "error": {"code": exc.code, "message": exc.message, "data": exc.data},
                          "id": ident}, {}
         return 200, {"jsonrpc": "2.0", "result": result, "id": ident}, {}
 
@@ -255,20 +262,32 @@ class FakeSignalCli(FakePlatform):
         for uri in params.get("attachments") or ([params["attachment"]] if params.get("attachment") else []):
             if not str(uri).startswith("data:"):
                 raise RpcError(-1, "Attachment file not found: " + str(uri)[:60])  # a path on the daemon's side
-        known = self.known
-        results = [{"recipientAddress": {"uuid": r, "number": next((n for n, u in self.directory.items() if u == r),
-                                                                    None)},
-                    "type": "SUCCESS" if r in known else "UNREGISTERED_FAILURE"} for r in recipients]
+        results = [self._result(r) for r in recipients]
         if params.get("groupId"):
             results = [{"recipientAddress": {"uuid": person_uuid(99), "number": None}, "groupId": params["groupId"],
                         "type": "SUCCESS"}]
-        return {"timestamp": self.stamp(), "results": results}
+        answer = {"timestamp": self.stamp(), "results": results}
+        if results and not any(r["type"] == "SUCCESS" for r in results):
+            raise RpcError(-1, "Failed to send message", data={"response": answer})
+        return answer
+
+    def _result(self, uuid: str) -> dict:
+        """One JsonSendMessageResult."""
+        address = {"uuid": uuid, "number": next((n for n, u in self.directory.items() if u == uuid), None)}
+        if uuid not in self.known:
+            return {"recipientAddress": address, "type": "UNREGISTERED_FAILURE"}
+        if uuid in self.unreachable:
+            return {"recipientAddress": address, "type": "NETWORK_FAILURE"}
+        if uuid in self.rate_limited:
+            return {"recipientAddress": address, "type": "RATE_LIMIT_FAILURE",
+                    "retryAfterSeconds": self.rate_limited[uuid]}
+        return {"recipientAddress": address, "type": "SUCCESS"}
 
 
 class RpcError(Exception):
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int, message: str, data: dict | None = None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.data = code, message, data
 
 
 def data_uri(uri: str) -> tuple[str, str | None, bytes]:

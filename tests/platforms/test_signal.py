@@ -82,6 +82,44 @@ def test_long_text_is_split_and_an_unregistered_number_is_a_permanent_failure(ta
     assert refused.value.permanent and "UNREGISTERED" in str(refused.value)
 
 
+def test_a_send_signal_could_not_make_now_is_tried_again_and_only_a_lasting_one_is_given_up(talk):
+    """Issue 61, item 1, against signal-cli's own answer: a send that reached no recipient is JSON-RPC error
+    -1 "Failed to send message" with the results in error.data.response. A network failure is tried again
+    (delivery keeps the row), a rate limit after Signal's retryAfterSeconds, an unregistered user never."""
+    adapter, daemon, alice = talk
+    dm = Target("signal", alice)
+    daemon.unreachable.add(alice)
+    with pytest.raises(DeliveryError) as away:
+        adapter.send_text(dm, "are you there?")
+    assert not away.value.permanent and "NETWORK_FAILURE" in str(away.value) and away.value.retry_after is None
+    daemon.unreachable.clear()
+    daemon.rate_limited[alice] = 1234
+    with pytest.raises(DeliveryError) as slow:
+        adapter.send_text(dm, "are you there?")
+    assert not slow.value.permanent and slow.value.retry_after == 1234
+    del daemon.rate_limited[alice]
+    assert adapter.send_text(dm, "are you there?").isdigit()  # the same row, delivered once Signal takes it
+    answers = [r.json for r in daemon.accepted(lambda r: r.path == "/api/v1/rpc")
+               if isinstance(r.json, dict) and r.json.get("method") == "send"]
+    assert len(answers) == 3
+
+
+def test_what_a_failed_send_means():
+    from nanoclaw.platforms.signal.rpc import failure
+    def error(*kinds, code=-1, **extra):
+        results = [{"recipientAddress": {"uuid": f"u{i}"}, "type": k, **extra} for i, k in enumerate(kinds)]
+        return {"code": code, "message": "Failed to send message", "data": {"response": {"timestamp": 1,
+                                                                                         "results": results}}}
+    assert failure("send", error("UNREGISTERED_FAILURE")).permanent
+    assert failure("send", error("UNREGISTERED_FAILURE", "IDENTITY_FAILURE")).permanent
+    assert not failure("send", error("UNREGISTERED_FAILURE", "NETWORK_FAILURE")).permanent  # one may still get it
+    assert failure("send", error("RATE_LIMIT_FAILURE", code=-5, retryAfterSeconds=90)).retry_after == 90
+    assert failure("send", error("PROOF_REQUIRED_FAILURE", token="t")).retry_after == 60  # no wait given
+    assert failure("send", {"code": -1, "message": "No recipients given", "data": None}).permanent
+    assert failure("send", {"code": -5, "message": "Rate limit"}).retry_after == 60
+    assert not failure("send", {"code": -3, "message": "IO"}).permanent
+
+
 def test_files_go_as_data_uris_and_come_back_over_the_api(talk, tmp_path):
     adapter, daemon, alice = talk
     chart = tmp_path / "chart.png"

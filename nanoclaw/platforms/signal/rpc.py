@@ -53,11 +53,7 @@ class Rpc:
                                 permanent=resp.status_code in (404, 405, 415, 421))
         error = answer.get("error")
         if isinstance(error, dict):
-            code, message = error.get("code"), str(error.get("message") or "")[:300]
-            if code == RATE_LIMITED:
-                raise DeliveryError(f"signal-cli: {method}: rate limited by Signal ({message})", retry_after=60)
-            raise DeliveryError(f"signal-cli: {method}: {message} ({code})",
-                                permanent=code in (USER_ERROR, UNTRUSTED, -32601, -32602))
+            raise failure(method, error)
         return answer.get("result")
 
     def sent(self, method: str, params: dict) -> str:
@@ -65,12 +61,10 @@ class Rpc:
         failed makes it a DeliveryError (a rate limit retried, an unregistered number not)."""
         result = self.call(method, params)
         results = result.get("results") if isinstance(result, dict) else None
-        for one in results if isinstance(results, list) else []:
-            kind = one.get("type") if isinstance(one, dict) else None
-            if kind and kind != "SUCCESS":
-                wait = one.get("retryAfterSeconds")
-                raise DeliveryError(f"signal-cli: {method}: {kind}", retry_after=float(wait) if wait else None,
-                                    permanent=kind in ("UNREGISTERED_FAILURE", "IDENTITY_FAILURE"))
+        failed = [one for one in results if isinstance(one, dict) and one.get("type") not in (None, "SUCCESS")] \
+            if isinstance(results, list) else []
+        if failed:
+            raise from_results(method, failed)
         stamp = result.get("timestamp") if isinstance(result, dict) else None
         if not isinstance(stamp, int):
             raise DeliveryError(f"signal-cli: {method} gave no timestamp")
@@ -97,6 +91,42 @@ class Rpc:
                 uuid = one.get("uuid") if one.get("isRegistered") else None
                 out[one["recipient"]] = uuid if isinstance(uuid, str) else None
         return out
+
+
+PERMANENT = ("UNREGISTERED_FAILURE", "IDENTITY_FAILURE")   # a recipient not on Signal, or not trusted
+WAITS = ("RATE_LIMIT_FAILURE", "PROOF_REQUIRED_FAILURE")   # Signal says when to try again
+DEFAULT_WAIT_S = 60.0
+
+
+def from_results(method: str, failed: list[dict]) -> DeliveryError:
+    """What the recipients' failures mean for the row (pure): any recipient Signal could not reach now
+    (NETWORK_FAILURE, an unknown kind) is tried again; a rate limit after the longest retryAfterSeconds any
+    result gives; only when every failure is for good (not on Signal, untrusted) is it permanent."""
+    kinds = sorted({str(one.get("type")) for one in failed})
+    waits = [float(w) for one in failed if str(one.get("type")) in WAITS
+             and isinstance(w := one.get("retryAfterSeconds"), (int, float)) and not isinstance(w, bool) and w >= 0]
+    limited = any(kind in WAITS for kind in kinds)
+    return DeliveryError(f"signal-cli: {method}: {', '.join(kinds)}",
+                         retry_after=min(max(waits), 86400.0) if waits else (DEFAULT_WAIT_S if limited else None),
+                         permanent=all(kind in PERMANENT for kind in kinds))
+
+
+def failure(method: str, error: dict) -> DeliveryError:
+    """A JSON-RPC error as the row's outcome (pure). signal-cli answers a send that reached no recipient
+    with error -1 and the per-recipient results in error.data.response (since 0.12.3): those decide, as for
+    a partial failure. Otherwise: -5 rate limited (retryAfterSeconds when given), -1 (a user error: the
+    request itself is wrong), -4 (untrusted identity) and unknown-method errors for good, the rest again."""
+    code, message = error.get("code"), str(error.get("message") or "")[:300]
+    data = error.get("data") if isinstance(error.get("data"), dict) else {}
+    response = data.get("response") if isinstance(data.get("response"), dict) else {}
+    results = response.get("results") if isinstance(response.get("results"), list) else []
+    failed = [one for one in results if isinstance(one, dict) and one.get("type") not in (None, "SUCCESS")]
+    if failed:
+        return from_results(method, failed)
+    if code == RATE_LIMITED:
+        return DeliveryError(f"signal-cli: {method}: rate limited by Signal ({message})", retry_after=DEFAULT_WAIT_S)
+    return DeliveryError(f"signal-cli: {method}: {message} ({code})",
+                         permanent=code in (USER_ERROR, UNTRUSTED, -32601, -32602))
 
 
 def resolve_number(settings, value: str) -> str:
