@@ -104,3 +104,30 @@ def test_each_existing_task_is_given_the_chat_of_its_session(db, tmp_path):
     migrate.apply_pending(db, log=lambda _l: None)
     found = dict(db.execute_sql("SELECT id, messaging_group_id FROM scheduled_tasks").fetchall())
     assert found == {"in-dm": 8, "orphan": None}
+
+
+def test_the_history_already_kept_is_folded_and_indexed_again(db, tmp_path):
+    """0021 (issue 61, item 3): messages kept before folding are found by their words without accents."""
+    import shutil
+    early = tmp_path / "early"
+    early.mkdir()
+    for m in migrate.discover():
+        if m.version < 21:
+            shutil.copy(m.path, early)
+    migrate.apply_pending(db, early, log=lambda _l: None)
+    p = db.param
+    db.execute_sql(f"INSERT INTO history (agent_folder, channel_type, platform_id, message_key, said_at, text) "
+                   f"VALUES ('andy', 'telegram', '1', 'k1', '2026-11-20T10:00:00', {p})", ("Lunch at Café Müller",))
+    postgres = "Postgres" in type(db).__name__
+    if not postgres:  # indexed as the old catch_up did
+        db.execute_sql("INSERT INTO history_fts(rowid, text) SELECT id, text FROM history")
+        db.execute_sql("UPDATE history_fts_state SET last_id = (SELECT MAX(id) FROM history)")
+    migrate.apply_pending(db, log=lambda _l: None)
+    assert db.execute_sql("SELECT norm FROM history").fetchone()[0] == "lunch at cafe muller"
+    if postgres:
+        found = db.execute_sql("SELECT COUNT(*) FROM history WHERE tsv @@ to_tsquery('simple', 'muller')")
+        assert found.fetchone()[0] == 1
+    else:
+        assert db.execute_sql("SELECT last_id FROM history_fts_state").fetchone()[0] == 0  # indexed again
+        db.execute_sql("INSERT INTO history_fts(rowid, norm) SELECT id, norm FROM history")  # what catch_up does
+        assert db.execute_sql("SELECT rowid FROM history_fts WHERE history_fts MATCH 'muller'").fetchall() == [(1,)]

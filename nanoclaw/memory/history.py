@@ -49,10 +49,10 @@ def add(folder: str, channel: str, chat_id: str, thread_id: str | None, session_
     p = database.param
     # within a routing round, written with the commit that marks its events routed (db.deferring)
     defer("INSERT INTO history (agent_folder, channel_type, platform_id, thread_id, session_id, message_key, "
-          f"sender_id, sender_name, said_at, text) VALUES ({', '.join([p] * 10)}) "
+          f"sender_id, sender_name, said_at, text, norm) VALUES ({', '.join([p] * 11)}) "
           "ON CONFLICT (agent_folder, message_key) DO NOTHING",
           (folder, channel, chat_id, thread_id, session_id or "", key[:300], sender_id or "",
-           (sender_name or "")[:255], said_at, text[:MAX_TEXT]))
+           (sender_name or "")[:255], said_at, text[:MAX_TEXT], query.fold(text[:MAX_TEXT])))
 
 
 def catch_up() -> int:
@@ -64,7 +64,7 @@ def catch_up() -> int:
         top = database.execute_sql("SELECT COALESCE(MAX(id), 0) FROM history").fetchone()[0]
         if top <= last:
             return 0
-        database.execute_sql("INSERT INTO history_fts(rowid, text) SELECT id, text FROM history WHERE id > ? "
+        database.execute_sql("INSERT INTO history_fts(rowid, norm) SELECT id, norm FROM history WHERE id > ? "
                              "ORDER BY id", (last,))
         database.execute_sql("UPDATE history_fts_state SET last_id = ? WHERE id = 1", (top,))
         return top - last

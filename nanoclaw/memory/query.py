@@ -1,12 +1,15 @@
 """A search as the agent words it, turned into each backend's query (pure).
 
-Plain words, no operators passed through: each word matches as a case-insensitive prefix, every word
-must match, a "quoted phrase" matches those words in that order. Words are cut into tokens the way
-both indexes cut text (letters and digits; everything else separates), so both answer alike.
+Plain words, no operators passed through: each word matches as a prefix, ignoring case and accents,
+every word must match, a "quoted phrase" matches those words in that order. Words are cut into tokens
+the way both indexes cut text (letters and digits; everything else separates), so both answer alike.
+The index reads each message folded (`fold`: NFKD, combining marks dropped, case folded) and a query is
+folded the same way, so a word copied from a message always finds it, however it was typed.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 MAX_QUERY = 500
@@ -25,11 +28,18 @@ class Term:
     phrase: bool  # a quoted phrase: exact tokens; else the last token is a prefix
 
 
+def fold(text: str) -> str:
+    """Text as the index reads it and a query is matched (pure): compatibility-decomposed (NFKD), every
+    combining mark dropped (é, an NFD e + ́, and the dot of İ), case folded (ß -> ss)."""
+    decomposed = unicodedata.normalize("NFKD", text or "")
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+
+
 def parse(raw: str) -> list[Term]:
     text = str(raw or "")[:MAX_QUERY]
     terms: list[Term] = []
     for quoted, word in _PART.findall(text):
-        tokens = tuple(t.lower() for t in _TOKEN.findall(quoted if quoted else word))
+        tokens = tuple(_TOKEN.findall(fold(quoted if quoted else word)))
         if tokens:
             terms.append(Term(tokens, phrase=bool(quoted)))
     if not terms:

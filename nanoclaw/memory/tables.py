@@ -44,6 +44,7 @@ class History(Base):
     sender_name = pw.CharField(default="")
     said_at = pw.CharField(max_length=32)        # UTC ISO, as the session files keep times
     text = pw.TextField()
+    norm = pw.TextField(default="")              # the text as the index reads it (query.fold)
 
     class Meta:
         table_name = "history"
