@@ -63,6 +63,11 @@ def test_pause_and_resume_from_the_cli_take_effect_within_a_second(app):
     due = datetime.now(timezone.utc) + timedelta(seconds=9)
     task = scheduling.schedule(group, session, "stand up and stretch", at=due.strftime("%Y-%m-%dT%H:%M:%S.%f"),
                                tz="UTC")
+    # the control: a task of another chat due a second later and never paused; its run is the event that
+    # says the paused one's moment came and went
+    _same, other = make_session(settings, "andy", chat="control")
+    scheduling.schedule(group, other, "drink some water", at=(due + timedelta(seconds=1)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f"), tz="UTC")
     scheduler = BackgroundScheduler(timezone="UTC")
     runs = Runs()
     timer = TaskTimer(settings, scheduler, wake=runs.wake, watch=runs.watch)
@@ -86,9 +91,13 @@ def test_pause_and_resume_from_the_cli_take_effect_within_a_second(app):
         assert scheduler.get_job(f"prewake:{task.id}") is None  # no sandbox is started for it either
 
         runs.woken.clear()  # the pre-wake started the sandbox before the pause; that is all it did
+        deadline = time.monotonic() + 30
+        while not task_rows(settings, other) and time.monotonic() < deadline:  # the control's run
+            time.sleep(0.05)
+        assert task_rows(settings, other), "the control task did not run a second after the paused one's moment"
+        assert session.id not in [sid for sid, _ in runs.woken] and task_rows(settings, session) == []
+        runs.woken.clear()  # its time passed while paused: the control ran, the paused task did not
         runs.event.clear()
-        time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 1)
-        assert runs.woken == [] and task_rows(settings, session) == []  # its time passed while paused
 
         assert "resumed" in run_cli(settings, "tasks", "resume", task.id)
         resumed_at = time.monotonic()
