@@ -49,20 +49,11 @@ def record(agent_folder: str, session_id: str, model: str, tokens: Tokens, price
 
 def record_speech(agent_folder: str, session_id: str, model: str, chars: int, usd_per_1k_chars: float,
                   day: date) -> int:
-    """Add what a voice answer cost (spoken on the host, outside the door): one row per day, agent, session
-    and speech model (upstream `speech`), its characters kept as output tokens; the cost in millionths."""
-    cost = round(chars * usd_per_1k_chars * 1000)
-    p = database.param
-    with hot_write():
-        database.execute_sql(
-            "INSERT INTO model_usage (day, agent_folder, session_id, upstream, asked_model, model, calls, switched, "
-            "input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_micro_usd, priced_as, unpriced) "
-            f"VALUES ({', '.join([p] * 15)}) ON CONFLICT (day, agent_folder, session_id, upstream, asked_model, model) "
-            "DO UPDATE SET calls = model_usage.calls + 1, output_tokens = model_usage.output_tokens + "
-            "excluded.output_tokens, cost_micro_usd = model_usage.cost_micro_usd + excluded.cost_micro_usd",
-            (day.isoformat(), agent_folder, session_id or "", "speech", model, model, 1, 0, 0, chars, 0, 0, cost,
-             "speech", False))
-    return cost
+    """Add what a voice answer cost (spoken on the host, outside the door): a call on upstream `speech`, its
+    characters counted as output tokens at the set price (USD per 1,000 characters = 1,000× per million)."""
+    return record(agent_folder, session_id, model, Tokens(output=chars),
+                  Price("speech", {"output": usd_per_1k_chars * 1000}, True), day, upstream="speech",
+                  asked_model=model)
 
 
 @dataclass(frozen=True)
