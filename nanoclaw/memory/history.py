@@ -52,7 +52,7 @@ def add(folder: str, channel: str, chat_id: str, thread_id: str | None, session_
           f"sender_id, sender_name, said_at, text, norm) VALUES ({', '.join([p] * 11)}) "
           "ON CONFLICT (agent_folder, message_key) DO NOTHING",
           (folder, channel, chat_id, thread_id, session_id or "", key[:300], sender_id or "",
-           (sender_name or "")[:255], said_at, text[:MAX_TEXT], query.fold(text[:MAX_TEXT])))
+           (sender_name or "")[:255], said_at, text[:MAX_TEXT], query.indexed(text[:MAX_TEXT])))
 
 
 def catch_up() -> int:

@@ -30,9 +30,22 @@ class Term:
 
 def fold(text: str) -> str:
     """Text as the index reads it and a query is matched (pure): compatibility-decomposed (NFKD), every
-    combining mark dropped (é, an NFD e + ́, and the dot of İ), case folded (ß -> ss)."""
+    combining mark and format character dropped (é, an NFD e + ́, the dot of İ), case folded (ß -> ss)."""
     decomposed = unicodedata.normalize("NFKD", text or "")
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+    return "".join(ch for ch in decomposed if not _dropped(ch)).casefold()
+
+
+def indexed(text: str) -> str:
+    """What the index keeps of a message (pure): its folded tokens, one space apart. Both indexes then
+    see the same words: PostgreSQL's parser would keep `0.0`, `a.b` or an address as one token where a
+    query's words are cut at the dot."""
+    return " ".join(_TOKEN.findall(fold(text)))
+
+
+def _dropped(ch: str) -> bool:
+    """A mark or an invisible format character (U+034F, a zero-width joiner): some have combining class
+    0, and PostgreSQL's parser splits a word at them where SQLite's does not."""
+    return bool(unicodedata.combining(ch)) or unicodedata.category(ch) in ("Mn", "Me", "Cf")
 
 
 def parse(raw: str) -> list[Term]:
