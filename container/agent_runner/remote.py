@@ -49,7 +49,8 @@ FILES_IN_TURN_S = 5.0  # during a turn, changed files go up at most this often: 
 FILES_IDLE_S = 30.0    # between turns (a process the agent left running may still write)
 BACKOFF_MAX_S = 5.0
 BACKOFF_FIRST_S = 0.2
-PUSH_BYTES = 8 << 20  # rows' content per push (one row may be up to 4 MiB)
+PUSH_BYTES = 8 << 20  # rows per push, as sent (a larger row goes as a note that it was too large)
+ROW_CONTENT = 4 << 20  # one row's content, as the door takes it (mirror.MAX_CONTENT)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
 
 
@@ -59,6 +60,12 @@ def retry_after(failures: int, draw=random.random) -> float:
     the door at once (its restart) do not all come back in the same instant, again and again."""
     ceiling = min(BACKOFF_FIRST_S * 2 ** min(max(failures, 1) - 1, 16), BACKOFF_MAX_S)
     return ceiling * (0.5 + draw() / 2)
+
+
+def too_large(row: dict, size: int) -> dict:
+    """A row too large for any push goes as a note saying so (the door would refuse it for good)."""
+    note = f"(a message of {size:,} bytes was too large to send from a remote sandbox: at most {PUSH_BYTES:,})"
+    return {**row, "content": json.dumps({"op": "text", "text": note})}
 
 
 class RemoteSession:
@@ -220,10 +227,15 @@ class RemoteSession:
             out, size = [], 0
             for row in conn.execute("SELECT * FROM messages_out WHERE seq > ? ORDER BY seq LIMIT 500",
                                     (self._host_seq,)):
-                size += len(row["content"] or "")
+                row = dict(row)
+                cost = len(json.dumps(row, ensure_ascii=False).encode())  # as it goes on the wire
+                if cost > PUSH_BYTES or len(row["content"] or "") > ROW_CONTENT:
+                    row = too_large(row, cost)
+                    cost = len(row["content"]) + 512
+                size += cost
                 if out and size > PUSH_BYTES:
-                    break  # the rest goes with the next push (the door takes bodies of 16 MiB at most)
-                out.append(dict(row))
+                    break  # the rest goes with the next push (the door takes 10 MiB at most)
+                out.append(row)
             # acks go up as changes since what the door confirmed (a busy chat keeps tens of thousands);
             # state, the current tool and the pruning point only when they changed since then
             changed, gone, upto = self._ack_changes()
@@ -239,7 +251,7 @@ class RemoteSession:
             if not (out or changed or gone or moved or beat != self._confirmed.get("beat")):
                 return  # nothing the door does not have: no request
             payload = {"out": out, "acks": changed, "acks_gone": gone, "acks_delta": True, "heartbeat": beat, **moved}
-            status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload).encode())
+            status, _h, data = self._up.request("POST", "/outbound", json.dumps(payload, ensure_ascii=False).encode())
             self._expect(status, "outbound rows", data)
             self._host_seq = max(self._host_seq, json.loads(data).get("max_seq") or 0)
             self._confirmed.update(now, beat=beat)

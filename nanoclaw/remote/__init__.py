@@ -5,6 +5,7 @@
     gate.py      the TLS listener: authenticate each connection, then relay it to the agent's proxy
                  socket or serve the session channel
     channel.py   the session channel: inbound snapshots down, outbound rows and files up
+    exchange.py  a request on it and its answer; bodies.py: the room its request bodies share
     mirror.py    what a remote runner sends, checked and written into the host's copy of its session
     trees.py     files both ways (home/, the group folder) with the host's limits
 """

@@ -1,13 +1,49 @@
 """Request bodies on the session channel's event loop: the budget all connections share for the
-bodies they hold in memory, and the stream a worker thread reads an upload from."""
+bodies they hold in memory (and what parsing them builds), and the stream a worker thread reads an
+upload from."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 
 BODIES_IN_FLIGHT = 64 << 20   # request bodies held in memory at once, all connections together
 BODY_WAIT_S = 30.0            # how long a request waits for that room before a 503
 READ_WAIT_S = 60.0            # how long a worker waits for the next piece of an upload
+# What parsing a JSON body builds is bounded by its values, not its bytes: a list of 3-byte strings
+# builds 20 times its size, and a typed decoder checks a list's length only once it has built it.
+# So a body's values are counted first (outside strings) and the room a body takes is its bytes and
+# VALUE_COST for each value it may hold (a short string, its slot in a list, its share of a row's
+# tuple: tests/remote/test_mirror.py measures it).
+VALUE_COST = 96
+BASE_COST = 16 << 10          # what decoding any body builds besides its values (the result's frame)
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,\]}]')
+
+
+def values_in(body: bytes, stop: int | None = None) -> int:
+    """An upper bound on the JSON values in `body` (pure): each value but the top one is followed by
+    a comma or is the last of its container; commas and brackets inside strings are not counted. The
+    count stops once past `stop` (a body of a million values is not walked through)."""
+    count = 1
+    for token in _TOKENS.finditer(body):
+        if token.end() - token.start() == 1 and body[token.start()] != 0x22:
+            count += 1
+            if stop is not None and count > stop:
+                break
+    return count
+
+
+def room_for(length: int, max_values: int) -> int:
+    """The memory a body of `length` bytes may take while it is parsed and served (pure)."""
+    return length + BASE_COST + min(max_values, length // 2 + 1) * VALUE_COST
+
+
+def parse_json(body: bytes, max_values: int):
+    """The body's JSON (ValueError past `max_values` values or when it is not JSON)."""
+    if values_in(body, max_values) > max_values:
+        raise ValueError(f"a body of this request holds at most {max_values} values")
+    return json.loads(body or b"{}")
 
 
 class BodyRoom:
@@ -22,12 +58,15 @@ class BodyRoom:
     async def take(self, size: int, timeout: float = BODY_WAIT_S) -> bool:
         deadline = time.monotonic() + timeout
         while self.used + size > self.total:
-            self._freed = self._freed or asyncio.Event()
+            # every waiter waits on the one current event; only `give` replaces it, so none is left
+            # waiting on an event nobody will set
+            if self._freed is None:
+                self._freed = asyncio.Event()
+            freed = self._freed
             try:
-                await asyncio.wait_for(self._freed.wait(), deadline - time.monotonic())
+                await asyncio.wait_for(freed.wait(), deadline - time.monotonic())
             except (TimeoutError, ValueError):
                 return False
-            self._freed = None
         self.used += size
         return True
 
@@ -35,6 +74,7 @@ class BodyRoom:
         self.used -= size
         if self._freed is not None:
             self._freed.set()
+            self._freed = None
 
 
 class LoopBody:

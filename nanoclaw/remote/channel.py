@@ -39,7 +39,6 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 
@@ -48,14 +47,16 @@ from agent_runner import nudge
 from ..sessions import store
 from . import mirror, passes, starts, trees
 from .shared_files import SharedFiles
-from .bodies import BodyRoom, LoopBody
+from .bodies import BodyRoom, LoopBody, parse_json, room_for
+from .exchange import Answer, Busy, Refused, Request, json_answer
 from .inbound import InboundWatch, inbound_answer, inbox_mark
 
 log = logging.getLogger("nanoclaw.remote.channel")
 
 MAX_WAIT_S = 30.0
 IDLE_S = MAX_WAIT_S + 30      # a kept-alive connection with no request for this long is closed
-MAX_JSON = 16 << 20           # a push (the runner sends rows in pieces below this) or an ask
+MAX_JSON = 8 << 20            # a list of removed files (a push: mirror.MAX_PUSH)
+MAX_JSON_VALUES = 2 * trees.MAX_FILES + 16
 MAX_ASK = 2 << 20             # what POST /inbound asks: the inbox files it has
 MAX_HEAD = 64 << 10           # a request's line and headers
 WORKERS = 16                  # threads for what touches SQLite or the disk, all connections together
@@ -70,44 +71,6 @@ PASS_HEADER = "X-Door-Pass"
 DOWN_PARTS = ("home", "group", "global", "packages")
 UP_PARTS = ("home", "group", "outbox")
 SHARED_PARTS = ("home", "group")  # kept in step both ways while the sandbox runs
-
-
-class Busy(Exception):
-    """Not now (no room for a request body, the session's start unreadable): 503, the runner tries again."""
-
-    def __init__(self, why: str = "the door holds as many request bodies as it may; try again"):
-        super().__init__(why)
-
-
-class Refused(Exception):
-    """A request answered with an error and the connection closed (its body may be unread)."""
-
-    def __init__(self, status: int, why: str):
-        super().__init__(why)
-        self.status = status
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    claims: passes.Claims
-    session: Path
-    length: int = 0
-
-
-@dataclass
-class Answer:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: dict = field(default_factory=dict)
-    file: object = None  # written, not yet rewound: streamed from its start instead of body
-
-
-def json_answer(status: int, payload) -> Answer:
-    return Answer(status, json.dumps(payload).encode())
 
 
 class SessionChannel:
@@ -265,7 +228,10 @@ class SessionChannel:
             if session is None:
                 await self._skip(reader, length)  # unread bytes at the close would reset it and lose the answer
                 raise Refused(403, "this pass's sandbox is no longer the session's")
-            answer = await self._serve(request, reader)
+            try:
+                answer = await self._serve(request, reader)
+            finally:
+                self.room.give(request.room)  # what parsing its body built is gone with the answer made
             keep = headers.get("connection", "").lower() != "close"
         except (Refused, ValueError, trees.BadTree, mirror.BadPush, Busy) as exc:
             status = exc.status if isinstance(exc, Refused) else 503 if isinstance(exc, Busy) else 400
@@ -276,23 +242,27 @@ class SessionChannel:
         return keep
 
     async def _skip(self, reader, length: int) -> None:
-        if 0 < length <= MAX_JSON:
+        if 0 < length <= max(MAX_JSON, mirror.MAX_PUSH):
             while length > 0:
                 chunk = await asyncio.wait_for(reader.read(min(length, 1 << 20)), IDLE_S)
                 if not chunk:
                     raise ConnectionError("the body ended early")
                 length -= len(chunk)
 
-    async def _json(self, reader, length: int, limit: int = MAX_JSON):
-        """The request's JSON body, read within the channel's room for bodies (Busy when there is none)."""
-        if length > limit:
+    async def _body(self, reader, request: Request, limit: int, max_values: int) -> bytes:
+        """The request's body, read once the channel's room for bodies holds what it may build
+        (bodies.room_for; Busy when there is none). The room is the request's until it is answered."""
+        if request.length > limit:
             raise ValueError(f"body over {limit} bytes")
-        if not await self.room.take(length):
+        room = room_for(request.length, max_values)
+        if not await self.room.take(room):
             raise Busy()
-        try:
-            return json.loads(await asyncio.wait_for(reader.readexactly(length), IDLE_S) or b"{}")
-        finally:
-            self.room.give(length)
+        request.room += room
+        return await asyncio.wait_for(reader.readexactly(request.length), IDLE_S)
+
+    async def _json(self, reader, request: Request, limit: int = MAX_JSON, max_values: int = MAX_JSON_VALUES):
+        """The request's JSON body, parsed on the pool within its room."""
+        return await self._work(parse_json, await self._body(reader, request, limit, max_values), max_values)
 
     async def _work(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -327,8 +297,9 @@ class SessionChannel:
             return await self._inbound(request, reader)
         if (method, path) == ("GET", "/outbound"):
             return await self._work(self._outbound_copy, session)
-        if (method, path) == ("POST", "/outbound"):
-            return await self._work(self._push, session, await self._json(reader, request.length))
+        if (method, path) == ("POST", "/outbound"):  # decoded and applied on the pool, within its room
+            body = await self._body(reader, request, mirror.MAX_PUSH, mirror.MAX_VALUES)
+            return await self._work(self._push, session, body)
         if path.startswith("/files/"):
             part = path[len("/files/"):]
             roots = self.roots(request.claims, session)
@@ -338,11 +309,10 @@ class SessionChannel:
                 body = LoopBody(reader, request.length, asyncio.get_running_loop())
                 return await self._work(self._unpack, request, part, roots[part], body)
             if method == "DELETE" and part in SHARED_PARTS:
-                return await self._work(self._removed, request, part, roots[part],
-                                        await self._json(reader, request.length))
+                return await self._work(self._removed, request, part, roots[part], await self._json(reader, request))
             tree, _, verb = part.partition("/")
             if method == "POST" and tree in SHARED_PARTS and verb in ("manifest", "pick"):
-                ask = await self._json(reader, request.length, MAX_ASK)
+                ask = await self._json(reader, request, MAX_ASK)
                 return await self._work(self._manifest if verb == "manifest" else self._pick, roots[tree], ask)
             await self._skip(reader, request.length)
             raise Refused(404, f"no {method} of files '{part}'")
@@ -350,7 +320,7 @@ class SessionChannel:
         raise Refused(404, f"no {method} {path} on the session channel")
 
     async def _inbound(self, request: Request, reader) -> Answer:
-        ask = await self._json(reader, request.length, MAX_ASK)
+        ask = await self._json(reader, request, MAX_ASK)
         if not isinstance(ask, dict):
             raise ValueError("the request is not a JSON object")
         wait = min(max(float(ask.get("wait") or 0), 0.0), MAX_WAIT_S)
@@ -379,8 +349,9 @@ class SessionChannel:
         with lock:
             return Answer(200, conn.serialize(), "application/vnd.sqlite3")
 
-    def _push(self, session: Path, payload) -> Answer:
-        push = mirror.check(payload)
+    def _push(self, session: Path, body: bytes) -> Answer:
+        push = mirror.decode(body)
+        del body
         if mirror.writes_nothing(push):  # an idle runner's heartbeat: no connection kept open for it
             added, top = 0, self.tops.of(store.outbound_db(session))
         else:

@@ -14,9 +14,13 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import msgspec
 
 from ..sessions import session_schema as schema
 from ..sessions import store
+from .bodies import values_in
 
 MAX_ROWS = 500          # messages_out rows in one push (the runner sends more in the next)
 MAX_ACKS = 20_000
@@ -24,7 +28,10 @@ MAX_STATE = 200
 MAX_TEXT = 256          # ids, times, kinds, names
 MAX_ADDRESS = 1024      # channel type, platform id, thread id
 MAX_CONTENT = 4 << 20   # one message's JSON
-ACK_STATUSES = ("processing", "completed", "failed")
+# A push is what the runner sends (agent_runner.remote: PUSH_BYTES of rows, ACKS_PER_PUSH acks)
+# and room for the rest; its values bound what decoding it builds (bodies.py).
+MAX_PUSH = 10 << 20
+MAX_VALUES = 120_000
 
 
 class BadPush(ValueError):
@@ -43,80 +50,98 @@ class Push:
     heartbeat: float | None = None    # the runner's own heartbeat stamp (changes when it beats)
 
 
-def _text(value, limit: int, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
-        raise BadPush(f"a field is not text of at most {limit} characters")
-    return value
+# The push's typed shape (msgspec): types and sizes are checked as it is decoded, in C; fields it
+# does not name are skipped without being built. A list's length is only checked once the list is
+# built, so `decode` bounds the number of values first (bodies.values_in).
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT, pattern="^[^\\x00]*$")]
+Address = Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS, pattern="^[^\\x00]*$")]
+Int62 = Annotated[int, msgspec.Meta(gt=-2**62, lt=2**62)]
 
 
-def _int(value, *, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not -2**62 < value < 2**62:
-        raise BadPush("a field is not an integer")
-    return value
+class _Row(msgspec.Struct):
+    id: Text
+    seq: Annotated[int, msgspec.Meta(ge=1, lt=2**62)]
+    timestamp: Text
+    kind: Text
+    content: Annotated[str, msgspec.Meta(max_length=MAX_CONTENT, pattern="^[^\\x00]*$")]
+    in_reply_to: Text | None = None
+    channel_type: Address | None = None
+    platform_id: Address | None = None
+    thread_id: Address | None = None
+
+
+class _Ack(msgspec.Struct):
+    message_id: Text
+    status: Literal["processing", "completed", "failed"]
+    status_changed: Text
+
+
+class _State(msgspec.Struct):
+    key: Text
+    value: Annotated[str, msgspec.Meta(max_length=MAX_ADDRESS * 64, pattern="^[^\\x00]*$")] | None = None
+
+
+class _Container(msgspec.Struct):
+    current_tool: Text | None = None
+    tool_declared_timeout_ms: Int62 | None = None
+    tool_started_at: Text | None = None
+    tool_subject: Address | None = None
+
+
+class _Shape(msgspec.Struct):
+    out: Annotated[list[_Row], msgspec.Meta(max_length=MAX_ROWS)] | None = None
+    acks: Annotated[list[_Ack], msgspec.Meta(max_length=MAX_ACKS)] | None = None
+    acks_gone: Annotated[list[Text], msgspec.Meta(max_length=MAX_ACKS)] | None = None
+    acks_delta: bool | None = None
+    state: Annotated[list[_State], msgspec.Meta(max_length=MAX_STATE)] | None = None
+    container: _Container | None = None
+    keep_from_seq: Int62 | None = None
+    heartbeat: float | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Shape)
+
+
+def decode(body: bytes) -> Push:
+    """A push as it came over the wire, within `bodies.room_for(len(body), MAX_VALUES)`, or BadPush."""
+    if len(body) > MAX_PUSH:
+        raise BadPush(f"a push is at most {MAX_PUSH} bytes")
+    if values_in(body, MAX_VALUES) > MAX_VALUES:
+        raise BadPush(f"a push holds at most {MAX_VALUES} values")
+    try:
+        return _push(_DECODER.decode(body or b"{}"))
+    except msgspec.DecodeError as exc:  # ValidationError included
+        raise BadPush(str(exc)) from None
 
 
 def check(payload) -> Push:
-    """The push as rows ready to write, or BadPush."""
-    if not isinstance(payload, dict):
-        raise BadPush("the push is not a JSON object")
+    """The push (as already parsed JSON) as rows ready to write, or BadPush."""
+    try:
+        return _push(msgspec.convert(payload, _Shape))
+    except msgspec.ValidationError as exc:
+        raise BadPush(str(exc)) from None
+
+
+def _push(shape: _Shape) -> Push:
     push = Push()
-    out = payload.get("out") or []
-    if not isinstance(out, list) or len(out) > MAX_ROWS:
-        raise BadPush(f"out must be a list of at most {MAX_ROWS} rows")
     last = None
-    for row in out:
-        if not isinstance(row, dict):
-            raise BadPush("an out row is not an object")
-        seq = _int(row.get("seq"))
-        if seq < 1 or (last is not None and seq <= last):
+    for row in shape.out or ():
+        if last is not None and row.seq <= last:
             raise BadPush("out rows must come in rising seq order")
-        last = seq
-        push.out.append((_text(row.get("id"), MAX_TEXT), seq, _text(row.get("in_reply_to"), MAX_TEXT, optional=True),
-                         _text(row.get("timestamp"), MAX_TEXT), _text(row.get("kind"), MAX_TEXT),
-                         _text(row.get("channel_type"), MAX_ADDRESS, optional=True),
-                         _text(row.get("platform_id"), MAX_ADDRESS, optional=True),
-                         _text(row.get("thread_id"), MAX_ADDRESS, optional=True),
-                         _text(row.get("content"), MAX_CONTENT)))
+        last = row.seq
+        push.out.append((row.id, row.seq, row.in_reply_to, row.timestamp, row.kind, row.channel_type,
+                         row.platform_id, row.thread_id, row.content))
     if len({r[0] for r in push.out}) < len(push.out):
         raise BadPush("an out row's id comes twice")
-    acks = payload.get("acks") or []
-    if not isinstance(acks, list) or len(acks) > MAX_ACKS:
-        raise BadPush(f"acks must be a list of at most {MAX_ACKS}")
-    for row in acks:
-        if not isinstance(row, dict) or row.get("status") not in ACK_STATUSES:
-            raise BadPush("an ack is not {message_id, status, status_changed}")
-        push.acks.append((_text(row.get("message_id"), MAX_TEXT), row["status"],
-                          _text(row.get("status_changed"), MAX_TEXT)))
-    push.acks_delta = payload.get("acks_delta") is True
-    gone = payload.get("acks_gone") or []
-    if not isinstance(gone, list) or len(gone) > MAX_ACKS:
-        raise BadPush(f"acks_gone must be a list of at most {MAX_ACKS}")
-    push.acks_gone = [_text(m, MAX_TEXT) for m in gone]
-    state = payload.get("state") if "state" in payload else None
-    if state is not None and (not isinstance(state, list) or len(state) > MAX_STATE):
-        raise BadPush(f"state must be a list of at most {MAX_STATE}")
-    push.state = None if state is None else []
-    for row in state or []:
-        if not isinstance(row, dict):
-            raise BadPush("a state row is not an object")
-        push.state.append((_text(row.get("key"), MAX_TEXT), _text(row.get("value"), MAX_ADDRESS * 64, optional=True)))
-    container = payload.get("container")
-    if container is not None:
-        if not isinstance(container, dict):
-            raise BadPush("container is not an object")
-        push.container = (_text(container.get("current_tool"), MAX_TEXT, optional=True),
-                          _int(container.get("tool_declared_timeout_ms"), optional=True),
-                          _text(container.get("tool_started_at"), MAX_TEXT, optional=True),
-                          _text(container.get("tool_subject"), MAX_ADDRESS, optional=True))
-    push.keep_from_seq = _int(payload.get("keep_from_seq"), optional=True)
-    beat = payload.get("heartbeat")
-    if beat is not None and (not isinstance(beat, (int, float)) or isinstance(beat, bool)):
-        raise BadPush("heartbeat is not a number")
-    push.heartbeat = beat
+    push.acks = [(a.message_id, a.status, a.status_changed) for a in shape.acks or ()]
+    push.acks_delta = shape.acks_delta is True
+    push.acks_gone = list(shape.acks_gone or ())
+    push.state = None if shape.state is None else [(s.key, s.value) for s in shape.state]
+    c = shape.container
+    push.container = None if c is None else (c.current_tool, c.tool_declared_timeout_ms, c.tool_started_at,
+                                             c.tool_subject)
+    push.keep_from_seq = shape.keep_from_seq
+    push.heartbeat = shape.heartbeat
     return push
 
 

@@ -146,3 +146,67 @@ def test_acks_as_changes_keep_the_rest_and_release_what_is_gone(copy):
     assert kept == {"m1": "completed", "m2": "completed", "m3": "completed", "m4": "completed", "m5": "processing"}
     with pytest.raises(mirror.BadPush):
         mirror.check({"acks_delta": True, "acks_gone": [{"id": 1}]})
+
+
+# --- what decoding a push builds stays within the room the door takes for it (issue 60, item 5) --
+
+def built_while_decoding(body: bytes) -> int:
+    """Peak bytes allocated while `body` is decoded into a push (refused or not)."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        try:
+            push = mirror.decode(body)
+        except mirror.BadPush:
+            push = None
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        del push
+        tracemalloc.stop()
+
+
+def within_room(body: bytes) -> bool:
+    from nanoclaw.remote.bodies import room_for
+    return built_while_decoding(body) <= room_for(len(body), mirror.MAX_VALUES) - len(body)
+
+
+def listed(field: str, item: bytes, size: int) -> bytes:
+    """A body of about `size` bytes: one list of `item` repeated."""
+    count = max(1, size // (len(item) + 1))
+    return b'{"%s":[' % field.encode() + b",".join([item] * count) + b"]}"
+
+
+ACK = b'{"message_id":"ab","status":"failed","status_changed":"cd"}'
+ROW = b'{"id":"i%d","seq":%d,"timestamp":"t","kind":"k","content":"c"}'
+
+
+@pytest.mark.parametrize("body", [
+    listed("acks_gone", b'"ab"', 10 << 20),         # 2M two-letter ids: refused for their number, before any is built
+    listed("acks_gone", b'"ab"', 100_000),          # as many as a push may hold, each built
+    listed("acks", ACK, 10 << 20), listed("acks", ACK, 600_000),
+    b'{"out":[' + b",".join(ROW % (n, n) for n in range(1, 501)) + b"]}",
+    listed("x", b"[]", 10 << 20),                   # a field the shape does not name: skipped, nothing built
+    b'{"out":[{"id":"a","seq":1,"timestamp":"t","kind":"k","content":"' + b"\\u00e9" * (4 << 20) + b'"}]}',
+])
+def test_what_a_push_builds_stays_within_the_room_the_door_takes_for_it(body):
+    assert within_room(body)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([b'"a"', b'"ab"', b"1", b"[]", b"{}", b"null", ACK, b'"' + b"x" * 300 + b'"']),
+                min_size=1, max_size=400), st.sampled_from(["acks_gone", "acks", "out", "state", "x"]),
+       st.integers(1, 2_000))
+def test_any_push_builds_no_more_than_its_room(items, field, repeat):
+    joined = b",".join(items)
+    assert within_room(listed(field, joined, min(repeat * len(joined), 2 << 20)))
+
+
+def test_a_push_the_runner_would_send_is_taken_and_one_past_what_it_sends_is_refused():
+    fill = "é, [x]" * (300 << 10)  # 8 MiB of rows as the runner encodes them (PUSH_BYTES), commas and all
+    honest = json.dumps({"out": [row(n, content=fill) for n in range(1, 5)], "acks": [
+        {"message_id": f"m{n}", "status": "completed", "status_changed": "t"} for n in range(5000)],
+        "heartbeat": 1.5}, ensure_ascii=False).encode()
+    assert (8 << 20) < len(honest) <= mirror.MAX_PUSH
+    assert [r[-1] for r in mirror.decode(honest).out] == [fill] * 4
+    with pytest.raises(mirror.BadPush, match="at most"):
+        mirror.decode(b" " * (mirror.MAX_PUSH + 1))
