@@ -14,6 +14,7 @@ from pathlib import Path
 from ..inbound import lookups
 from ..models import AgentGroup, audit
 from ..proposal_rules import RuleError
+from ..proxy import model_features
 from ..proxy.policy_files import policy_root, write_json
 from ..upstreams import chains, registry
 from ..upstreams.chains import AgentModel
@@ -33,9 +34,9 @@ def _rule(fn, *args, **kwargs):
         raise ModelRefused(str(exc)) from None
 
 
-def _owner(actor: str) -> None:
+def _owner(actor: str, what: str = "registers and removes model upstreams") -> None:
     if not (actor == "cli" or lookups.is_owner(actor)):
-        raise ModelRefused("only the owner registers and removes model upstreams")
+        raise ModelRefused(f"only the owner {what}")
 
 
 def upstreams(settings) -> dict[str, Upstream]:
@@ -124,7 +125,7 @@ def granted(settings, agent: AgentGroup) -> set[str]:
 
 def grant(settings, actor: str, agent: AgentGroup, name: str, allow: bool, why: str | None = None) -> set[str]:
     """The owner grants or revokes one upstream for one agent; the grants after."""
-    _owner(actor)
+    _owner(actor, "grants and revokes upstreams")
     found = upstreams(settings)
     if name not in found and name != registry.DEFAULT:
         raise ModelRefused(f"no model upstream {name!r} (registered: {', '.join(sorted(found)) or 'none'})")
@@ -134,6 +135,21 @@ def grant(settings, actor: str, agent: AgentGroup, name: str, allow: bool, why: 
     audit(actor, "upstream.grant" if allow else "upstream.revoke", agent.folder, upstream=name,
           **({"why": why} if why else {}))
     return after
+
+
+def features(settings, agent: AgentGroup) -> frozenset[str]:
+    """What the owner allowed this agent's model requests to ask the provider to do (issue 60, item 4)."""
+    return model_features.FeatureBook(policy_root(settings)).allowed(agent.folder)
+
+
+def set_feature(settings, actor: str, agent: AgentGroup, feature: str, allow: bool, why: str | None = None) -> list[str]:
+    """The owner allows or denies one provider feature for one agent: each is fetched or run outside the
+    agent's egress allowlist and its budget's estimate, so an agent's admins may not."""
+    _owner(actor, "allows provider features")
+    try:
+        return model_features.change(policy_root(settings), agent.folder, feature, allow, actor, why)
+    except ValueError as exc:
+        raise ModelRefused(str(exc)) from None
 
 
 def _may_use(settings, actor: str, agent: AgentGroup, choice: AgentModel) -> None:

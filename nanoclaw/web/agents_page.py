@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from flask import flash, g, redirect, render_template, request, url_for
+from flask import abort, flash, g, redirect, render_template, request, url_for
 from markupsafe import Markup
 
 from .. import platforms
@@ -23,6 +23,7 @@ from .memory_page import changes_for, memories_for
 from .spending import chart_svg, spending_of
 from ..memory.entries import MAX_CHARS
 from ..usage.budgets import usd
+from ..proxy.model_body import FEATURES
 
 
 
@@ -75,6 +76,8 @@ def agent(folder: str):
                            memory_max=MAX_CHARS, keep_history_days=settings().keep_history_days,
                            upstream_names=["anthropic", *sorted(models_ops.upstreams(settings()))]
                            if not model_error else ["anthropic"],
+                           granted=models_ops.granted(settings(), a) if not model_error else set(),
+                           features=FEATURES, allowed=models_ops.features(settings(), a),
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
 
@@ -255,3 +258,38 @@ def model_set(folder: str):
             return forbidden(str(exc))
         flash(str(exc), "error")
     return redirect(url_for("admin.agent", folder=a.folder) + "#model")
+
+
+# --- what the owner lets it use: upstreams its admins may choose, provider features (issue 60, items 4, 8)
+
+@bp.post("/admin/agents/<folder>/upstreams/<name>/<verb>")
+def upstream_grant(folder: str, name: str, verb: str):
+    a = agent_for_write(folder)
+    if verb not in ("grant", "revoke"):
+        abort(404)
+    return _owner_change(a, "#grants", lambda: models_ops.grant(settings(), g.user_id, a, name, verb == "grant",
+                                                               clean_why(request.form.get("why"))),
+                         f"{a.name}'s admins may {'now' if verb == 'grant' else 'no longer'} put it on {name}.")
+
+
+@bp.post("/admin/agents/<folder>/features/<feature>/<verb>")
+def feature_change(folder: str, feature: str, verb: str):
+    a = agent_for_write(folder)
+    if verb not in ("allow", "deny"):
+        abort(404)
+    return _owner_change(a, "#grants", lambda: models_ops.set_feature(settings(), g.user_id, a, feature,
+                                                                     verb == "allow", clean_why(request.form.get("why"))),
+                         f"{a.name}'s model requests may {'now' if verb == 'allow' else 'no longer'} use {feature}"
+                         " (from its next request).")
+
+
+def _owner_change(a, anchor: str, change, done: str):
+    try:
+        change()
+    except models_ops.ModelRefused as exc:
+        if "only the owner" in str(exc):
+            return forbidden(str(exc))
+        flash(str(exc), "error")
+    else:
+        flash(done, "ok")
+    return redirect(url_for("admin.agent", folder=a.folder) + anchor)

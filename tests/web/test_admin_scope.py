@@ -137,6 +137,11 @@ def attempts(w):
                                                        host="other.example", why="")),
         ("reject Andy's proposal", "/admin/form", dict(form="npr.reject", ident=w["proposal"].token, reason="no")),
         ("create an agent for a chat", "/admin/form", dict(form="nca.create", ident=w["naming"].token, name="Mine")),
+        ("grant Andy an upstream", "/admin/agents/andy/upstreams/anthropic/revoke", {}),
+        ("let Bea's admins choose an upstream the owner did not grant", "/admin/agents/bea/upstreams/anthropic/revoke",
+         {}),
+        ("allow Andy's model a provider feature", "/admin/agents/andy/features/web_search/allow", {}),
+        ("allow Bea's model to have the provider fetch URLs", "/admin/agents/bea/features/url-source/allow", {}),
         ("write in Andy's web chat", "/chat/andy", dict(text="hello")),
         ("click in Andy's web chat", "/chat/andy/action", dict(action_id=f"nsa-{w['sender'].token}:allow")),
     ]
@@ -180,6 +185,33 @@ def test_the_owner_is_not_limited(site, world):
     assert login(owner).status_code == 302
     assert post(owner, "/admin/wirings", **wiring_form("bea", *TEAM, kind="group")).status_code == 302
     assert Wiring.select().join(MessagingGroup).where(MessagingGroup.platform_id == TEAM[1]).count() == 2
+
+
+def test_only_the_owner_grants_upstreams_and_provider_features_on_the_page(site, world):
+    """Issue 60, items 4 and 8: the page shows an admin what their agent may use, without the buttons; the
+    owner grants an upstream and allows a feature there, each audited and read by the door from the next
+    request."""
+    from nanoclaw.models import AuditLog
+    from nanoclaw.operator import models as ops
+    page = world["client"].get("/admin/agents/bea").get_data(as_text=True)
+    assert "Only the owner changes these" in page and "/features/url-source/allow" not in page
+    owner = site.test_client()
+    assert login(owner).status_code == 302
+    page = owner.get("/admin/agents/bea").get_data(as_text=True)
+    assert "no: refused at the door" in page and "/admin/agents/bea/features/web_fetch/allow" in page
+    assert post(owner, "/admin/agents/bea/features/web_fetch/allow", why="reads the docs").status_code == 302
+    assert post(owner, "/admin/agents/bea/upstreams/anthropic/revoke").status_code == 302
+    settings, bea = site.config["NANOCLAW"], AgentGroup.get(AgentGroup.folder == "bea")
+    assert ops.features(settings, bea) == {"web_fetch"} and "anthropic" not in ops.granted(settings, bea)
+    with pytest.raises(ops.ModelRefused, match="not granted to bea"):
+        ops.set_model(settings, ADMIN, bea, "claude-sonnet-4-5")
+    page = owner.get("/admin/agents/bea").get_data(as_text=True)
+    assert "/admin/agents/bea/features/web_fetch/deny" in page and "/admin/agents/bea/upstreams/anthropic/grant" in page
+    assert post(owner, "/admin/agents/bea/features/nonsense/allow").status_code == 302  # told, nothing written
+    assert ops.features(settings, bea) == {"web_fetch"}
+    assert [(a.action, a.detail.get("why")) for a in AuditLog.select().where(
+        AuditLog.action.in_(["model.feature.allow", "upstream.revoke"])).order_by(AuditLog.id)] == \
+        [("model.feature.allow", "reads the docs"), ("upstream.revoke", None)]
 
 
 def test_an_admin_grants_their_agent_only_the_secrets_delegated_to_them(world, cli):
