@@ -146,8 +146,10 @@ def price_table(policy_dir: Path, upstream: Upstream | None, default_table: dict
         return {}
     own = Path(policy_dir) / PRICES_DIR / f"{upstream.name}.json"
     try:
-        return {**json.loads(own.read_text()).get("models", {})}
-    except (OSError, ValueError, AttributeError):
+        data = json.loads(own.read_text())
+        return prices.with_server_tools(data.get("models", {}),
+                                        {**prices.default_server_tools(), **data.get("server_tool_use", {})})
+    except (OSError, ValueError, AttributeError, TypeError):
         return default_table  # a table that cannot be read: never free
 
 

@@ -20,6 +20,7 @@ MAX_EVENT = 1 << 20       # an SSE event longer than this is not one the Message
 DECODE_PIECE = 256 << 10  # decoded at most this much at a time (a small compressed piece can be large)
 _FIELDS = {"input_tokens": "input", "output_tokens": "output", "cache_creation_input_tokens": "cache_write",
            "cache_read_input_tokens": "cache_read"}
+_USES = {"web_search_requests": "web_search", "web_fetch_requests": "web_fetch"}  # usage.server_tool_use
 
 
 def decoder(content_encoding: str):
@@ -128,7 +129,11 @@ class Meter:
                 value = usage.get(field)
                 if isinstance(value, int) and value >= 0:
                     self._counts[part] = value  # the latest report of each counts
-
+            tools = usage.get("server_tool_use")
+            for field, part in _USES.items():
+                value = tools.get(field) if isinstance(tools, dict) else None
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    self._counts[part] = value
     @property
     def reported(self) -> bool:
         """Whether the answer said what it used (read after result())."""
@@ -144,4 +149,4 @@ class Meter:
             if isinstance(body, dict):
                 self.model = str(body.get("model") or "") or None
                 self._take(body.get("usage"))
-        return self.model, Tokens(**{part: self._counts.get(part, 0) for part in _FIELDS.values()})
+        return self.model, Tokens(**{part: self._counts.get(part, 0) for part in (*_FIELDS.values(), *_USES.values())})

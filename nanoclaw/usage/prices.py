@@ -12,6 +12,8 @@ log = logging.getLogger("nanoclaw.usage")
 
 TABLE = Path(__file__).with_name("prices.json")
 PARTS = ("input", "output", "cache_write", "cache_read")
+USES = ("web_search", "web_fetch")  # server tools the provider ran (once the owner allowed them), priced a use
+ALL = PARTS + USES
 
 
 @dataclass(frozen=True)
@@ -20,9 +22,11 @@ class Tokens:
     output: int = 0
     cache_write: int = 0
     cache_read: int = 0
+    web_search: int = 0  # uses, not tokens
+    web_fetch: int = 0
 
     def __add__(self, other: "Tokens") -> "Tokens":
-        return Tokens(*(getattr(self, p) + getattr(other, p) for p in PARTS))
+        return Tokens(*(getattr(self, p) + getattr(other, p) for p in ALL))
 
 
 @dataclass(frozen=True)
@@ -33,13 +37,26 @@ class Price:
 
 
 def load(override: Path | None = None) -> dict[str, dict[str, float]]:
-    table = json.loads(TABLE.read_text())["models"]
+    data = json.loads(TABLE.read_text())
+    table, tools = data["models"], data["server_tool_use"]
     if override is not None and override.is_file():
         try:
-            table = {**table, **json.loads(override.read_text()).get("models", {})}
-        except (ValueError, AttributeError) as exc:
+            own = json.loads(override.read_text())
+            table, tools = {**table, **own.get("models", {})}, {**tools, **own.get("server_tool_use", {})}
+        except (ValueError, AttributeError, TypeError) as exc:
             log.error("the price file %s does not parse (%s); the repo's table is used", override, exc)
-    return table
+    return with_server_tools(table, tools)
+
+
+def default_server_tools() -> dict[str, float]:
+    return json.loads(TABLE.read_text())["server_tool_use"]
+
+
+def with_server_tools(table: dict, tools: dict) -> dict[str, dict[str, float]]:
+    """Each model's rates with the server tools' (the table's `server_tool_use`, USD per 1,000 uses, kept
+    as USD per million like the tokens' so one sum prices a call); a model's own entry wins (pure)."""
+    per_million = {use: float(tools.get(f"{use}_requests", 0.0)) * 1000 for use in USES}
+    return {name: {**per_million, **rates} for name, rates in table.items()}
 
 
 _flagged: set[str] = set()
@@ -81,4 +98,4 @@ def dearest(table: dict[str, dict[str, float]]) -> Price:
 
 def micro_usd(tokens: Tokens, price: Price) -> int:
     """The cost in millionths of a dollar (exact integers: sums never drift)."""
-    return round(sum(getattr(tokens, part) * price.rates.get(part, 0.0) for part in PARTS))
+    return round(sum(getattr(tokens, part) * price.rates.get(part, 0.0) for part in ALL))

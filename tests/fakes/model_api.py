@@ -71,6 +71,7 @@ class Reply:
     input_tokens: int = 10  # the usage it reports (output: 5)
     stream_error: str = ""  # a streamed answer (200) whose first event is this error (overloaded_error)
     cut_after: int = 0  # a streamed answer that breaks off after this many events
+    server_tool_use: dict | None = None  # {"web_search_requests": 3}: the provider ran its own tools
 
     @classmethod
     def say(cls, text: str, **kw) -> "Reply":
@@ -463,7 +464,8 @@ def _content(reply: Reply) -> list[dict]:
 def _message_json(reply: Reply) -> dict:
     return {"id": "msg_fake_" + uuid.uuid4().hex[:16], "type": "message", "role": "assistant",
             "model": reply.model or MODEL_NAME, "content": _content(reply), "stop_reason": reply.stop_reason,
-            "stop_sequence": None, "usage": _usage(5, reply.input_tokens)}
+            "stop_sequence": None, "usage": {**_usage(5, reply.input_tokens),
+                                             **({"server_tool_use": reply.server_tool_use} if reply.server_tool_use else {})}}
 
 
 def _sse_events(reply: Reply):
@@ -485,7 +487,8 @@ def _sse_events(reply: Reply):
                 "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
         yield "content_block_stop", {"type": "content_block_stop", "index": i}
     yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": reply.stop_reason,
-                                                               "stop_sequence": None}, "usage": {"output_tokens": 5}}
+                                                               "stop_sequence": None}, "usage": {
+        "output_tokens": 5, **({"server_tool_use": reply.server_tool_use} if reply.server_tool_use else {})}}
     yield "message_stop", {"type": "message_stop"}
 
 

@@ -82,6 +82,24 @@ def test_each_call_is_counted_for_its_agent_and_session(door):
     assert all("x-nanoclaw-session" not in r.headers for r in door.model.model_calls())  # goes no further
 
 
+def test_the_searches_an_allowed_agent_has_the_provider_run_are_priced_into_its_spend(door, cli):
+    """Issue 60, item 4: Andy's owner allowed web_search; the provider reports four searches run for one call:
+    $0.04 joins the call's tokens in Andy's spend. Bea was not allowed: refused, nothing forwarded or spent."""
+    assert cli("model", "feature", "allow", "andy", "web_search").exit_code == 0
+    door.model.script = lambda req: Reply.say("found", model="claude-sonnet-4-5-20250929", input_tokens=1000,
+                                              server_tool_use={"web_search_requests": 4})
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": True,
+                       "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
+                       "messages": [{"role": "user", "content": "what is new?"}]}).encode()
+    headers = {"content-type": "application/json", "x-api-key": "placeholder", "x-nanoclaw-session": "s-andy"}
+    assert call(door.proxy_dir / "andy" / "proxy.sock", body=body, headers=headers)[0] == 200
+    status, _, answer = call(door.proxy_dir / "bea" / "proxy.sock", body=body, headers=headers)
+    assert status == 400 and b"web_search" in answer and len(door.model.requests) == 1
+    recorded(1)
+    row = ModelUsage.get()
+    assert (row.agent_folder, row.cost_micro_usd) == ("andy", 1000 * 3 + 5 * 15 + 4 * 10_000)
+
+
 def test_a_spent_budget_refuses_the_next_call_before_it_leaves(door, cli):
     assert cli("budget", "set", "andy", "--daily", "0.40", "--why", "test").exit_code == 0
     assert ask(door, "andy", "s-andy")[0] == 200               # $0.30075: 75 % of it

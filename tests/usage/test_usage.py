@@ -86,6 +86,27 @@ def test_a_json_answer_and_crlf_events():
     assert crlf.result()[1].input == 2095
 
 
+def test_the_providers_own_tools_are_counted_and_priced_per_use(tmp_path):
+    """Issue 60, item 4: a call whose agent was allowed web_search reports the searches the provider ran
+    (`usage.server_tool_use`, in the JSON answer and in the stream's last `message_delta`); each is priced
+    at the table's rate ($10 per 1,000 searches), and an owner's file may set its own."""
+    usage = {"input_tokens": 100, "output_tokens": 20, "server_tool_use": {"web_search_requests": 3,
+                                                                           "web_fetch_requests": 2}}
+    meter = Meter("application/json")
+    meter.feed(json.dumps({"type": "message", "model": "claude-haiku-4-5", "usage": usage}).encode())
+    assert meter.result() == ("claude-haiku-4-5", Tokens(100, 20, web_search=3, web_fetch=2))
+    stream = Meter("text/event-stream")
+    stream.feed(sse(START) + sse({"type": "message_delta", "delta": {}, "usage": {
+        "output_tokens": 9, "server_tool_use": {"web_search_requests": 4}}}))
+    assert stream.result()[1] == Tokens(2095, 9, 1200, 30000, web_search=4)
+    haiku = prices.price_of("claude-haiku-4-5", TABLE)
+    assert micro_usd(Tokens(100, 20, web_search=3, web_fetch=2), haiku) == 100 * 1 + 20 * 5 + 3 * 10_000
+    own = tmp_path / "prices.json"
+    own.write_text(json.dumps({"server_tool_use": {"web_search_requests": 25.0}}))
+    assert micro_usd(Tokens(web_search=2), prices.price_of("claude-haiku-4-5", prices.load(own))) == 50_000
+    assert micro_usd(Tokens(web_search=2), prices.price_for("m", "m", {})) == 0  # a free upstream
+
+
 def test_prices_follow_the_table_and_an_unknown_model_is_never_free():
     sonnet = prices.price_of("claude-sonnet-4-5-20250929", TABLE)
     assert sonnet.name == "claude-sonnet-4-5" and sonnet.known
@@ -94,6 +115,7 @@ def test_prices_follow_the_table_and_an_unknown_model_is_never_free():
     assert prices.price_of("claude-opus-4-1-2025", TABLE).rates["output"] == 75.0
     unknown = prices.price_of("claude-fake-1", TABLE)
     assert not unknown.known and unknown.rates == max(TABLE.values(), key=lambda r: r["output"])
+    assert unknown.rates["web_search"] == 10_000  # $10 per 1,000, kept per million like the tokens
 
 
 def test_the_owners_file_overrides_an_entry(tmp_path):
