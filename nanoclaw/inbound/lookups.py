@@ -170,6 +170,17 @@ def _dm_of(user_id: str, channel: str) -> tuple[bool, str | None]:
     return (False, None) if row is None else (True, row[1])
 
 
+def dm_user(channel: str, chat_id: str) -> str | None:
+    """The person whose direct chat this is (the first recorded), or None."""
+    return _kept(("dm-user", channel, chat_id), lambda: _dm_user(channel, chat_id), keep=lambda v: v is not None)
+
+
+def _dm_user(channel: str, chat_id: str) -> str | None:
+    row = database.execute_sql(_q("SELECT user_id FROM user_dms WHERE channel_type = ? AND platform_id = ?"
+                                  " ORDER BY id LIMIT 1"), (channel, chat_id)).fetchone()
+    return row[0] if row else None
+
+
 def naming_request(user_id: str) -> int | None:
     """The oldest unknown-chat request waiting for this approver to name a new agent."""
     return _kept(("naming", user_id), lambda: _naming_request(user_id))

@@ -33,7 +33,7 @@ from ..channels.events import InboundEvent, event_from_json
 from ..db import database
 from ..models import DroppedMessage, MessagingGroup, Session, User, UserDm, utcnow
 from ..sessions import store
-from .grown import has_grown, regrow
+from .grown import grown_to, regrow
 from .inbox import InboxFiles
 
 log = logging.getLogger("nanoclaw.router")
@@ -137,8 +137,10 @@ def _route(event: InboundEvent, settings, wake, *, replay: bool, accepted: bool)
         return drop(event, step, keep_content=False)
     elif not mg.name and event.chat_name:
         name_chat(mg, event.chat_name)
-    if has_grown(mg.kind, event.kind):  # a DM with a second person now: its private reach ends here
-        mg = regrow(mg, event, wake, lambda e, text: tell(e, settings, text))
+    grown = grown_to(mg.kind, event.kind, event.channel,
+                     lookups.dm_user(event.channel, event.chat_id) if mg.kind == "dm" else None, event.user_id)
+    if grown:  # a DM with a second person now: its private reach ends here
+        mg = regrow(mg, event, grown, wake, lambda e, text: tell(e, settings, text))
     # the agents: read, decide, act
     thread_id = decide.thread_of(mg.kind, event.thread_id, event.thread_root)
     facts = facts_of.read(mg, event.user_id, thread_id, decide.session_thread(mg.kind, thread_id),
@@ -248,6 +250,8 @@ def remember_dm(event: InboundEvent) -> None:
         return
     if lookups.dm_of(event.user_id, event.channel) == (True, event.chat_id):
         return  # known already (the common case: one read, no write)
+    if lookups.dm_user(event.channel, event.chat_id) not in (None, event.user_id):
+        return  # someone else's direct chat: a second person there makes it a room (grown.py), never theirs
     try:
         with database.atomic():
             user = User.get_or_none(User.id == event.user_id)

@@ -72,7 +72,7 @@ def dm_person(channel: str, chat_id: str) -> str | None:
         role = UserRole.select().join(User).where(UserRole.role == "owner").order_by(UserRole.id).first()
         return role.user.id if role else None
     dm = UserDm.select(UserDm, User).join(User).where(UserDm.channel_type == channel,
-                                                      UserDm.platform_id == chat_id).first()
+                                                      UserDm.platform_id == chat_id).order_by(UserDm.id).first()
     return dm.user.id if dm else None
 
 

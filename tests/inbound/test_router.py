@@ -145,3 +145,39 @@ def test_a_dm_that_grows_into_a_room_ends_its_private_session_before_the_newcome
     route(said_in_room(3, "@olivia:example.org", "dm", "ok"), settings, NO_WAKE)
     assert MessagingGroup.get().kind == "thread" and len(said) == 1
     assert AuditLog.select().where(AuditLog.action == "chat.grown").count() == 1
+
+
+def test_a_second_person_in_a_dm_ends_its_private_reach_even_when_the_event_still_says_dm(cli, app, monkeypatch):
+    """Issue 60, item 2, decided per message: a homeserver's member count can lag (or a platform can leave it
+    out), so Bob's message arrives marked `dm` in Olivia's room. The sender is not the DM's person: the chat
+    grows all the same before Bob is heard, and Bob is never recorded as the owner of that DM."""
+    from nanoclaw.inbound.grown import grown_to
+    from nanoclaw.memory.scopes import reach_of
+    from nanoclaw.models import MessagingGroup, UserDm
+    assert grown_to("dm", "dm", "matrix", "matrix:@o:x", "matrix:@o:x") is None
+    assert grown_to("dm", "dm", "matrix", None, "matrix:@o:x") is None  # nobody's DM yet: the first sender's
+    assert grown_to("dm", "dm", "matrix", "matrix:@o:x", "matrix:@bob:x") == "thread"
+    assert grown_to("dm", "dm", "discord", "discord:1", "discord:2") == "group"
+    assert grown_to("group", "dm", "matrix", None, "matrix:@o:x") is None
+    said = []
+    monkeypatch.setattr("nanoclaw.inbound.router.tell", lambda e, _s, text: said.append(text))
+    settings = app.config["NANOCLAW"]
+    cli("agent", "create", "Andy")
+    cli("user", "add", "matrix:@olivia:example.org", "--role", "owner")
+    cli("wire", "matrix", "!room:example.org", "andy", "--unknown-senders", "public")
+
+    def said_in_room(i, sender, text):
+        return InboundEvent(channel="matrix", event_id=f"$e{i}", chat_id="!room:example.org", kind="dm",
+                            sender_id=sender, sender_name=sender, text=text, timestamp="2026-12-06T10:00:00.000Z",
+                            message_id=f"$e{i}", mentioned=True)
+    assert route(said_in_room(1, "@olivia:example.org", "my locker code is 4711"), settings, NO_WAKE).written
+    private = Session.get()
+    assert reach_of(settings.sessions_dir, "andy", private.id).memory.kind == "private"
+    result = route(said_in_room(2, "@bob:example.org", "what is the code?"), settings, NO_WAKE)
+    assert result.written, result
+    fresh = Session.get(Session.id != private.id)
+    assert Session.get_by_id(private.id).status == "closed"
+    assert reach_of(settings.sessions_dir, "andy", fresh.id).memory.name == "chat:matrix:!room:example.org"
+    assert rows(app, "andy", fresh.id) == [(1, "what is the code?")]
+    assert MessagingGroup.get().kind == "thread" and len(said) == 1
+    assert [d.user_id for d in UserDm.select()] == ["matrix:@olivia:example.org"]
