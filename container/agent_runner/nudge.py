@@ -32,6 +32,7 @@ IN_ATTRIB = 0x004
 IN_CLOSE_WRITE = 0x008
 IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
+IN_DELETE = 0x200
 IN_IGNORED = 0x8000
 IN_Q_OVERFLOW = 0x4000
 IN_NONBLOCK = os.O_NONBLOCK
@@ -57,8 +58,8 @@ class Watcher:
     """Watches directories for events on names that start with one of `prefixes`; `drain()` says
     which directories had one since the last call. One fd, for select() or an event loop."""
 
-    def __init__(self, prefixes: tuple[str, ...]):
-        self.prefixes = prefixes
+    def __init__(self, prefixes: tuple[str, ...], mask: int = MASK):
+        self.prefixes, self.mask = prefixes, mask
         try:
             fd = _lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         except (OSError, AttributeError) as exc:
@@ -77,7 +78,7 @@ class Watcher:
         directory = Path(directory)
         if directory in self._wds:
             return True
-        wd = _lib().inotify_add_watch(self.fd, os.fsencode(directory), MASK)
+        wd = _lib().inotify_add_watch(self.fd, os.fsencode(directory), self.mask)
         if wd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):

@@ -15,6 +15,7 @@ from ..inbound import lookups
 from ..models import AgentGroup, audit
 from ..proposal_rules import RuleError
 from ..proxy import model_features
+from ..proxy.model_body import FEATURES  # noqa: F401  (the page lists them from here: web sits above operator)
 from ..proxy.policy_files import policy_root, write_json
 from ..upstreams import chains, registry
 from ..upstreams.chains import AgentModel

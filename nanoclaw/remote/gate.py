@@ -17,7 +17,10 @@ the sandboxes), and have HANDSHAKE_S for TLS and the first line together; past a
 closed at once (logged once a minute). One pass holds at most MAX_PER_PASS connections (a runner keeps warm ones,
 a long poll, pushes, and the CLI's calls in parallel). A connection with a pass lives only while
 that pass does: every RECHECK_S the open ones are looked at, and those whose pass expired or whose
-sandbox start is no longer the session's current one (stopped, replaced) are closed.
+sandbox start is no longer the session's current one (stopped, replaced) are closed. A relay is closed
+at once when its session's start changes (an inotify watch on the start file of each session with an
+open relay): a stopped sandbox's relay must not outlive it by the recheck. A session channel's
+connection waits for that recheck, since each of its requests is checked anyway (and told 403).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import threading
 import time
 from collections import defaultdict
 
+from agent_runner import nudge
 from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
 
 from ..config import host_port
@@ -78,6 +82,8 @@ class Gate:
         self.unauthenticated = 0
         self._unauthenticated_from: dict[str, int] = defaultdict(int)
         self._open: dict[passes.Claims, set[asyncio.Task]] = defaultdict(set)  # by pass: its connections
+        self._relays: dict[object, dict[asyncio.Task, passes.Claims]] = {}  # session folder -> its relays
+        self._starts: nudge.Watcher | None = None
         self._busy_logged = -1e9
 
     @property
@@ -104,11 +110,18 @@ class Gate:
             self._ready.set()
             return
         self.channel.attach(self._loop)
+        try:
+            self._starts = nudge.Watcher((starts.NONCE_FILE,), nudge.IN_MOVED_TO | nudge.IN_DELETE | nudge.IN_CLOSE_WRITE)
+            self._loop.add_reader(self._starts.fileno(), self._start_changed)
+        except nudge.Unavailable as exc:
+            log.warning("door: no inotify (%s): a stopped sandbox's relays close at the next recheck", exc)
         self._ready.set()
         self._loop.create_task(self._recheck())
         self._loop.run_forever()
         self._server.close()
         _cancel_all(self._loop, before_close=self.channel.detach)
+        if self._starts is not None:
+            self._starts.close()
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -127,6 +140,39 @@ class Gate:
         if claims is not None:
             return len(self._open.get(claims, ()))
         return sum(len(tasks) for tasks in self._open.values())
+
+    def _start_changed(self) -> None:
+        """On the loop: a watched session's start file changed (a stop, a new start): its relays whose pass
+        no longer holds are closed now. The look reads a few small files, so it runs here."""
+        for folder in self._starts.drain():
+            relays = self._relays.get(folder, {})
+            held = set(relays.values())
+            for claims, why in self.stale(held, time.time()):
+                for task, of in list(relays.items()):
+                    if of == claims:
+                        log.info("door: closing a relay of %s/%s: %s", claims.folder, claims.session, why)
+                        task.cancel()
+
+    def _watch_relay(self, task: asyncio.Task, claims: passes.Claims) -> object | None:
+        folder = starts.session_if_current(self.settings.sessions_dir, claims)
+        if folder is None or self._starts is None:
+            return folder
+        relays = self._relays.setdefault(folder, {})
+        if not relays and not self._starts.watch(folder):
+            del self._relays[folder]
+            return None
+        relays[task] = claims
+        return folder
+
+    def _unwatch_relay(self, task: asyncio.Task, folder) -> None:
+        relays = self._relays.get(folder)
+        if relays is None:
+            return
+        relays.pop(task, None)
+        if not relays:
+            del self._relays[folder]
+            if self._starts is not None:
+                self._starts.unwatch(folder)
 
     async def _recheck(self) -> None:
         """Close the connections whose pass expired or whose sandbox start is no longer current. Each
@@ -210,11 +256,12 @@ class Gate:
             return
         task = asyncio.current_task()
         self._open[claims].add(task)
-        upstream = None
+        upstream = watched = None
         try:
             if channel == "session":
                 await self.channel.serve(claims, reader, writer)
             else:
+                watched = self._watch_relay(task, claims)
                 up_reader, upstream = await asyncio.open_unix_connection(str(self.proxy_socket(claims.folder)))
                 await asyncio.gather(pipe(reader, upstream), pipe(up_reader, writer, close=True))
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -222,6 +269,8 @@ class Gate:
         except asyncio.CancelledError:
             pass  # the door is closing, or the pass no longer holds
         finally:
+            if watched is not None:
+                self._unwatch_relay(task, watched)
             tasks = self._open.get(claims)
             if tasks is not None:
                 tasks.discard(task)

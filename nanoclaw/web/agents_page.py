@@ -23,7 +23,6 @@ from .memory_page import changes_for, memories_for
 from .spending import chart_svg, spending_of
 from ..memory.entries import MAX_CHARS
 from ..usage.budgets import usd
-from ..proxy.model_body import FEATURES
 
 
 
@@ -77,7 +76,7 @@ def agent(folder: str):
                            upstream_names=["anthropic", *sorted(models_ops.upstreams(settings()))]
                            if not model_error else ["anthropic"],
                            granted=models_ops.granted(settings(), a) if not model_error else set(),
-                           features=FEATURES, allowed=models_ops.features(settings(), a),
+                           features=models_ops.FEATURES, allowed=models_ops.features(settings(), a),
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
 

@@ -360,6 +360,35 @@ def test_an_open_proxy_relay_ends_when_its_sandbox_is_replaced_or_stopped_or_its
     assert door.gate.open_connections() == 0
 
 
+@pytest.fixture
+def no_recheck(monkeypatch):
+    """The gate's periodic look an hour apart (set before the door starts: its first wait reads it)."""
+    monkeypatch.setattr(gate_module, "RECHECK_S", 3600.0)
+
+
+def test_a_relay_closes_when_its_sandbox_stops_not_at_the_next_recheck(no_recheck, door):
+    """Round three, L1 (issue 60, item 5): with no recheck for an hour, a stopped sandbox's relay is closed
+    as the start file goes, and a replaced one's as the new start is written; another session's relay and
+    a session channel's connection of the replaced start stay open (the channel answers its next request
+    403 itself)."""
+    door.stand_ins["andy"].keep_open = True
+    path, andy = session_of(door, "andy")
+    other_path, other = session_of(door, "andy", "s2")
+    relay, neighbour = andy.connect("proxy"), other.connect("proxy")
+    for sock in (relay, neighbour):
+        sock.settimeout(10)
+        assert sock.recv(4) == b"andy"
+    starts.end(path)  # the host stopped the sandbox
+    assert closed_by_door(relay, 10)
+    neighbour.sendall(b"ping")
+    assert neighbour.recv(4) == b"ping"
+    client = other.session()
+    assert client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())[0] == 200
+    starts.begin(other_path)  # ...and replaced the other one's
+    assert closed_by_door(neighbour, 10)
+    assert client.request("POST", "/inbound", json.dumps({"wait": 0}).encode())[0] == 403
+
+
 def test_the_door_closes_a_sessions_copy_left_idle_and_opens_it_again_on_use(door, tmp_path):
     """The door keeps a connection to the outbound.db copy of live sessions only: one unused for its
     idle time is closed, and the session's next push opens it again and is kept."""
