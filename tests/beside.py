@@ -19,6 +19,7 @@ GROUPS = (
      "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py", "tests/lifecycle/test_retention.py",
      "tests/memory/test_memory_e2e.py", "tests/operator/test_capabilities_page.py", "tests/operator/test_packages.py"),
     ("tests/lifecycle/test_faults_e2e.py", "tests/remote/test_remote_engine_e2e.py",
+     "tests/platforms/test_signal_owner_e2e.py",
      "tests/remote/test_gate.py", "tests/platforms/test_slack_socket.py", "tests/approvals/test_questions.py",
      "tests/inbound/test_intake.py", "tests/remote/test_network_session_e2e.py", "tests/remote/test_faults.py",
      "tests/platforms/test_matrix.py", "tests/operator/test_expiry.py", "tests/upstreams/test_litellm_e2e.py"),

@@ -60,7 +60,8 @@ def graph() -> dict[str, set[str]]:
 PLATFORM_FILES = {"adapter": "platform adapters", "schema": "platform adapters", "text": "platform adapters",
                   "messages": "platform adapters", "handoff": "platform adapters", "media": "platform adapters",
                   "account": "platform adapters", "rpc": "platform adapters",
-                  "listener": "platform listeners", "commands": "platform commands", "doctor": "platform commands"}
+                  "listener": "platform listeners", "owner": "platform listeners", "spool": "platform listeners",
+                  "commands": "platform commands", "doctor": "platform commands"}
 
 
 def room(module: str) -> str:

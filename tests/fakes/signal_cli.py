@@ -16,17 +16,23 @@ classes (JsonMessageEnvelope, JsonDataMessage, JsonSyncMessage, JsonSendMessageR
 - GET /api/v1/check: 200.
 
 On-connection receive mode: what people send while no client reads the events waits (with
-Signal's servers), and goes out when one connects; one event at a time, in order. A reader that
-died is noticed before the next event is written to it (the real daemon may write one more event
-into a dead connection: the README's "at most the one event in flight"). Every RPC call is
-recorded, so a test can assert what Signal would have been asked to do.
+Signal's servers), and goes out when one connects; one event at a time, in order. Events are written
+as signal-cli 0.14.6 writes them (HttpServerHandler.subscribeReceiveHandlers, ReceiveHelper): each
+envelope is taken off Signal's servers (stored, acknowledged, handled, deleted from signal-cli's
+cache) and written to the stream; nothing checks whether the reader is alive. A write into a reader
+that died succeeds at the socket (TCP tells the writer only later) and is lost; the next write fails,
+the handler catches the IOException, unsubscribes, and that event is lost too (`lost`). Every RPC
+call is recorded, so a test can assert what Signal would have been asked to do.
+
+For the listener that owns signal-cli (`signal-cli jsonRpc` over its stdin and stdout), the fake
+`signal-cli` program (tests/fakes/signal_cli_program.py) receives from this object as from Signal's
+servers: `/signal-server/peek` and `/signal-server/ack`.
 """
 from __future__ import annotations
 
 import base64
 import itertools
 import json
-import select
 import threading
 import time
 import uuid as uuids
@@ -56,15 +62,15 @@ class _SignalHandler(_Handler):
         try:
             last = time.monotonic()
             while not fake.closed.is_set():
-                if self._gone():
-                    return
                 event = fake._next(timeout=0.05)
-                if event is not None and self._gone():  # the reader died while this waited: it stays queued
-                    fake._requeue(event)
-                    return
                 if event is not None:
-                    self._chunk(b"event:receive\ndata:" + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
-                    fake._sent_event(event)
+                    try:
+                        self._chunk(b"event:receive\ndata:" + json.dumps(event, separators=(",", ":")).encode()
+                                    + b"\n\n")
+                    except OSError:
+                        fake._lost(event)  # the handler caught the IOException and unsubscribed: gone
+                        return
+                    fake._sent_event(event)  # written: into a live reader, or into a dead one's socket
                     last = time.monotonic()
                 elif time.monotonic() - last >= fake.keepalive_s:
                     self._chunk(b":\n")
@@ -77,18 +83,6 @@ class _SignalHandler(_Handler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
-
-    def _gone(self) -> bool:
-        """The client closed its end (a reader that died): its socket reads as ended."""
-        readable, _, _ = select.select([self.connection], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return self.connection.recv(1, 0x40) == b""  # MSG_DONTWAIT
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
 
 
 class FakeSignalCli(FakePlatform):
@@ -105,6 +99,7 @@ class FakeSignalCli(FakePlatform):
         self.rate_limited: dict[str, int] = {}     # uuid -> retryAfterSeconds of a RATE_LIMIT_FAILURE
         self.waiting: deque[dict] = deque()      # events not yet read by a client
         self.delivered: list[dict] = []          # events written to a client, in order
+        self.lost: list[dict] = []               # events whose write failed (signal-cli drops them)
         self.clients = 0
         self.keepalive_s = KEEPALIVE_S
         self.closed = threading.Event()
@@ -183,9 +178,9 @@ class FakeSignalCli(FakePlatform):
                 self._events_cond.wait(timeout)
             return self.waiting.popleft() if self.waiting else None
 
-    def _requeue(self, event: dict) -> None:
+    def _lost(self, event: dict) -> None:
         with self._events_cond:
-            self.waiting.appendleft(event)
+            self.lost.append(event)
             self._events_cond.notify_all()
 
     def _sent_event(self, event: dict) -> None:
@@ -211,6 +206,16 @@ class FakeSignalCli(FakePlatform):
     def answer(self, req):
         if req.path == "/api/v1/check":
             return 200, None, {}
+        if req.path == "/signal-server/peek":  # the stdio fake's receive: what Signal's servers hold next
+            with self._events_cond:
+                if not self.waiting:
+                    self._events_cond.wait(1.0)
+                return 200, {"event": self.waiting[0] if self.waiting else None}, {}
+        if req.path == "/signal-server/ack":  # ...taken off the server once the client stored it
+            with self._events_cond:
+                if self.waiting and self.waiting[0] == (req.json or {}).get("event"):
+                    self.waiting.popleft()
+            return 200, {}, {}
         if req.path != "/api/v1/rpc" or req.method != "POST":
             return 404, None, {}
         if not req.headers.get("content-type", "").startswith("application/json"):

@@ -393,21 +393,22 @@ def test_doctor_checks_the_daemon_its_version_and_the_account(daemon):
     assert check({}) is None  # not set up: nothing to say
 
 
-def test_supervisord_runs_the_listener_and_the_daemon_only_where_it_can(make_settings, tmp_path, monkeypatch):
+def test_supervisord_runs_one_signal_program_which_owns_signal_cli_where_it_is_installed(make_settings, tmp_path,
+                                                                                      monkeypatch):
+    from nanoclaw.platforms.signal import runs_daemon
     from nanoclaw.supervise import listener_programs
     import shutil as shutil_mod
     settings = make_settings(SIGNAL_ACCOUNT="+4915100000001")
     monkeypatch.setattr(shutil_mod, "which", lambda name: "/usr/local/bin/signal-cli" if name == "signal-cli" else None)
     conf = listener_programs(settings, tmp_path, tmp_path / "bin")
-    events = conf.split("[program:signal-events]")[1].split("[program:")[0]
-    daemon_conf = conf.split("[program:signal-cli]")[1].split("[program:")[0]
-    assert "nanoclaw signal listen" in events
-    assert "nanoclaw signal daemon" in daemon_conf
+    assert "nanoclaw signal listen" in conf.split("[program:signal-events]")[1]
+    assert "[program:signal-cli]" not in conf  # the listener runs it: two processes would fight over the account
+    assert runs_daemon(settings.platform)
     remote = make_settings(SIGNAL_ACCOUNT="+4915100000001", SIGNAL_CLI_URL="http://10.0.0.5:8686")
-    remote_conf = listener_programs(remote, tmp_path, tmp_path)
-    assert "[program:signal-events]" in remote_conf and "[program:signal-cli]" not in remote_conf
+    assert "[program:signal-events]" in listener_programs(remote, tmp_path, tmp_path)
+    assert not runs_daemon(remote.platform)  # read its events stream there
     monkeypatch.setattr(shutil_mod, "which", lambda name: None)
-    assert "[program:signal-cli]" not in listener_programs(settings, tmp_path, tmp_path)
+    assert not runs_daemon(settings.platform)
 
 
 def fake_signal_cli(folder, script: str):

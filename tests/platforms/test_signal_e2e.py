@@ -4,7 +4,8 @@ runs in a real sandbox (real SDK and CLI against the scripted model); answers go
 daemon's JSON-RPC API.
 
 A DM from the owner (added by phone number) is answered; a photo reaches the model as an image
-block; the listener killed mid-stream and started again: every message answered exactly once."""
+block; the listener killed: the two messages the daemon writes after its death are lost, as signal-cli
+loses them (the window the README states for a daemon elsewhere)."""
 from __future__ import annotations
 
 import base64
@@ -16,7 +17,7 @@ import threading
 import pytest
 from PIL import Image
 
-from tests.fakes.model_api import SENTINEL, SENTINEL_ANSWER, Reply
+from tests.fakes.model_api import Reply
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.platforms.listener_program import ListenerProgram
 from tests.tg_flow import sandbox_service
@@ -95,23 +96,29 @@ def test_a_dm_is_answered_and_a_photo_reaches_the_model(signal_svc):
     assert svc.daemon.calls("getAttachment") == [{"id": photo["id"], "recipient": alice}]  # over the API
 
 
-def test_the_listener_killed_mid_stream_loses_and_repeats_nothing(signal_svc):
+def test_with_a_daemon_elsewhere_the_two_messages_after_the_listeners_death_are_lost_as_the_readme_says(signal_svc):
+    """Issue 61, item 2: signal-cli's daemon writes each envelope into the events stream and forgets it. After
+    the reader is SIGKILLed the first write still succeeds at the socket (lost) and the next fails (dropped
+    by signal-cli's handler, which then unsubscribes); what comes after waits with Signal's servers. This is
+    the window the README states for a daemon on another machine; where signal-cli is installed, the
+    listener owns it and closes it (tests/platforms/test_signal_owner_e2e.py)."""
     svc = signal_svc
     alice = owner(svc)
 
     def marks() -> list[str]:
         return [w for t in answers(svc, alice) if t.startswith("got ") for w in t.split()[1:]]
-    for n in (1, 2, 3):
-        svc.daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
-    svc.wait(lambda: {"m1", "m2", "m3"} <= set(marks()), what="the first three answered")
+    svc.daemon.message(alice, "m1", number=OWNER_NO, name="Olivia")
+    svc.wait(lambda: "m1" in marks(), what="the first answered")
     svc.listener.kill()
-    for n in (4, 5):  # wait with Signal's servers: nobody reads the events now
+    for n in (2, 3):
         svc.daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
+        svc.wait(lambda: not svc.daemon.waiting, what=f"m{n} written by the daemon")
+    svc.daemon.message(alice, "m4", number=OWNER_NO, name="Olivia")  # nobody subscribed now: it waits
     svc.listener.start()
-    svc.wait(lambda: {f"m{n}" for n in range(1, 6)} <= set(marks()), what="every message answered")
-    svc.daemon.message(alice, SENTINEL, number=OWNER_NO, name="Olivia")  # a quiet period, then count
-    svc.wait(lambda: SENTINEL_ANSWER in answers(svc, alice), what="the sentinel's answer")
-    assert sorted(marks()) == [f"m{n}" for n in range(1, 6)]  # each exactly once
+    svc.wait(lambda: "m4" in marks(), what="the message after the window answered")
+    assert [e["envelope"]["dataMessage"]["message"] for e in svc.daemon.lost] == ["m3"]
+    assert "m2" in [e["envelope"]["dataMessage"]["message"] for e in svc.daemon.delivered]  # into the dead socket
+    assert sorted(marks()) == ["m1", "m4"]
 
 
 def test_a_strangers_clock_from_the_far_future_stops_nothing(signal_svc):

@@ -28,8 +28,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def runs_daemon(values: dict) -> bool:
-    """The `signal-cli` program runs here: Signal is set up, signal-cli is installed and the daemon's
-    URL is on this machine (otherwise the user runs it where it lives)."""
+    """signal-cli runs here, as the listener's child: Signal is set up, signal-cli is installed and
+    SIGNAL_CLI_URL is on this machine (where the listener answers the web program's calls); otherwise
+    the user runs signal-cli's daemon where it lives and the listener reads its events stream."""
     where = host_port(values.get("SIGNAL_CLI_URL") or DEFAULT_URL)
     return configured(values) and shutil.which("signal-cli") is not None and where is not None \
         and where[0] in LOOPBACK
@@ -60,8 +61,9 @@ PLATFORM = register(Platform(
     # a person's id is their ACI uuid, and their DM's id is their own; a group's is "group.<base64 id>"
     guess_kind=lambda chat_id: "group" if chat_id.startswith("group.") else "dm",
     dm_is_user=True,
-    listeners=(Listener("signal-events", ("signal", "listen"), configured, startsecs=2, stopwaitsecs=10),
-               Listener("signal-cli", ("signal", "daemon"), runs_daemon, startsecs=10, stopwaitsecs=20)),
+    # one program: where signal-cli is installed the listener owns it (signal-cli locks its account to one
+    # process, so the web program's calls go through the listener too: owner.py)
+    listeners=(Listener("signal-events", ("signal", "listen"), configured, startsecs=2, stopwaitsecs=20),),
     commands="commands:signal_cli",
     doctor="doctor:check",
     check=_check,

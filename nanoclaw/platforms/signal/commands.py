@@ -9,7 +9,7 @@ import subprocess
 import click
 
 from ...cli.base import Mistake, group, settings as current_settings
-from . import DEFAULT_URL, configured, host_port
+from . import DEFAULT_URL, configured, host_port, runs_daemon
 from .listener import EventsListener
 
 INSTALL = ("signal-cli is not installed. On Debian: install a Java runtime (apt install default-jre-headless), "
@@ -30,18 +30,25 @@ def signal_cli():
     """Signal through signal-cli's JSON-RPC daemon: events stream in, no public URL needed.
 
     \b
-    Set up: SIGNAL_ACCOUNT=+NUMBER in .env, the number registered or linked in signal-cli
-    (`signal link` shows how), and the daemon running: `make run` starts it when signal-cli is
-    installed here (`signal daemon`), or run it yourself with SIGNAL_CLI_URL pointing at it.
+    Set up: SIGNAL_ACCOUNT=+NUMBER in .env and the number registered or linked in signal-cli
+    (`signal link` shows how). When signal-cli is installed here, the listener runs it as its own
+    child (nothing that reaches Signal while the listener is down is lost); elsewhere, run its
+    daemon yourself (`signal daemon` shows the command) with SIGNAL_CLI_URL pointing at it.
     """
 
 
 @signal_cli.command("listen")
 def listen_command():
-    """Read the daemon's events and hand each to the web program (supervisord's `signal-events`)."""
+    """Hand each event from signal-cli to the web program (supervisord's `signal-events`). With signal-cli
+    installed here and SIGNAL_CLI_URL on this machine, this program runs signal-cli itself and answers the
+    web program's calls at that URL; otherwise it reads the daemon's events stream at SIGNAL_CLI_URL."""
     settings = current_settings()
     _ready(settings)
-    listener = EventsListener(settings)
+    if runs_daemon(settings.platform):
+        from .owner import OwnedListener
+        listener = OwnedListener(settings)
+    else:
+        listener = EventsListener(settings)
 
     for sig in (signals.SIGTERM, signals.SIGINT):
         signals.signal(sig, lambda _sig, _frame: listener.halt())
@@ -50,8 +57,8 @@ def listen_command():
 
 @signal_cli.command("daemon")
 def daemon_command():
-    """Run signal-cli's daemon for SIGNAL_ACCOUNT on SIGNAL_CLI_URL's port (supervisord's `signal-cli`,
-    when signal-cli is installed and the URL is on this machine)."""
+    """Run signal-cli's HTTP daemon for SIGNAL_ACCOUNT on SIGNAL_CLI_URL's port, for a machine where the
+    listener does not run it itself (`signal listen` owns signal-cli where both run on one machine)."""
     settings = current_settings()
     _ready(settings)
     found = shutil.which("signal-cli")

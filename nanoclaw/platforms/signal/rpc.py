@@ -43,7 +43,8 @@ class Rpc:
             resp = self.http.post(f"{self.url}/api/v1/rpc", json=body, timeout=timeout)
         except requests.RequestException as exc:
             raise DeliveryError(f"signal-cli's daemon at {self.url} did not answer ({type(exc).__name__}); is "
-                                "`signal-cli daemon --http` running?") from None
+                                "the signal-events program running (it runs signal-cli where it is installed), or "
+                                "`signal-cli daemon --http` where it runs elsewhere?") from None
         try:
             answer = resp.json()
         except ValueError:
