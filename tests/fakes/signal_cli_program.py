@@ -74,7 +74,12 @@ def main() -> None:
         cached.unlink(missing_ok=True)
 
     for cached in sorted(ours.cache.glob("*.json")):
-        handle(json.loads(cached.read_text()), cached)
+        try:
+            event = json.loads(cached.read_text())
+        except ValueError:  # stored only in part (killed while storing): never acknowledged, so still on the
+            cached.unlink()  # server; signal-cli deletes an envelope it cannot load (retryFailedReceivedMessage)
+            continue
+        handle(event, cached)
     n = int(time.time() * 1e6)
     while True:
         event = http.get(f"{ours.server}/signal-server/peek", timeout=30).json().get("event")
@@ -82,10 +87,12 @@ def main() -> None:
             continue
         n += 1
         cached = ours.cache / f"{n:020d}.json"
-        with open(cached, "w") as f:
+        part = cached.with_suffix(".part")
+        with open(part, "w") as f:
             f.write(json.dumps(event))
             f.flush()
             os.fsync(f.fileno())
+        part.rename(cached)
         http.post(f"{ours.server}/signal-server/ack", json={"event": event}, timeout=30)
         handle(event, cached)
 
