@@ -29,7 +29,7 @@ from tests.service_harness import free_port
 from tests.tg_flow import sandbox_service
 
 ROOT = Path(__file__).resolve().parents[2]
-WINDOW_S = 0.05  # what the README states may be lost: written by signal-cli within this of the listener's SIGKILL
+WINDOW_S = 0.25  # what the README states may be lost: written by signal-cli within this of the listener's SIGKILL
 
 
 def signal_cli_on_path(tmp_path: Path, daemon: FakeSignalCli) -> tuple[str, Path]:
