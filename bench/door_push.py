@@ -35,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "container")]
 
 from agent_runner.door_link import DoorLink  # noqa: E402
 
+from bench.door_flood import pct  # noqa: E402
 from tests.service_harness import free_port  # noqa: E402
 
 PUSHERS = 16
@@ -45,11 +46,6 @@ def memory(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) << 10
     raise LookupError(field)
-
-
-def pct(values, q):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
 def main() -> None:

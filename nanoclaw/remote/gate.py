@@ -36,6 +36,7 @@ from agent_runner import nudge
 from agent_runner.door_link import pipe  # the runner's relay: one copy for both ends
 
 from ..config import host_port
+from ..sessions import store
 from . import passes, starts
 
 log = logging.getLogger("nanoclaw.remote.gate")
@@ -154,9 +155,10 @@ class Gate:
                         task.cancel()
 
     def _watch_relay(self, task: asyncio.Task, claims: passes.Claims) -> object | None:
-        folder = starts.session_if_current(self.settings.sessions_dir, claims)
-        if folder is None or self._starts is None:
-            return folder
+        """Watch the start file of a relay's session (its pass was just checked: no second read)."""
+        if self._starts is None:
+            return None
+        folder = store.session_path(self.settings.sessions_dir, claims.folder, claims.session)
         relays = self._relays.setdefault(folder, {})
         if not relays and not self._starts.watch(folder):
             del self._relays[folder]

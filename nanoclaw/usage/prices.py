@@ -3,6 +3,7 @@ by the owner's own file. A model the table does not know is priced at the deares
 flagged (logged once, shown on the page): never counted as free."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -48,7 +49,9 @@ def load(override: Path | None = None) -> dict[str, dict[str, float]]:
     return with_server_tools(table, tools)
 
 
+@functools.cache
 def default_server_tools() -> dict[str, float]:
+    """The repo table's server-tool rates (read once: an upstream's own table is priced per call)."""
     return json.loads(TABLE.read_text())["server_tool_use"]
 
 

@@ -122,7 +122,7 @@ class OwnedListener(EventsListener):
 
     def hand_over_spooled(self) -> None:
         while not self.stop.is_set():
-            found = self.spool.first(timeout=1.0)
+            found = self.spool.first(timeout=60.0)  # a put or a halt wakes it: no timer at rest
             if found is None:
                 continue
             ident, data = found
@@ -132,7 +132,9 @@ class OwnedListener(EventsListener):
             self.spool.done(ident)
 
     def run(self) -> None:
-        threading.Thread(target=self.server.serve_forever, name="signal-rpc", daemon=True).start()
+        # no shutdown poll at rest: the program ends with run(), and the server's daemon thread with it
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 3600}, name="signal-rpc",
+                         daemon=True).start()
         threading.Thread(target=self.hand_over_spooled, name="signal-hand-over", daemon=True).start()
         log.info("signal-cli runs as this program's child; its calls are answered at %s:%d; %d event(s) kept "
                  "from before", *self.address, len(self.spool))
@@ -146,10 +148,10 @@ class OwnedListener(EventsListener):
             wait = backoff(failures)
             log.warning("signal-cli ended (exit %s); starting it again in %.0f s", code, wait)
             self.stop.wait(wait)
-        self.server.shutdown()
 
     def halt(self) -> None:
         self.stop.set()
+        self.spool.wake()
         threading.Thread(target=self.child.stop, daemon=True).start()
 
 

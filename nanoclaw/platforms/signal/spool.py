@@ -32,6 +32,11 @@ class Spool:
                 row = self._db.execute("SELECT id, data FROM events ORDER BY id LIMIT 1").fetchone()
             return row
 
+    def wake(self) -> None:
+        """End a wait in first() (the program stops)."""
+        with self._lock:
+            self._more.notify_all()
+
     def done(self, ident: int) -> None:
         with self._lock:
             self._db.execute("DELETE FROM events WHERE id = ?", (ident,))
