@@ -2,10 +2,15 @@
 
 The runner no longer loads mcp (left_out.py): its tools are served by a small JSON-RPC server of its
 own. These tests put the same messages to it and to the SDK's own bridge over mcp's server (both in
-this process, with the same tools) and compare the answers: the handshake at each revision, the
-tool list, calls that succeed, fail, raise or do not fit the schema, unknown tools and methods, a
-cancelled call; then any request Hypothesis makes up. A message no peer should send still gets an
-answer, never an exception."""
+this process, with the same tools) and compare the answers.
+
+First, what the bundled CLI really sends: tests/fixtures/mcp/cli.json, recorded from the real CLI by
+tests/agent/record_mcp.py (its handshake, tools/list, tools/call with its `_meta`, a call cancelled
+by an interruption). The recording fails the suite when the bundled CLI is newer than it.
+Then, marked HAND-WRITTEN, what the CLI never sends but a server must survive: other revisions'
+handshakes, arguments that do not fit, unknown tools and methods, a response to nothing, a call
+after a cancellation; then any request Hypothesis makes up. A message no peer should send still gets
+an answer, never an exception."""
 from __future__ import annotations
 
 import asyncio
@@ -81,6 +86,55 @@ def call(n, name, arguments=None):
     return request(n, "tools/call", {"name": name, **({} if arguments is None else {"arguments": arguments})})
 
 
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "mcp" / "cli.json"
+
+
+def test_the_recording_is_of_the_bundled_cli():
+    from claude_agent_sdk._cli_version import __cli_version__
+    recorded = json.loads(RECORDED.read_text())["cli_version"]
+    assert recorded == __cli_version__, (
+        f"tests/fixtures/mcp/cli.json was recorded from CLI {recorded}; the bundled CLI is {__cli_version__}: "
+        "run .venv/bin/python tests/agent/record_mcp.py and commit the new recording")
+
+
+async def replay(bridge, tools: Tools, conversation: list[dict]) -> list:
+    """Play the CLI's messages in the order it sent them; a call the CLI left waiting (it was cancelled
+    while running) is left in flight until the tool has started, as it was when recorded."""
+    answers, pending = [], []
+    for entry in conversation:
+        message = entry["message"]
+        task = asyncio.ensure_future(bridge.handle(message))
+        if message.get("method") == "tools/call" and message["params"]["name"] == "wait":
+            await asyncio.wait_for(tools.started.wait(), 10)
+            pending.append((len(answers), task))
+            answers.append(None)
+            continue
+        answers.append(await asyncio.wait_for(task, 10))
+    for index, task in pending:
+        answers[index] = await asyncio.wait_for(task, 10)
+    await bridge.aclose()
+    return answers
+
+
+def test_the_bundled_clis_own_conversation_is_answered_as_the_sdks_server_answers_it():
+    conversation = json.loads(RECORDED.read_text())["conversation"]
+    methods = {entry["message"].get("method") for entry in conversation}
+    assert {"initialize", "notifications/initialized", "tools/list", "tools/call", "notifications/cancelled"} <= methods
+
+    async def both():
+        tools_a, tools_b = Tools(), Tools()
+        mine = await replay(ours(tools_a), tools_a, conversation)
+        sdk = await replay(theirs(tools_b), tools_b, conversation)
+        return mine, sdk, tools_a.calls
+    mine, sdk, calls = asyncio.run(both())
+    for entry, a, b in zip(conversation, mine, sdk):
+        assert same(a, b), (entry["message"], a, b)
+        assert same(a, entry["sdk_answer"]), ("the SDK's server answered differently when recorded", entry, a)
+    assert calls == [("echo", {"text": "hello", "times": 2}), ("echo", {"text": "loud", "tone": "loud"})]
+    assert mine[-2]["error"] == CANCELLED  # the call the interruption cancelled
+
+
+# HAND-WRITTEN: the CLI never sends most of these (it validates arguments itself and speaks one revision).
 CONVERSATION = [
     request(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                               "clientInfo": {"name": "claude-code", "version": "2.1.330"}}),
@@ -124,7 +178,7 @@ def test_the_conversation_a_cli_has_is_answered_as_the_sdks_server_answers_it():
     asyncio.run(both())
 
 
-def test_a_cancelled_call_stops_the_tool_and_is_answered_as_cancelled():
+def test_a_cancelled_call_stops_the_tool_and_the_server_goes_on():  # HAND-WRITTEN: a call after it
     async def cancel(bridge, tools):
         await bridge.handle(CONVERSATION[0])
         task = asyncio.ensure_future(bridge.handle(call(21, "wait")))
@@ -164,7 +218,7 @@ def test_the_runner_serves_only_its_own_server():
         ToolBridge(NAME, object())
 
 
-# --- any request ---------------------------------------------------------------------------------
+# --- HAND-WRITTEN: any request ---------------------------------------------------------------------------------
 
 json_leaf = st.none() | st.booleans() | st.integers(-2**31, 2**31) | st.text(max_size=8)
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3)
