@@ -9,8 +9,9 @@ people each have a DM wired to the agent. Three phases, one run:
   2. after 20 messages (round robin over the three people, each answered before the next): memory
      of every process;
   3. warm and quiet: the three sandboxes idle for SECONDS.
-CPU is utime + stime from /proc (children that ended included) over the phase's wall time, as a
-share of one core; memory is the sum of RSS of every process (PSS from smaps_rollup beside it:
+CPU is what the kernel's cgroup accounting counted for the service's cgroup over the phase's wall
+time, as a share of one core: every thread and process that ran, ended ones included, in ns
+(bench/cgroup_cpu.py; where no cgroup can be made, /proc's ticks, and the report says so); memory is the sum of RSS of every process (PSS from smaps_rollup beside it:
 shared pages counted once). Issue 43's goals: at rest ≤ 150 MB and ≤ 0.1 % of a core; warm, three
 sandboxes, ≤ 0.3 % for the whole tree and the host programs ≤ 150 MB together.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -28,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from fakes.model_api import FakeModel, Reply  # noqa: E402
 from fakes.telegram_api import FakeTelegram  # noqa: E402
+from cgroup_cpu import Accounting, container_usage_ns  # noqa: E402
 from idle import PEOPLE, SECRET, cpu_seconds, role_of, rss_mib, three_people_service, tree  # noqa: E402
 from service_harness import post  # noqa: E402
 
@@ -55,42 +58,49 @@ def memory(svc) -> dict[str, tuple[float, float, int]]:
     return out
 
 
-def thread_ns(pids) -> dict[tuple[int, str], int]:
-    """(pid, thread id) -> the thread's run time in ns (/proc/PID/task/TID/schedstat)."""
-    out = {}
-    for pid in pids:
-        try:
-            for tid in Path(f"/proc/{pid}/task").iterdir():
-                out[(pid, tid.name)] = int((tid / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
-
-
-PRECISE: dict[str, float] = {}  # the last quiet period's host CPU from schedstat, % of one core
+ACCT: Accounting | None = None  # the service's cgroup, where the machine lets us make one
+METHOD = {True: "CPU from the service's cgroup (cpuacct, ns): every thread and process that ran in the phase, "
+                "ended ones included; Docker containers from their own cgroups",
+          False: "CPU from /proc utime + stime (10 ms ticks; processes alive at the end and ended children "
+                 "their parent waited for; no cgroup could be made here, so a lower bound)"}
 
 
 def quiet(svc, seconds: int) -> tuple[dict[str, float], float]:
-    """role -> CPU seconds over a quiet period; its wall time. /proc's utime and stime are whole
-    clock ticks (10 ms), so a process's figure is off by up to a tick at each end; the host
-    programs' threads are also read from schedstat (ns) into PRECISE (threads alive throughout)."""
+    """role -> CPU seconds over a quiet period; its wall time."""
     pids, sandbox = tree(svc)
-    before = {pid: cpu_seconds(pid) for pid in pids}
-    host = [pid for pid in pids if not role_of(pid, sandbox).startswith(("sandbox", "other"))]
-    ns_before = thread_ns(host)
+    if ACCT is None:
+        before = {pid: cpu_seconds(pid) for pid in pids}
+        started = time.monotonic()
+        time.sleep(seconds)
+        wall = time.monotonic() - started
+        pids_after, sandbox = tree(svc)
+        used: dict[str, float] = {}
+        for pid in pids_after:
+            role = role_of(pid, sandbox)
+            used[role] = used.get(role, 0.0) + cpu_seconds(pid) - before.get(pid, 0.0)
+        return used, wall
+    # Our own descendants (host programs, bubblewrap sandboxes) go into their role's cgroup; a Docker
+    # container's processes are not ours to move and are read from the container's cgroup.
+    ours = set(svc.tree())
+    names = {}
+    for pid in pids:
+        if pid in ours:
+            role = role_of(pid, sandbox)
+            if ACCT.place(pid, role):
+                names[ACCT.child(role).name] = role
+    containers = [pid for pid in svc.sandbox_roots() if pid not in ours]
+    before, c_before = ACCT.roles(), {pid: container_usage_ns(pid) for pid in containers}
     started = time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - started
-    ns_after = thread_ns(host)
-    pids_after, sandbox = tree(svc)
-    used: dict[str, float] = {}
-    for pid in pids_after:
-        role = role_of(pid, sandbox)
-        used[role] = used.get(role, 0.0) + cpu_seconds(pid) - before.get(pid, 0.0)
-    PRECISE.clear()
-    for key, ns in ns_after.items():
-        role = role_of(key[0], sandbox)
-        PRECISE[role] = PRECISE.get(role, 0.0) + 100 * (ns - ns_before.get(key, ns)) / 1e9 / wall
+    after, c_after = ACCT.roles(), {pid: container_usage_ns(pid) for pid in containers}
+    used = {}
+    for name, ns in after.items():
+        role = names.get(name, name)
+        used[role] = used.get(role, 0.0) + (ns - before.get(name, 0)) / 1e9
+    for pid in containers:
+        if c_before.get(pid) is not None and c_after.get(pid) is not None:
+            used["sandbox: Docker containers"] = used.get("sandbox: Docker containers", 0.0) + (c_after[pid] - c_before[pid]) / 1e9
     return used, wall
 
 
@@ -115,18 +125,19 @@ def report(title: str, mem: dict, cpu: dict | None = None, wall: float | None = 
     total_rss, total_pss = sum(m[0] for m in mem.values()), sum(m[1] for m in mem.values())
     line = f"  whole tree: RSS {total_rss:7.1f} MiB  PSS {total_pss:7.1f} MiB"
     if cpu is not None:
-        line += f"   CPU {100 * sum(cpu.values()) / wall:.2f}% of one core"
+        line += f"   CPU {100 * sum(cpu.values()) / wall:.3f}% of one core"
     print(line)
     print(f"  host programs: RSS {sum(m[0] for m in host.values()):7.1f} MiB  PSS {sum(m[1] for m in host.values()):7.1f} MiB"
-          + (f"   CPU {100 * sum(v for r, v in cpu.items() if not r.startswith('sandbox')) / wall:.2f}%"
+          + (f"   CPU {100 * sum(v for r, v in cpu.items() if not r.startswith('sandbox')) / wall:.3f}%"
              if cpu is not None else ""))
     for role in sorted(mem, key=lambda r: -mem[r][0]):
         rss, pss, n = mem[role]
-        extra = f"   CPU {100 * cpu.get(role, 0.0) / wall:5.2f}%" if cpu is not None else ""
+        extra = f"   CPU {100 * cpu.get(role, 0.0) / wall:6.3f}%" if cpu is not None else ""
         print(f"  {role:32s} RSS {rss:7.1f} MiB  PSS {pss:7.1f} MiB in {n} process(es){extra}")
-    if cpu is not None and PRECISE:
-        print(f"  host programs' threads by schedstat (ns): {sum(PRECISE.values()):.3f}% of one core ("
-              + ", ".join(f"{role.split(' ')[0]} {share:.3f}%" for role, share in sorted(PRECISE.items())) + ")")
+    if cpu is not None:
+        for role in sorted(set(cpu) - set(mem)):  # ran in the phase, gone (or not a process) at its end
+            print(f"  {role:32s} {'':38s} CPU {100 * cpu[role] / wall:6.3f}%")
+        print(f"  ({METHOD[ACCT is not None]})")
 
 
 def main() -> None:
@@ -134,9 +145,12 @@ def main() -> None:
     ap.add_argument("seconds", nargs="?", type=int, default=60)
     ap.add_argument("--runtime", choices=("bwrap", "docker"), default="bwrap")
     args = ap.parse_args()
+    global ACCT
+    ACCT = Accounting.open(f"nanoclaw-footprint-{os.getpid()}")
+    print(METHOD[ACCT is not None])
     with tempfile.TemporaryDirectory(prefix="nanoclaw-footprint-") as tmp, \
             FakeModel(script=lambda req: Reply.say("ok")) as model, FakeTelegram() as tg:
-        svc = three_people_service(Path(tmp), args.runtime, model, tg)
+        svc = three_people_service(Path(tmp), args.runtime, model, tg, preexec=ACCT.enter if ACCT else None)
         try:
             time.sleep(5)  # start-up settles (the first sweep, the scheduler's first jobs)
             cpu, wall = quiet(svc, args.seconds)
@@ -151,6 +165,8 @@ def main() -> None:
             report(f"warm and quiet: {warm} sandboxes idle for {wall:.0f} s", memory(svc), cpu, wall)
         finally:
             svc.stop()
+            if ACCT is not None:
+                ACCT.close()
         baseline_proxy(Path(tmp))
 
 

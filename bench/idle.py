@@ -78,7 +78,7 @@ def tree(svc: SupervisedService) -> tuple[list[int], set[int]]:
     return sorted(set(svc.tree()) | sandbox), sandbox
 
 
-def three_people_service(tmp: Path, runtime: str, model, tg) -> SupervisedService:
+def three_people_service(tmp: Path, runtime: str, model, tg, preexec=None) -> SupervisedService:
     """The service as `make run` starts it, with PEOPLE each wired to Andy in a DM of their own."""
     setup = [["agent", "create", "Andy"]]
     for person in PEOPLE:
@@ -86,7 +86,7 @@ def three_people_service(tmp: Path, runtime: str, model, tg) -> SupervisedServic
                   ["wire", "telegram", str(person), "andy"]]
     return SupervisedService(tmp, {
         "NANOCLAW_RUNTIME": runtime, "ANTHROPIC_UPSTREAM_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-bench",
-        "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup)
+        "TELEGRAM_API_BASE": tg.url, "TELEGRAM_BOT_TOKEN": TOKEN, "TELEGRAM_WEBHOOK_SECRET": SECRET}, setup, preexec=preexec)
 
 
 def main() -> None:

@@ -43,7 +43,8 @@ def cmdline(pid: int) -> bytes:
 
 
 class SupervisedService:
-    def __init__(self, root: Path, env: dict[str, str], setup: list[list[str]], log_name: str = "service.log"):
+    def __init__(self, root: Path, env: dict[str, str], setup: list[list[str]], log_name: str = "service.log",
+                 preexec=None):
         self.root = root
         self.port = free_port()
         self.env = {**os.environ, "NANOCLAW_DATA_DIR": str(root / "data"), "NANOCLAW_GROUPS_DIR": str(root / "groups"),
@@ -55,7 +56,8 @@ class SupervisedService:
         self.log_path = root / log_name
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "nanoclaw.supervise"], cwd=PROJECT_ROOT, env=self.env,
-                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=preexec)
         self.wait_healthy()
 
     def wait_healthy(self, timeout: float = 90) -> None:

@@ -34,7 +34,7 @@ _WHY = {
                  "allowlist and budget); ask for the page you need, or the owner for a search tool.",
 }
 # Also left out of the request: each tool's definition costs the CLI time on every turn (these five
-# are a third of a turn's 73 KB; docs/benchmarks.md)
+# are a third of a turn's 73 KB; docs/benchmarks-history.md)
 BLOCKED_TOOLS = tuple(_WHY)
 
 

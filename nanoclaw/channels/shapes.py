@@ -6,7 +6,7 @@ given with `field(name=...)`. `read` turns a decoded JSON value into one, lenien
 are (a string of digits for a number), and raises `ShapeError` otherwise; `first_problem` says what
 and where, short. A field declared `Str` takes a number as its text too (Discord's snowflakes,
 Slack's `ts`, WhatsApp's ids come as either). msgspec rather than pydantic: the web program reads
-every webhook through these, and pydantic cost it 8.8 MiB (`docs/benchmarks.md`, footprint).
+every webhook through these, and pydantic cost it 8.8 MiB (`docs/benchmarks-history.md`, footprint).
 """
 from __future__ import annotations
 
