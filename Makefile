@@ -82,6 +82,8 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/test_migrations.py \
 	tests/test_security.py \
 	tests/usage/test_usage.py \
+	tests/internet/test_addresses.py \
+	tests/internet/test_url_secrets_and_envelope.py \
 	tests/web/test_health.py \
 	tests/web/test_metrics.py
 

@@ -12,13 +12,13 @@ Node show the reason phrase), and how to ask for access.
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..internet.addresses import embedded_ipv4, is_public  # noqa: F401 - one address check for the install
 from .door import Reply, Request
 from .policy import EgressPolicy, Policies
 from ..proposal_rules import HostEntry, RuleError, check_hostname, check_port, split_host_port
@@ -58,33 +58,6 @@ def matching_entry(policy: EgressPolicy, host: str, port: int) -> HostEntry | No
         elif entry.wildcard and host.endswith("." + entry.host) and found is None:
             found = entry
     return found
-
-
-NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-
-
-def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address carries, which is where a packet to it really goes:
-    IPv4-mapped, IPv4-compatible, 6to4 (2002::/16), Teredo (2001::/32, server and client) and NAT64."""
-    found = []
-    if ip.ipv4_mapped is not None:
-        found.append(ip.ipv4_mapped)
-    if ip.sixtofour is not None:
-        found.append(ip.sixtofour)
-    if ip.teredo is not None:
-        found.extend(ip.teredo)
-    if any(ip in net for net in NAT64) or (int(ip) >> 32 == 0 and int(ip) > 1):  # NAT64, or ::a.b.c.d
-        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-    return found
-
-
-def is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        inner = embedded_ipv4(ip)
-        if inner:
-            return all(v4.is_global and not v4.is_multicast for v4 in inner)
-    return ip.is_global and not ip.is_multicast
 
 
 def decide(policy: EgressPolicy, folder: str, host: str, port: int, addresses: Iterable[str],
