@@ -84,6 +84,7 @@ CHECK_TESTS := tests/agent/test_formatter.py \
 	tests/usage/test_usage.py \
 	tests/internet/test_addresses.py \
 	tests/internet/test_url_secrets_and_envelope.py \
+	tests/internet/test_access.py \
 	tests/web/test_health.py \
 	tests/web/test_metrics.py
 

@@ -5,6 +5,7 @@ single line naming the variable and what it accepts (SettingsError).
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -87,6 +88,29 @@ def _int(name: str, raw: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise SettingsError(f"{name}={raw!r} is out of range; it accepts a whole number from {lo} to {hi}")
     return value
+
+
+def _list(name: str, raw: str | None, read) -> tuple:
+    """A list separated by commas or spaces, each item read by `read` (ValueError: not one)."""
+    items = []
+    for item in (raw or "").replace(",", " ").split():
+        try:
+            items.append(read(item))
+        except ValueError:
+            raise SettingsError(f"{name}: {item!r} is not accepted; it takes {read.__doc__}") from None
+    return tuple(items)
+
+
+def _network(item: str) -> str:
+    """networks as CIDRs (192.168.1.0/24, fd00::/8)"""
+    return str(ipaddress.ip_network(item, strict=False))
+
+
+def _port(item: str) -> int:
+    """port numbers from 1 to 65535"""
+    if not item.isdigit() or not 0 < int(item) < 65536:
+        raise ValueError(item)
+    return int(item)
 
 
 def _price(name: str, raw: str) -> float:
@@ -188,6 +212,9 @@ class Settings:
     k8s_runtime_class: str | None = None  # a RuntimeClass for the pods (gVisor, Kata), when the cluster has one
     sandbox_network: str | None = None  # a remote engine's network its sandboxes join instead of none + the relay
     door_relay_network: str = "bridge"  # the remote engine's network the door relay beside each sandbox uses
+    web_allow_networks: tuple[str, ...] = ()  # private networks an agent's reads may reach (a home server)
+    web_allow_ports: tuple[int, ...] = ()     # ports besides 80 and 443 its reads may use
+    web_idle_s: int = 300  # the reading worker stops after this many idle seconds
 
     @property
     def sessions_dir(self) -> Path:
@@ -300,6 +327,9 @@ class Settings:
             max_turn_minutes=_int("NANOCLAW_MAX_TURN_MINUTES", raw, 1, 7 * 24 * 60)
             if (raw := get("NANOCLAW_MAX_TURN_MINUTES")) else None,
             log_format=log_format,
+            web_allow_networks=_list("NANOCLAW_WEB_ALLOW_NETWORKS", get("NANOCLAW_WEB_ALLOW_NETWORKS"), _network),
+            web_allow_ports=_list("NANOCLAW_WEB_ALLOW_PORTS", get("NANOCLAW_WEB_ALLOW_PORTS"), _port),
+            web_idle_s=_int("NANOCLAW_WEB_IDLE_S", get("NANOCLAW_WEB_IDLE_S", "300"), 5, 86400),
             transcribe_url=_url("NANOCLAW_TRANSCRIBE_URL", raw) if (raw := get("NANOCLAW_TRANSCRIBE_URL")) else None,
             transcribe_api_key=get("NANOCLAW_TRANSCRIBE_API_KEY"),
             transcribe_model=get("NANOCLAW_TRANSCRIBE_MODEL", "whisper-1"),

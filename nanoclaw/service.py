@@ -28,6 +28,8 @@ from .sessions import store
 from .sessions.wake import Wake
 from .tasks import ops  # noqa: F401  (the agent's scheduling tools)
 from .memory import index, ops as memory_ops  # noqa: F401  (the memory tools, the history index, the snapshot)
+from .reading import ops as reading_ops  # (web_read: the host reads a page for the agent)
+from .reading.withheld import tools_withheld  # noqa: F401  (which of the reading tools an agent is not offered)
 
 log = logging.getLogger("nanoclaw.service")
 
@@ -168,3 +170,4 @@ def stop_service(app) -> None:
     bg = app.extensions.get("nanoclaw.background")
     if bg is not None:
         bg.shutdown()
+    reading_ops.stop()  # the reading worker goes with the program

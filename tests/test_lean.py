@@ -24,7 +24,7 @@ with warnings.catch_warnings(record=True) as warned:
     import peewee
     import requests
 print(json.dumps({"warned": [str(w.message) for w in warned], "master": master, "loaded": sorted(m for m in ("docker", "psycopg2", "nanoclaw.cli.doctor", "croniter",
-                                                                 "charset_normalizer")
+                                                                 "charset_normalizer", "trafilatura", "lxml", "pypdf")
                                                    if sys.modules.get(m) is not None),
                   "postgres_driver": peewee.psycopg2 is not None}))
 """

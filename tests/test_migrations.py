@@ -131,3 +131,24 @@ def test_the_history_already_kept_is_folded_and_indexed_again(db, tmp_path):
         assert db.execute_sql("SELECT last_id FROM history_fts_state").fetchone()[0] == 0  # indexed again
         db.execute_sql("INSERT INTO history_fts(rowid, norm) SELECT id, norm FROM history")  # what catch_up does
         assert db.execute_sql("SELECT rowid FROM history_fts WHERE history_fts MATCH 'muller'").fetchall() == [(1,)]
+
+
+def test_agents_that_exist_when_reading_lands_read_only_listed_hosts(db, tmp_path):
+    """0023 (issue 62): an existing agent reaches nothing new without the owner (read listed, no search, no
+    browser); an agent created afterwards has no row and gets the defaults (reading/access.py)."""
+    import shutil
+    from nanoclaw.reading.access import Access, access_of
+    early = tmp_path / "early"
+    early.mkdir()
+    for m in migrate.discover():
+        if m.version < 23:
+            shutil.copy(m.path, early)
+    migrate.apply_pending(db, early, log=lambda _l: None)
+    p = db.param
+    db.execute_sql(f"INSERT INTO agent_groups (id, name, folder, created_at) VALUES (1, 'Andy', 'andy', {p})",
+                   ("2026-12-01 10:00:00",))
+    migrate.apply_pending(db, log=lambda _l: None)
+    rows = db.execute_sql("SELECT agent_group_id, read, search, browser FROM agent_internet").fetchall()
+    assert [tuple(r) for r in rows] == [(1, "listed", "off", "off")]
+    assert access_of(None) == Access(read="on", search="off", browser="off")
+    assert access_of(None, search_configured=True).search == "on"

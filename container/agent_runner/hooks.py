@@ -30,6 +30,9 @@ _WHY = {
     "ReportFindings": "it is a code-review screen's tool; here the findings go in your answer.",
     # its request carries the provider's web_search server tool, which NanoClaw's door refuses: the
     # provider would search outside the agent's allowlist and budget (the web issue brings web_search)
+    # the CLI's own fetch goes out through the egress allowlist and reads the page into the model without
+    # the host's envelope or address checks; web_read is the host's
+    "WebFetch": "pages are read with the web_read tool here: the host fetches the page and checks where it goes.",
     "WebSearch": "the provider's web search is refused at NanoClaw's door (it searches outside your egress "
                  "allowlist and budget); ask for the page you need, or the owner for a search tool.",
 }

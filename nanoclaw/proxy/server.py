@@ -18,12 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from ..security import folder_problem
 from .credentials import CredentialRelay
 from .door import Door, Request, Route, RouteTable
 from .egress import EgressGate, resolve
+from ..internet.own import own_ports
 from .model_api import ModelApi
 from ..db import ChangeListener
 from .policy_files import PolicyStore, policy_root
@@ -33,19 +33,6 @@ from .sockets import FolderListener, SocketInUse, is_live, prepare_dir, socket_p
 # writer announces an agent group it creates or removes and a sandbox start announces a socket it
 # waits for (db.py, topic "proxy"), and policy files are checked on each request anyway.
 RESCAN_S = 30.0
-
-
-def own_ports(settings) -> set[int]:
-    """The ports of this host's own services no agent may reach: the web program's and each chat
-    platform's daemon (platforms/<name>: private_services)."""
-    from .. import platforms
-    ports = {settings.port}
-    for platform in platforms.all_platforms():
-        for url in platform.private_services(settings.platform):
-            port = urlsplit(url).port
-            if port:
-                ports.add(port)
-    return ports
 
 
 def plan(wanted: Iterable[str], served: Iterable[str]) -> tuple[set[str], set[str]]:

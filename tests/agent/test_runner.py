@@ -142,7 +142,7 @@ def test_short_reasons_name_the_failure_without_detail_leaks():
 def test_blocked_tools_and_declared_timeouts():
     for name in ("AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "EnterWorktree", "ExitWorktree",
                  "CronCreate", "ScheduleWakeup", "SendMessage", "ListAgents", "Monitor", "Workflow",
-                 "ReportFindings", "WebSearch"):
+                 "ReportFindings", "WebSearch", "WebFetch"):
         assert name in BLOCKED_TOOLS and block_reason(name)
     assert "door" in block_reason("WebSearch")  # its request carries the provider's web_search (issue 60)
     assert "send_message" in block_reason("SendMessage")  # the model is pointed at the chat's own tool

@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import interactive, memory, messaging, operator, scheduling
+from . import interactive, memory, messaging, operator, scheduling, web
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive, scheduling, memory, operator]
+TOOL_MODULES = [messaging, interactive, scheduling, memory, operator, web]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]

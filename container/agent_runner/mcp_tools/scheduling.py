@@ -18,14 +18,15 @@ ANSWER_WAIT_S = 10.0
 POLL_S = 0.02
 
 
-def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks later.", **fields) -> str:
+def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks later.", wait_s: float = ANSWER_WAIT_S,
+            **fields) -> str:
     """Ask the host (a system op row) and wait for its answer; `late`: what to do when it is slow."""
     request_id = uuid.uuid4().hex[:12]
     content = {"op": op, "request_id": request_id, **{k: v for k, v in fields.items() if v not in (None, "")}}
     # not sent to any chat: the host applies it; the target only records where the turn was
     target = ctx.default_target() or Target("", "")
     ctx.store.write_out(content, target, in_reply_to=ctx.turn.in_reply_to, kind="system")
-    deadline = time.monotonic() + ANSWER_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         answer = ctx.store.host_answer(f"answer:{request_id}")
         if answer is not None:
@@ -33,7 +34,7 @@ def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks lat
                 raise ToolError(str(answer.get("text") or "the host refused").removeprefix("Error: "))
             return str(answer.get("text") or "Done.")
         if time.monotonic() >= deadline:
-            raise ToolError(f"the host did not confirm within {ANSWER_WAIT_S:.0f} s; the request is queued and "
+            raise ToolError(f"the host did not confirm within {wait_s:.0f} s; the request is queued and "
                             f"is applied when the host is back. {late}")
         time.sleep(POLL_S)
 

@@ -1,0 +1,85 @@
+"""The web program's side of the reading worker: started on the first read, restarted if it died
+or went idle, asked over its stdin and answered by id on its stdout (worker.py)."""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+
+from ..config import PROJECT_ROOT
+
+log = logging.getLogger("nanoclaw.reading")
+
+
+class WorkerGone(RuntimeError):
+    pass
+
+
+class Worker:
+    def __init__(self, idle_s: float):
+        self.idle_s = idle_s
+        self._proc: subprocess.Popen | None = None
+        self._waiting: dict[int, tuple[subprocess.Popen, Future]] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def ask(self, request: dict, timeout: float) -> dict:
+        future: Future = Future()
+        with self._lock:
+            proc = self._running()
+            request_id = next(self._ids)
+            self._waiting[request_id] = (proc, future)
+            try:
+                proc.stdin.write(json.dumps({**request, "id": request_id}).encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                self._waiting.pop(request_id, None)
+                raise WorkerGone("the reading worker stopped") from None
+        try:
+            return future.result(timeout)
+        finally:
+            with self._lock:
+                self._waiting.pop(request_id, None)
+
+    def _running(self) -> subprocess.Popen:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._proc = subprocess.Popen([sys.executable, "-m", "nanoclaw.reading.worker", "--idle", str(self.idle_s)],
+                                      cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        log.info("reading worker started (pid %d)", self._proc.pid)
+        threading.Thread(target=self._read, args=(self._proc,), name="reading-worker", daemon=True).start()
+        return self._proc
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue
+            with self._lock:
+                _, future = self._waiting.get(answer.pop("id", None), (None, None))
+            if future is not None and not future.done():
+                future.set_result(answer)
+        proc.wait()
+        log.info("reading worker %d ended (%s)", proc.pid, proc.returncode)
+        with self._lock:
+            if self._proc is proc:
+                self._proc = None
+            # a request written to a worker that was exiting has no answer coming: fail it now
+            for owner, future in self._waiting.values():
+                if owner is proc and not future.done():
+                    future.set_exception(WorkerGone("the reading worker stopped"))
+
+    def stop(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.stdin.close()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,0 +1,156 @@
+"""The agent's `web_read` op: the host reads a page for it and answers in the envelope.
+
+Delivery hands the op over and goes on (a read can take 30 s; a session's other rows and other
+sessions' do not wait): the read runs on this module's few threads. What it may read is decided here
+from the host's records (the agent's row, its egress allowlist), never from the op; each read is
+recorded for the owner (never the body), at most READS_PER_MINUTE a session.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..db import database
+from ..internet.addresses import Refused, target
+from ..internet.envelope import wrap
+from ..internet.own import own_ports
+from ..lifecycle.housekeeping import register_job
+from ..models import AgentGroup
+from ..outbound import delivery
+from ..proxy.egress import matching_entry
+from ..proxy.policy_files import PolicyStore, policy_root
+from ..sessions import store
+from . import settings as settings_module
+from .access import RateWindow, access_of, read_refusal
+from .client import Worker, WorkerGone
+from .tables import AgentInternet, WebFetch
+
+log = logging.getLogger("nanoclaw.reading")
+
+PAGE_CHARS = 50_000
+READS_PER_MINUTE = 30
+READ_TIMEOUT_S = 45.0  # the fetch's own limits are 30 s; extraction of a large page adds a few
+THREADS = 4
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_worker: Worker | None = None
+_window = RateWindow(READS_PER_MINUTE, 60.0)
+_policies: PolicyStore | None = None
+
+
+def _answer_id(request_id: str) -> str:
+    return f"answer:{request_id}"
+
+
+def _answer(session_path: Path, request_id: str, ok: bool, text: str) -> None:
+    store.write_message(session_path, content={"ok": ok, "text": text if ok else f"Error: {text}", "tool": "web_read"},
+                        target=None, kind="answer", trigger=False, message_id=_answer_id(request_id), status="completed")
+
+
+def _parts(settings):
+    global _pool, _worker, _policies
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="web-read")
+            _worker = Worker(settings.web_idle_s)
+            _policies = PolicyStore(policy_root(settings))
+        return _pool, _worker, _policies
+
+
+def handle_read(session_path: Path, row, settings) -> None:
+    op = row.op
+    request_id = str(op.get("request_id") or row.id)[:64]
+    if store.message_exists(session_path, _answer_id(request_id)):
+        return None
+    pool, _, _ = _parts(settings)
+    pool.submit(_read, session_path, request_id, str(op.get("url") or "")[:4000], op.get("offset"), settings)
+    return None
+
+
+def _read(session_path: Path, request_id: str, url: str, offset, settings) -> None:
+    folder, session_id = session_path.parent.name, session_path.name
+    try:
+        ok, text, status, size, outcome = _fetch(folder, session_id, url, offset, settings)
+    except Exception as exc:  # noqa: BLE001 - the agent is told, the worker's trouble is logged once
+        log.error("web_read for %s failed: %s", folder, type(exc).__name__)
+        ok, text, status, size, outcome = False, "the page could not be read on the host; try again", None, 0, "failed"
+    try:
+        with database.connection_context():
+            WebFetch.create(agent_folder=folder, session_id=session_id, tool="web_read", url=url[:2000], status=status,
+                            bytes=size, outcome=outcome[:500])
+    except Exception as exc:  # noqa: BLE001 - a full database must not keep the answer from the agent
+        log.error("the fetch log could not be written: %s", type(exc).__name__)
+    _answer(session_path, request_id, ok, text)
+
+
+def _fetch(folder: str, session_id: str, url: str, offset, settings) -> tuple[bool, str, int | None, int, str]:
+    _, worker, policies = _parts(settings)
+    with database.connection_context():
+        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        if agent is None:
+            return False, "this agent is unknown to the host", None, 0, "unknown agent"
+        access = access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent))
+    try:
+        where = target(url, allow_ports=frozenset(settings.web_allow_ports))
+    except Refused as exc:
+        return False, str(exc), None, 0, str(exc)
+    why = read_refusal(access, where.host, where.port,
+                       lambda host, port: matching_entry(policies.get(folder).egress, host, port) is not None)
+    if why:
+        return False, why, None, 0, why
+    wait = _window.admit(session_id, time.monotonic())
+    if wait is not None:
+        why = f"at most {READS_PER_MINUTE} pages a minute; read again in {wait:.0f} s"
+        return False, why, None, 0, "rate limited"
+    start = max(0, int(offset)) if isinstance(offset, int) and not isinstance(offset, bool) else 0
+    try:
+        got = worker.ask({"url": url, "offset": start, "limit": PAGE_CHARS,
+                          "allow_networks": list(settings.web_allow_networks),
+                          "allow_ports": list(settings.web_allow_ports), "own_ports": sorted(own_ports(settings))},
+                         READ_TIMEOUT_S)
+    except (WorkerGone, TimeoutError):
+        return False, "the page could not be read in time on the host; try again", None, 0, "worker did not answer"
+    if not got.get("ok"):
+        return False, str(got.get("reason")), None, 0, str(got.get("reason"))
+    return True, render(got), got.get("status"), int(got.get("bytes") or 0), "read"
+
+
+def render(got: dict) -> str:
+    """The worker's answer as the agent reads it: in the envelope, with where it is in the page."""
+    text, start, total = str(got.get("text") or ""), int(got.get("offset") or 0), int(got.get("total") or 0)
+    end = start + len(text)
+    where = f"characters {start + 1 if total else 0}–{end} of {total}"
+    if end < total:
+        where += f"; call web_read again with offset={end} to read on"
+    stopped = {"size": "; the page was cut at the 5 MB read limit",
+               "time": "; the page did not finish within the 30 s limit, this is what arrived"}.get(got.get("stopped"), "")
+    fetched = str(got.get("fetched_at") or "").replace("T", " ").removesuffix("+00:00")
+    details = (f"title: {got.get('title') or '(none)'}; fetched {fetched} UTC, HTTP {got.get('status')}, "
+               f"{got.get('content_type')}; {where}{stopped}")
+    return wrap(text or "(the page has no readable text)", source=str(got.get("url")), kind="web page", details=details)
+
+
+def stop() -> None:
+    global _pool, _worker
+    with _lock:
+        pool, worker, _pool, _worker = _pool, _worker, None, None
+    if worker is not None:
+        worker.stop()
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+delivery.register_op("web_read", handle_read)
+
+
+@register_job("web.fetches.prune", every_s=24 * 3600, first_after_s=600)
+def prune_log(settings, manager, now=None) -> int:
+    """The fetch log is kept as long as the history agents search (NANOCLAW_KEEP_HISTORY_DAYS)."""
+    removed = settings_module.prune(settings.keep_history_days, now)
+    if removed:
+        log.info("removed %d web fetch record(s) older than %d days", removed, settings.keep_history_days)
+    return removed

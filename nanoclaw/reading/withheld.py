@@ -1,0 +1,18 @@
+"""Which reading tools an agent is not offered, told to the sandbox manager at each sandbox start
+(the op checks again when it arrives: the owner may change the setting meanwhile)."""
+from __future__ import annotations
+
+from ..models import AgentGroup
+from ..sandboxes.manager import register_withholder
+from .access import access_of, withheld
+from .tables import AgentInternet
+
+
+def tools_withheld(folder: str) -> set[str]:
+    agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+    if agent is None:
+        return withheld(access_of(None)) | {"web_read"}
+    return withheld(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent)))
+
+
+register_withholder(tools_withheld)
