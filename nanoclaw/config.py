@@ -49,12 +49,8 @@ def system_timezone() -> str | None:
         target = os.readlink("/etc/localtime")
     except OSError:
         return None
-    marker = "zoneinfo/"
-    if marker in target:
-        name = target.split(marker, 1)[1]
-        if is_valid_timezone(name):
-            return name
-    return None
+    name = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else None
+    return name if is_valid_timezone(name) else None
 
 
 def resolve_timezone(env_tz: str | None, dotenv_tz: str | None) -> str:
@@ -66,10 +62,8 @@ def resolve_timezone(env_tz: str | None, dotenv_tz: str | None) -> str:
     for source, value in (("TZ", env_tz), ("TZ (in .env)", dotenv_tz)):
         if value:
             if not is_valid_timezone(value):
-                raise SettingsError(
-                    f"{source}={value!r} is not an IANA timezone; use a name like "
-                    "'Europe/Berlin', 'America/New_York' or 'UTC'"
-                )
+                raise SettingsError(f"{source}={value!r} is not an IANA timezone; use a name like "
+                                    "'Europe/Berlin', 'America/New_York' or 'UTC'")
             return value
     return system_timezone() or "UTC"
 
@@ -108,9 +102,9 @@ def _network(item: str) -> str:
 
 def _port(item: str) -> int:
     """port numbers from 1 to 65535"""
-    if not item.isdigit() or not 0 < int(item) < 65536:
-        raise ValueError(item)
-    return int(item)
+    if item.isdigit() and 0 < int(item) < 65536:
+        return int(item)
+    raise ValueError(item)
 
 
 def _price(name: str, raw: str) -> float:
@@ -215,6 +209,9 @@ class Settings:
     web_allow_networks: tuple[str, ...] = ()  # private networks an agent's reads may reach (a home server)
     web_allow_ports: tuple[int, ...] = ()     # ports besides 80 and 443 its reads may use
     web_idle_s: int = 300  # the reading worker stops after this many idle seconds
+    search: str = "none"   # none | searxng | brave | tavily: the agents' web_search, done by the host
+    search_url: str | None = None  # the provider's base URL (a SearXNG instance; Brave's and Tavily's own by default)
+    search_price: float = 0.0      # USD a query, into the agent's spend and budget
 
     @property
     def sessions_dir(self) -> Path:
@@ -308,10 +305,8 @@ class Settings:
                                        1, 24 * 365),
             keep_events_days=_int("NANOCLAW_KEEP_EVENTS_DAYS", get("NANOCLAW_KEEP_EVENTS_DAYS", "14"), 1, 36500),
             keep_decided_days=_int("NANOCLAW_KEEP_DECIDED_DAYS", get("NANOCLAW_KEEP_DECIDED_DAYS", "90"), 1, 36500),
-            keep_history_days=_int("NANOCLAW_KEEP_HISTORY_DAYS", get("NANOCLAW_KEEP_HISTORY_DAYS", "365"), 1,
-                                   36500),
-            keep_messages_days=_int("NANOCLAW_KEEP_MESSAGES_DAYS", get("NANOCLAW_KEEP_MESSAGES_DAYS", "30"), 1,
-                                    36500),
+            keep_history_days=_int("NANOCLAW_KEEP_HISTORY_DAYS", get("NANOCLAW_KEEP_HISTORY_DAYS", "365"), 1, 36500),
+            keep_messages_days=_int("NANOCLAW_KEEP_MESSAGES_DAYS", get("NANOCLAW_KEEP_MESSAGES_DAYS", "30"), 1, 36500),
             silent_session_days=_int("NANOCLAW_SILENT_SESSION_DAYS", get("NANOCLAW_SILENT_SESSION_DAYS", "180"), 1,
                                      36500),
             silent_sessions=_choice("NANOCLAW_SILENT_SESSIONS", get("NANOCLAW_SILENT_SESSIONS", "archive"),
@@ -330,6 +325,9 @@ class Settings:
             web_allow_networks=_list("NANOCLAW_WEB_ALLOW_NETWORKS", get("NANOCLAW_WEB_ALLOW_NETWORKS"), _network),
             web_allow_ports=_list("NANOCLAW_WEB_ALLOW_PORTS", get("NANOCLAW_WEB_ALLOW_PORTS"), _port),
             web_idle_s=_int("NANOCLAW_WEB_IDLE_S", get("NANOCLAW_WEB_IDLE_S", "300"), 5, 86400),
+            search=_choice("NANOCLAW_SEARCH", get("NANOCLAW_SEARCH", "none"), ("none", "searxng", "brave", "tavily")),
+            search_url=_url("NANOCLAW_SEARCH_URL", raw) if (raw := get("NANOCLAW_SEARCH_URL")) else None,
+            search_price=_price("NANOCLAW_SEARCH_PRICE", get("NANOCLAW_SEARCH_PRICE", "0")),
             transcribe_url=_url("NANOCLAW_TRANSCRIBE_URL", raw) if (raw := get("NANOCLAW_TRANSCRIBE_URL")) else None,
             transcribe_api_key=get("NANOCLAW_TRANSCRIBE_API_KEY"),
             transcribe_model=get("NANOCLAW_TRANSCRIBE_MODEL", "whisper-1"),

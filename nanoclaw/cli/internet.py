@@ -5,19 +5,19 @@ import click
 
 from ..reading import settings as reading
 from ..reading.access import READ_MODES, SWITCH
-from .base import WHY, Mistake, get_agent, group, print_table, require_schema
+from .base import WHY, Mistake, get_agent, group, print_table, require_schema, settings
 
 
 @group("internet")
 def internet_group():
-    """What agents may reach of the web (reading pages; search and a browser come later)."""
+    """What agents may reach of the web: reading pages and searching (a browser comes later)."""
 
 
 @internet_group.command("set")
 @click.argument("folder")
 @click.option("--read", type=click.Choice(READ_MODES), help="on: any public page; listed: only the hosts on the agent's "
                                                             "egress allowlist; off: none.")
-@click.option("--search", type=click.Choice(SWITCH), help="Web search, when a provider is set up (not built yet).")
+@click.option("--search", type=click.Choice(SWITCH), help="Web search through the provider NANOCLAW_SEARCH names.")
 @click.option("--browser", type=click.Choice(SWITCH), help="A browser for pages that need JavaScript (not built yet).")
 @WHY
 def internet_set(folder, read, search, browser, why):
@@ -48,7 +48,7 @@ def internet_show(folder):
     agents = [get_agent(folder)] if folder else list(AgentGroup.select().order_by(AgentGroup.folder))
     rows = []
     for agent in agents:
-        access = reading.current(agent)
+        access = reading.current(agent, settings().search != "none")
         rows.append([agent.folder, access.read, access.search, access.browser])
     print_table(["agent", "read", "search", "browser"], rows, empty="no agents yet")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 READ_MODES = ("on", "listed", "off")
 SWITCH = ("on", "off")
-TOOLS = {"read": "web_read"}  # search and the browser join when they land
+TOOLS = {"read": "web_read", "search": "web_search"}  # the browser joins when it lands
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,18 @@ def access_of(row, search_configured: bool = False) -> Access:
                   browser=row.browser if row.browser in SWITCH else "off")
 
 
-def withheld(access: Access) -> set[str]:
-    """Tools of ours not offered to the model."""
-    return {tool for what, tool in TOOLS.items() if getattr(access, what) == "off"}
+def withheld(access: Access, search_configured: bool = False) -> set[str]:
+    """Tools of ours not offered to the model (search also while no provider is set up)."""
+    off = {tool for what, tool in TOOLS.items() if getattr(access, what) == "off"}
+    return off | (set() if search_configured else {"web_search"})
+
+
+def search_refusal(access: Access, search_configured: bool) -> str | None:
+    if not search_configured:
+        return "no search provider is set up on this host; the owner sets one with NANOCLAW_SEARCH"
+    if access.search == "off":
+        return "web search is off for this agent; the owner can turn it on (internet set)"
+    return None
 
 
 def read_refusal(access: Access, host: str, port: int, listed) -> str | None:

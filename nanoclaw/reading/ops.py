@@ -23,8 +23,10 @@ from ..outbound import delivery
 from ..proxy.egress import matching_entry
 from ..proxy.policy_files import PolicyStore, policy_root
 from ..sessions import store
+from ..usage import budgets, ledger
+from ..usage.prices import Price, Tokens
 from . import settings as settings_module
-from .access import RateWindow, access_of, read_refusal
+from .access import RateWindow, access_of, read_refusal, search_refusal
 from .client import Worker, WorkerGone
 from .tables import AgentInternet, WebFetch
 
@@ -40,14 +42,15 @@ _pool: ThreadPoolExecutor | None = None
 _worker: Worker | None = None
 _window = RateWindow(READS_PER_MINUTE, 60.0)
 _policies: PolicyStore | None = None
+_limits = budgets.LimitCache()
 
 
 def _answer_id(request_id: str) -> str:
     return f"answer:{request_id}"
 
 
-def _answer(session_path: Path, request_id: str, ok: bool, text: str) -> None:
-    store.write_message(session_path, content={"ok": ok, "text": text if ok else f"Error: {text}", "tool": "web_read"},
+def _answer(session_path: Path, request_id: str, ok: bool, text: str, tool: str = "web_read") -> None:
+    store.write_message(session_path, content={"ok": ok, "text": text if ok else f"Error: {text}", "tool": tool},
                         target=None, kind="answer", trigger=False, message_id=_answer_id(request_id), status="completed")
 
 
@@ -134,6 +137,82 @@ def render(got: dict) -> str:
     return wrap(text or "(the page has no readable text)", source=str(got.get("url")), kind="web page", details=details)
 
 
+def handle_search(session_path: Path, row, settings) -> None:
+    op = row.op
+    request_id = str(op.get("request_id") or row.id)[:64]
+    if store.message_exists(session_path, _answer_id(request_id)):
+        return None
+    pool, _, _ = _parts(settings)
+    count = op.get("count") if isinstance(op.get("count"), int) and not isinstance(op.get("count"), bool) else 10
+    pool.submit(_search, session_path, request_id, str(op.get("query") or "")[:400], max(1, min(count, 20)), settings)
+    return None
+
+
+def _search(session_path: Path, request_id: str, query: str, count: int, settings) -> None:
+    folder, session_id = session_path.parent.name, session_path.name
+    try:
+        ok, text, outcome = _searched(folder, session_id, query, count, settings)
+    except Exception as exc:  # noqa: BLE001 - the agent is told, the trouble is logged once
+        log.error("web_search for %s failed: %s", folder, type(exc).__name__)
+        ok, text, outcome = False, "the search could not be made on the host; try again", "failed"
+    try:
+        with database.connection_context():
+            WebFetch.create(agent_folder=folder, session_id=session_id, tool="web_search",
+                            url=f"{settings.search}: {query}"[:2000], status=None, bytes=0, outcome=outcome[:500])
+    except Exception as exc:  # noqa: BLE001
+        log.error("the fetch log could not be written: %s", type(exc).__name__)
+    _answer(session_path, request_id, ok, text, "web_search")
+
+
+def _searched(folder: str, session_id: str, query: str, count: int, settings) -> tuple[bool, str, str]:
+    _, worker, _ = _parts(settings)
+    configured = settings.search != "none"
+    if not query.strip():
+        return False, "say what to search for", "empty query"
+    with database.connection_context():
+        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        if agent is None:
+            return False, "this agent is unknown to the host", "unknown agent"
+        why = search_refusal(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent), configured),
+                             configured)
+    if why:
+        return False, why, why
+    if settings.search_price and _over_budget(folder, settings):
+        why = ("this search would take the agent over its budget (for today or this month); no search was made and "
+               "nothing was charged")
+        return False, why, "budget spent"
+    wait = _window.admit(f"search:{session_id}", time.monotonic())
+    if wait is not None:
+        return False, f"at most {READS_PER_MINUTE} searches a minute; search again in {wait:.0f} s", "rate limited"
+    try:
+        got = worker.ask({"kind": "search", "provider": settings.search, "search_url": settings.search_url,
+                          "query": query, "count": count}, READ_TIMEOUT_S)
+    except (WorkerGone, TimeoutError):
+        return False, "the search did not answer in time on the host; try again", "worker did not answer"
+    if not got.get("ok"):
+        return False, str(got.get("reason")), str(got.get("reason"))
+    if settings.search_price:
+        with database.connection_context():
+            ledger.record(folder, session_id, settings.search, Tokens(web_search=1),
+                          Price("search", {"web_search": settings.search_price * 1_000_000}, True),
+                          ledger.today(settings.timezone), upstream="search", asked_model=settings.search)
+    text = wrap(str(got.get("text") or ""), source=f"{settings.search} search for {query!r}", kind="search results",
+                details=f"{got.get('results')} result(s) in the provider's order; read a page "
+                        "with web_read")
+    return True, text, f"searched: {got.get('results')} result(s)"
+
+
+def _over_budget(folder: str, settings) -> bool:
+    """Would one more search at its price reach the agent's daily or monthly limit? (as the door asks
+    of a model call, with the search's price held)"""
+    with database.connection_context():
+        limits = _limits.of(folder)
+        if limits.daily_micro is None and limits.monthly_micro is None:
+            return False
+        day = ledger.today(settings.timezone)
+        return budgets.verdict(limits, ledger.spent(folder, day), day, budgets.micro(settings.search_price)).blocked
+
+
 def stop() -> None:
     global _pool, _worker
     with _lock:
@@ -145,6 +224,7 @@ def stop() -> None:
 
 
 delivery.register_op("web_read", handle_read)
+delivery.register_op("web_search", handle_search)
 
 
 @register_job("web.fetches.prune", every_s=24 * 3600, first_after_s=600)

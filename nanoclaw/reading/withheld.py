@@ -8,11 +8,12 @@ from .access import access_of, withheld
 from .tables import AgentInternet
 
 
-def tools_withheld(folder: str) -> set[str]:
+def tools_withheld(folder: str, settings) -> set[str]:
+    configured = getattr(settings, "search", "none") != "none"
     agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
     if agent is None:
-        return withheld(access_of(None)) | {"web_read"}
-    return withheld(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent)))
+        return {"web_read", "web_search"}
+    return withheld(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent), configured), configured)
 
 
 register_withholder(tools_withheld)

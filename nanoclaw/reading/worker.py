@@ -1,10 +1,11 @@
 """The reading worker: `python -m nanoclaw.reading.worker`, started by the web program on first use.
 
 One JSON object a line on stdin, one answer a line on stdout, by id, several at once (a thread each,
-at most WORKERS). A request: {"id", "url", "offset", "limit", "allow_networks", "allow_ports",
-"own_ports"}; its answer: {"id", "ok": true, "url" (final), "status", "content_type", "bytes",
-"stopped", "fetched_at", "title", "text" (characters offset..offset+limit), "total"} or {"id", "ok":
-false, "reason"}. The host's secrets are read here, from the environment and .env, never sent. The
+at most WORKERS). A read: {"id", "url", "offset", "limit", "allow_networks", "allow_ports",
+"own_ports"}, answered {"id", "ok": true, "url" (final), "status", "content_type", "bytes", "stopped",
+"fetched_at", "title", "text" (characters offset..offset+limit), "total"}. A search: {"id", "kind":
+"search", "provider", "search_url", "query", "count"} (search.py), answered {"id", "ok": true,
+"text", "results"}. A refusal: {"id", "ok": false, "reason"}. The host's secrets are read here, from the environment and .env, never sent. The
 worker exits when stdin closes or after `--idle` seconds with nothing to do, so the fetching and
 extraction libraries hold no memory while nobody reads.
 """
@@ -27,19 +28,38 @@ WORKERS = 4
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASS|CREDENTIAL)S?$|^DATABASE_URL$", re.IGNORECASE)
 
 
-def host_secrets() -> list[str]:
-    """Values the host keeps secret: variables named like secrets, and everything in .env."""
-    values = [v for k, v in os.environ.items() if SECRET_NAME.search(k) and v]
-    env_file = os.environ.get("NANOCLAW_ENV_FILE") or ".env"
+def _dotenv() -> dict:
     try:
         from dotenv import dotenv_values
-        values += [v for v in dotenv_values(env_file).values() if v]
+        return {k: v for k, v in dotenv_values(os.environ.get("NANOCLAW_ENV_FILE") or ".env").items() if v}
     except OSError:
-        pass
-    return values
+        return {}
+
+
+def host_secrets() -> list[str]:
+    """Values the host keeps secret: variables named like secrets, and everything in .env."""
+    return [v for k, v in os.environ.items() if SECRET_NAME.search(k) and v] + list(_dotenv().values())
+
+
+def secret(name: str) -> str | None:
+    """A key by its name: the environment first, then .env (as the proxy reads its keys)."""
+    return os.environ.get(name) or _dotenv().get(name)
+
+
+def searched(request: dict) -> dict:
+    from .search import KEYS, SearchFailed, render, search
+    provider = str(request.get("provider") or "")
+    try:
+        results = search(provider, request.get("search_url"), secret(KEYS[provider]) if provider in KEYS else None,
+                         str(request.get("query") or ""), max(1, min(int(request.get("count") or 10), 20)))
+    except SearchFailed as exc:
+        return {"ok": False, "reason": str(exc)}
+    return {"ok": True, "text": render(results), "results": len(results)}
 
 
 def answer(request: dict, secrets: list[str]) -> dict:
+    if request.get("kind") == "search":
+        return searched(request)
     from .extract import readable
     rules = Rules(allow_networks=parse_networks(" ".join(request.get("allow_networks") or ())),
                   allow_ports=frozenset(int(p) for p in request.get("allow_ports") or ()),

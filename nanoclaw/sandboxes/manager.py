@@ -158,7 +158,7 @@ def agent_capabilities(folder: str) -> dict:
     return {k: config[k] for k in ("image", "mcp_servers") if config.get(k)}
 
 
-# Capabilities that decide which of their tools an agent is not offered: fn(folder) -> tool names
+# Capabilities that decide which of their tools an agent is not offered: fn(folder, settings) -> tool names
 # (the reading tools: reading/withheld.py). The host checks again when a tool's op arrives.
 _WITHHOLDERS: list = []
 
@@ -168,7 +168,7 @@ def register_withholder(fn) -> None:
     _WITHHOLDERS[:] = [f for f in _WITHHOLDERS if (f.__module__, f.__qualname__) != key] + [fn]
 
 
-def withheld_tools(session_id: str, folder: str | None = None) -> tuple[str, ...]:
+def withheld_tools(session_id: str, folder: str | None = None, settings=None) -> tuple[str, ...]:
     """Tools not offered to this session's agent: create_agent unless it is an admin's agent (the
     host checks again when a proposal arrives and when it is applied: roles change meanwhile), and
     what each capability withholds. When the database cannot say, the tools are withheld."""
@@ -179,7 +179,7 @@ def withheld_tools(session_id: str, folder: str | None = None) -> tuple[str, ...
             if session is not None and lookups.is_admin_agent(session):
                 withheld.discard("create_agent")
             for fn in _WITHHOLDERS if folder else ():
-                withheld |= set(fn(folder))
+                withheld |= set(fn(folder, settings))
     except (peewee.DatabaseError, sqlite3.Error) as exc:
         log.warning("could not tell which tools session %s's agent is offered: %s", session_id, exc)
         withheld.add("create_agent")
@@ -337,7 +337,8 @@ class SandboxManager:
             self._wait_for_proxy(folder)
             self._sync_destinations(folder, session_id)
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
-                              withheld_tools=withheld_tools(session_id, folder), **self.capabilities_for(folder))
+                              withheld_tools=withheld_tools(session_id, folder, self.settings),
+                              **self.capabilities_for(folder))
             started = time.monotonic()
             self.failures.started(name, time.time())
             self.runtime.start(spec)
