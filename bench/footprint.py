@@ -8,7 +8,9 @@ people each have a DM wired to the agent. Three phases, one run:
   1. at rest: started, no message yet, no sandbox ever started; quiet for SECONDS;
   2. after 20 messages (round robin over the three people, each answered before the next): memory
      of every process;
-  3. warm and quiet: the three sandboxes idle for SECONDS.
+  3. warm and quiet: the three sandboxes idle for SECONDS;
+  4. one web read (the reading worker starts, reads a local page, leaves after WEB_IDLE_S idle), then
+     warm and quiet again: the host programs as in 3 (issue 62: reading leaves nothing behind).
 CPU is what the kernel's cgroup accounting counted for the service's cgroup over the phase's wall
 time, as a share of one core: every thread and process that ran, ended ones included, in ns
 (bench/cgroup_cpu.py; where no cgroup can be made, /proc's ticks, and the report says so); memory is the sum of RSS of every process (PSS from smaps_rollup beside it:
@@ -32,9 +34,10 @@ from fakes.model_api import FakeModel, Reply  # noqa: E402
 from fakes.telegram_api import FakeTelegram  # noqa: E402
 from cgroup_cpu import Accounting, container_usage_ns  # noqa: E402
 from idle import PEOPLE, SECRET, cpu_seconds, role_of, rss_mib, three_people_service, tree  # noqa: E402
-from service_harness import post  # noqa: E402
+from service_harness import cmdline, post  # noqa: E402
 
 MESSAGES = 20
+WEB_IDLE_S = 10  # the reading worker's idle time here (the default is 300 s)
 
 
 def pss_mib(pid: int) -> float:
@@ -104,12 +107,34 @@ def quiet(svc, seconds: int) -> tuple[dict[str, float], float]:
     return used, wall
 
 
-def send(svc, tg, n: int) -> None:
+def page_server():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+    body = ("<html><head><title>A page</title></head><body><article><h1>A page</h1>"
+            + "<p>Words to read, kept as the main text of the page.</p>" * 200 + "</article></body></html>").encode()
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Page)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def send(svc, tg, n: int, text: str = "") -> None:
     person = PEOPLE[n % len(PEOPLE)]
     update = {"update_id": 950000000 + n, "message": {
         "message_id": 100 + n, "from": {"id": person, "is_bot": False, "first_name": f"P{n % 3}"},
         "chat": {"id": person, "type": "private", "first_name": f"P{n % 3}"}, "date": int(time.time()),
-        "text": f"message {n}"}}
+        "text": text or f"message {n}"}}
     before = len(tg.calls("sendMessage"))
     post(svc.port, "/webhooks/telegram", json.dumps(update).encode(), {"X-Telegram-Bot-Api-Secret-Token": SECRET})
     deadline = time.monotonic() + 120
@@ -148,8 +173,17 @@ def main() -> None:
     global ACCT
     ACCT = Accounting.open(f"nanoclaw-footprint-{os.getpid()}")
     print(METHOD[ACCT is not None])
+    site = page_server()
+    page = f"http://127.0.0.2:{site.server_address[1]}/"
+    os.environ.update(NANOCLAW_WEB_ALLOW_NETWORKS="127.0.0.2/32", NANOCLAW_WEB_ALLOW_PORTS=str(site.server_address[1]),
+                      NANOCLAW_WEB_IDLE_S=str(WEB_IDLE_S))
+
+    def brain(req):
+        if "read the page" in req.current_prompt() and not req.turn_tool_results():
+            return Reply.call("mcp__nanoclaw__web_read", url=page)
+        return Reply.say("ok")
     with tempfile.TemporaryDirectory(prefix="nanoclaw-footprint-") as tmp, \
-            FakeModel(script=lambda req: Reply.say("ok")) as model, FakeTelegram() as tg:
+            FakeModel(script=brain) as model, FakeTelegram() as tg:
         svc = three_people_service(Path(tmp), args.runtime, model, tg, preexec=ACCT.enter if ACCT else None)
         try:
             time.sleep(5)  # start-up settles (the first sweep, the scheduler's first jobs)
@@ -163,7 +197,18 @@ def main() -> None:
             report(f"after {MESSAGES} messages ({args.runtime}, {warm} warm sandboxes)", mem)
             cpu, wall = quiet(svc, args.seconds)
             report(f"warm and quiet: {warm} sandboxes idle for {wall:.0f} s", memory(svc), cpu, wall)
+            send(svc, tg, MESSAGES, "read the page")  # a web read: the reading worker starts, reads, answers
+            worker = [pid for pid in svc.tree() if b"nanoclaw.reading.worker" in cmdline(pid)]
+            deadline = time.monotonic() + WEB_IDLE_S + 30
+            while any(Path(f"/proc/{pid}").exists() for pid in worker) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            print(f"\nthe reading worker ({len(worker)} process) read the page and left after {WEB_IDLE_S} idle s: "
+                  f"{'gone' if not any(Path(f'/proc/{pid}').exists() for pid in worker) else 'STILL RUNNING'}")
+            cpu, wall = quiet(svc, args.seconds)
+            report(f"warm and quiet again, after a web read: {warm} sandboxes idle for {wall:.0f} s", memory(svc), cpu,
+                   wall)
         finally:
+            site.shutdown()
             svc.stop()
             if ACCT is not None:
                 ACCT.close()

@@ -291,10 +291,39 @@ def check_speech(settings) -> Finding:
     return Finding(ok, "voice answers", detail)
 
 
-def findings(settings, *, service: bool = True) -> list[Finding]:
+def check_search(settings, spend: bool) -> Finding:
+    """Whether the agents' web_search can work: the provider and its key; with `spend`, one real query
+    (priced like an agent's, under the name "(doctor)" in the spend)."""
+    from ..reading.search import KEYS, SearchFailed, search
+    from ..reading.worker import secret
+    if settings.search == "none":
+        return Finding(None, "web search", "no provider (NANOCLAW_SEARCH=none): agents are offered no search tool")
+    key = secret(KEYS[settings.search]) if settings.search in KEYS else None
+    if settings.search in KEYS and not key:
+        return Finding(False, "web search", f"{settings.search} needs its key: set {KEYS[settings.search]} in .env")
+    if settings.search == "searxng" and not settings.search_url:
+        return Finding(False, "web search", "searxng needs NANOCLAW_SEARCH_URL (the instance's address)")
+    if not spend:
+        return Finding(True, "web search", f"{settings.search} is set up (doctor --search makes one query to check it)")
+    try:
+        found = search(settings.search, settings.search_url, key, "NanoClaw", 3)
+    except SearchFailed as exc:
+        return Finding(False, "web search", str(exc))
+    if settings.search_price:
+        from ..usage import ledger
+        from ..usage.prices import Price, Tokens
+        with database.connection_context():
+            ledger.record("(doctor)", "", settings.search, Tokens(web_search=1),
+                          Price("search", {"web_search": settings.search_price * 1_000_000}, True),
+                          ledger.today(settings.timezone), upstream="search", asked_model=settings.search)
+    return Finding(True, "web search", f"{settings.search} answered one query with {len(found)} result(s)"
+                   + (f" (USD {settings.search_price:g}, counted as \"(doctor)\")" if settings.search_price else ""))
+
+
+def findings(settings, *, service: bool = True, search: bool = False) -> list[Finding]:
     found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
              *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings),
-             check_speech(settings)]
+             check_speech(settings), check_search(settings, search)]
     remote = check_remote_sandboxes(settings)
     if remote is not None:
         found.append(remote)
@@ -311,12 +340,13 @@ def findings(settings, *, service: bool = True) -> list[Finding]:
 
 @command("doctor")
 @click.option("--no-service", is_flag=True, help="Do not check that the service is running.")
-def doctor_cmd(no_service):
+@click.option("--search", is_flag=True, help="Make one real web search through the provider (it may cost a query).")
+def doctor_cmd(no_service, search):
     """Check that this install can answer: model key, model upstreams and the agents' models, sandbox, image,
-    data folder, time zone, each configured platform's token, the speech-to-text service, the running service and
-    an owner; with sandboxes on another machine, what an agent has here that they would lack. Exit 0 when nothing
+    data folder, time zone, each configured platform's token, the speech-to-text service, web search, the running
+    service and an owner; with sandboxes on another machine, what an agent has here that they would lack. Exit 0 when nothing
     failed."""
-    results = findings(current_settings(), service=not no_service)
+    results = findings(current_settings(), service=not no_service, search=search)
     for finding in results:
         click.echo(finding.line())
     failed = [f for f in results if f.ok is False]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from ..db import database
+from ..inbound import lookups
 from ..models import AgentGroup, audit, utcnow
 from .access import Access, access_of, changed
 from .tables import AgentInternet, WebFetch
@@ -13,10 +14,17 @@ def current(agent: AgentGroup, search_configured: bool = False) -> Access:
     return access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent), search_configured)
 
 
+class NotOwner(PermissionError):
+    pass
+
+
 def change(actor: str, agent: AgentGroup, *, read: str | None = None, search: str | None = None,
            browser: str | None = None, why: str | None = None) -> Access:
     """Set the agent's access (ValueError for a value that is not one); takes effect at the next read,
-    and in the tools offered at its next sandbox start."""
+    and in the tools offered at its next sandbox start. Only the owner (or the CLI, run by the one who
+    runs the host) changes it: an agent's admin may not widen what the agent reaches."""
+    if not (actor == "cli" or lookups.is_owner(actor)):
+        raise NotOwner("only the owner changes what an agent may reach of the web")
     with database.atomic():
         before = current(agent)
         after = changed(before, read, search, browser)

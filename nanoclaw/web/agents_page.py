@@ -14,6 +14,7 @@ from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
 from ..operator import capability_edits, policy_edits
 from ..operator import models as models_ops
+from ..reading import settings as internet
 from ..sessions import destinations
 from . import auth, current_wake
 from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
@@ -78,7 +79,9 @@ def agent(folder: str):
                            granted=models_ops.granted(settings(), a) if not model_error else set(),
                            features=models_ops.FEATURES, allowed=models_ops.features(settings(), a),
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
-                           channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error)
+                           channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error,
+                           internet=internet.current(a, settings().search != "none"),
+                           fetches=internet.fetches(a.folder, 10), search_provider=settings().search)
 
 
 @bp.post("/admin/agents/<folder>/destinations")
@@ -280,6 +283,21 @@ def feature_change(folder: str, feature: str, verb: str):
                                                                      verb == "allow", clean_why(request.form.get("why"))),
                          f"{a.name}'s model requests may {'now' if verb == 'allow' else 'no longer'} use {feature}"
                          " (from its next request).")
+
+
+@bp.post("/admin/agents/<folder>/internet")
+def internet_change(folder: str):
+    a = agent_for_write(folder)
+    try:
+        after = internet.change(g.user_id, a, read=request.form.get("read") or None,
+                                search=request.form.get("search") or None, why=clean_why(request.form.get("why")))
+    except internet.NotOwner as exc:
+        return forbidden(str(exc))
+    except ValueError as exc:
+        flash(str(exc), "error")
+    else:
+        flash(f"{a.name} reads the web: {after.read}; searches: {after.search} (tools change at its next start).", "ok")
+    return redirect(url_for("admin.agent", folder=a.folder) + "#internet")
 
 
 def _owner_change(a, anchor: str, change, done: str):

@@ -25,7 +25,7 @@ def fakes():
         yield model, tg
 
 
-def doctor(make_settings, sqlite_url, model, tg, *, owner=True, **env):
+def doctor(make_settings, sqlite_url, model, tg, *, owner=True, args=(), **env):
     env.setdefault("NANOCLAW_RUNTIME", "bwrap")
     app = create_app(make_settings(DATABASE_URL=sqlite_url, ANTHROPIC_API_KEY=KEY,
                                    ANTHROPIC_UPSTREAM_URL=model.url, TELEGRAM_BOT_TOKEN=TOKEN,
@@ -35,7 +35,7 @@ def doctor(make_settings, sqlite_url, model, tg, *, owner=True, **env):
     runner = app.test_cli_runner()
     if owner:
         assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:42", "--role", "owner"]).exit_code == 0
-    result = runner.invoke(args=["nanoclaw", "doctor", "--no-service"])
+    result = runner.invoke(args=["nanoclaw", "doctor", "--no-service", *args])
     database.close()
     assert KEY not in result.output and TOKEN not in result.output and "Traceback" not in result.output
     return result
@@ -132,3 +132,26 @@ def test_remote_sandboxes_name_what_an_agent_has_here_that_they_would_lack(make_
     assert "bob" not in line and "empty" not in line and "NANOCLAW_SESSION_TRANSPORT=files" in line
     assert result.exit_code == 1
     assert remote_gaps({"bob": {}}) == []
+
+
+def test_web_search_is_checked_with_one_real_query_only_when_asked(make_settings, sqlite_url, fakes, monkeypatch):
+    """Issue 62: the provider and its key are named; `--search` makes one query, priced as "(doctor)"."""
+    from tests.fakes.search_api import BRAVE_KEY, FakeSearch
+    model, tg = fakes
+    with FakeSearch() as search:
+        search.results = [("Tea", "https://example.org/tea", "about tea")]
+        monkeypatch.delenv("BRAVE_API_KEY", raising=False)
+        missing = lines(doctor(make_settings, sqlite_url, model, tg, NANOCLAW_SEARCH="brave",
+                               NANOCLAW_SEARCH_URL=search.url))["web search"]
+        assert missing.startswith("✗") and "BRAVE_API_KEY" in missing and search.requests == []
+        monkeypatch.setenv("BRAVE_API_KEY", BRAVE_KEY)
+        quiet = doctor(make_settings, sqlite_url, model, tg, NANOCLAW_SEARCH="brave", NANOCLAW_SEARCH_URL=search.url)
+        assert lines(quiet)["web search"].startswith("✓") and search.requests == []
+        spent = doctor(make_settings, sqlite_url, model, tg, args=("--search",), NANOCLAW_SEARCH="brave",
+                       NANOCLAW_SEARCH_URL=search.url, NANOCLAW_SEARCH_PRICE="0.005")
+        assert "answered one query with 1 result(s)" in lines(spent)["web search"] and len(search.requests) == 1
+        assert BRAVE_KEY not in spent.output
+        database.connect(reuse_if_open=True)
+        row = database.execute_sql("SELECT cost_micro_usd FROM model_usage WHERE agent_folder = '(doctor)'").fetchone()
+        database.close()
+        assert row[0] == 5000

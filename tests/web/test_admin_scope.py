@@ -9,6 +9,8 @@ import json
 
 import pytest
 
+from nanoclaw.reading.tables import AgentInternet
+
 from nanoclaw.models import (AgentDestination, AgentGroup, HelpRequest, MessagingGroup, PendingChannelApproval, PendingProposal,
                              PendingSenderApproval, ScheduledTask, Session, UserDm, Wiring, utcnow)
 from nanoclaw.usage.tables import Budget
@@ -71,6 +73,7 @@ def snapshot() -> str:
         "agents": [(a.folder, a.container_config) for a in AgentGroup.select().order_by(AgentGroup.id)],
         "tasks": [(t.id, t.status) for t in ScheduledTask.select()],
         "destinations": [(d.agent_group.folder, d.name, d.platform_id) for d in AgentDestination.select()],
+        "internet": [(r.agent_group_id, r.read, r.search, r.browser) for r in AgentInternet.select().order_by(AgentInternet.id)],
         "budgets": [(b.agent_folder, b.daily_usd, b.monthly_usd, b.ceiling_daily_usd) for b in
                     Budget.select().order_by(Budget.agent_folder)],
         "policy": sorted((str(p.relative_to(POLICY[0])), p.read_text()) for p in POLICY[0].rglob("*.json"))
@@ -142,6 +145,8 @@ def attempts(w):
          {}),
         ("allow Andy's model a provider feature", "/admin/agents/andy/features/web_search/allow", {}),
         ("allow Bea's model to have the provider fetch URLs", "/admin/agents/bea/features/url-source/allow", {}),
+        ("let Andy read the web", "/admin/agents/andy/internet", dict(read="on", search="on")),
+        ("widen what Bea, their own agent, reads of the web", "/admin/agents/bea/internet", dict(read="on")),
         ("write in Andy's web chat", "/chat/andy", dict(text="hello")),
         ("click in Andy's web chat", "/chat/andy/action", dict(action_id=f"nsa-{w['sender'].token}:allow")),
     ]
@@ -212,6 +217,25 @@ def test_only_the_owner_grants_upstreams_and_provider_features_on_the_page(site,
     assert [(a.action, a.detail.get("why")) for a in AuditLog.select().where(
         AuditLog.action.in_(["model.feature.allow", "upstream.revoke"])).order_by(AuditLog.id)] == \
         [("model.feature.allow", "reads the docs"), ("upstream.revoke", None)]
+
+
+def test_only_the_owner_changes_what_an_agent_reads_of_the_web_on_the_page(site, world):
+    """Issue 62: an agent's admin sees its web setting and reads, without the form; the owner changes it,
+    audited, and a value that is not one changes nothing."""
+    from nanoclaw.models import AuditLog
+    from nanoclaw.reading import settings as internet
+    page = world["client"].get("/admin/agents/bea").get_data(as_text=True)
+    assert 'id="internet"' in page and "/admin/agents/bea/internet" not in page
+    owner = site.test_client()
+    assert login(owner).status_code == 302
+    assert "/admin/agents/bea/internet" in owner.get("/admin/agents/bea").get_data(as_text=True)
+    assert post(owner, "/admin/agents/bea/internet", read="listed", search="off", why="docs only").status_code == 302
+    bea = AgentGroup.get(AgentGroup.folder == "bea")
+    assert internet.current(bea).read == "listed"
+    assert post(owner, "/admin/agents/bea/internet", read="everything").status_code == 302  # told, nothing written
+    assert internet.current(bea).read == "listed"
+    [entry] = AuditLog.select().where(AuditLog.action == "internet.set")
+    assert entry.actor == OWNER and entry.detail["why"] == "docs only" and entry.detail["after"]["read"] == "listed"
 
 
 def test_an_admin_grants_their_agent_only_the_secrets_delegated_to_them(world, cli):
