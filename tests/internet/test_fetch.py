@@ -26,11 +26,18 @@ ARTICLE = b"<html><head><title>Tea</title></head><body><nav>Home</nav><article>B
 class Canary:
     """A listener that only counts connections."""
 
-    def __init__(self, address: str):
-        self.sock = socket.create_server((address, 0))
+    def __init__(self, address: str, port: int = 0):
+        self.sock = socket.create_server((address, port))
         self.port = self.sock.getsockname()[1]
         self.connections = 0
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, so the address is free at once
+        except OSError:
+            pass
+        self.sock.close()
 
     def _accept(self):
         while True:
