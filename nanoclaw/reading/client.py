@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import resource
 import subprocess
 import sys
 import threading
@@ -13,6 +14,13 @@ from concurrent.futures import Future
 from ..config import PROJECT_ROOT
 
 log = logging.getLogger("nanoclaw.reading")
+# A hostile page (a decompression bomb, a PDF that makes the parser build without end) fails inside the
+# worker with a MemoryError instead of taking the host's memory; 5 MB pages parse in well under this.
+ADDRESS_SPACE = 1536 * 1024 * 1024
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
 
 class WorkerGone(RuntimeError):
@@ -49,7 +57,8 @@ class Worker:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._proc = subprocess.Popen([sys.executable, "-m", "nanoclaw.reading.worker", "--idle", str(self.idle_s)],
-                                      cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                      cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      preexec_fn=_limit)
         log.info("reading worker started (pid %d)", self._proc.pid)
         threading.Thread(target=self._read, args=(self._proc,), name="reading-worker", daemon=True).start()
         return self._proc
@@ -74,10 +83,14 @@ class Worker:
                 if owner is proc and not future.done():
                     future.set_exception(WorkerGone("the reading worker stopped"))
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        """End the worker: let it finish (stdin closed), or kill it (a read that would not end)."""
         with self._lock:
             proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
+            if kill:
+                proc.kill()
+                return
             proc.stdin.close()
             try:
                 proc.wait(5)

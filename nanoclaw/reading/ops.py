@@ -115,8 +115,12 @@ def _fetch(folder: str, session_id: str, url: str, offset, settings) -> tuple[bo
                           "allow_networks": list(settings.web_allow_networks),
                           "allow_ports": list(settings.web_allow_ports), "own_ports": sorted(own_ports(settings))},
                          READ_TIMEOUT_S)
-    except (WorkerGone, TimeoutError):
-        return False, "the page could not be read in time on the host; try again", None, 0, "worker did not answer"
+    except WorkerGone:
+        return False, "the page could not be read on the host; try again", None, 0, "worker stopped"
+    except TimeoutError:  # a read that would not end (a page built to make the parser loop): it goes with its worker
+        log.warning("a read of %s took over %.0f s; the reading worker was stopped", folder, READ_TIMEOUT_S)
+        worker.stop(kill=True)
+        return False, "the page could not be read in time on the host", None, 0, "timed out"
     if not got.get("ok"):
         return False, str(got.get("reason")), None, 0, str(got.get("reason"))
     return True, render(got), got.get("status"), int(got.get("bytes") or 0), "read"

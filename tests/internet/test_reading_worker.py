@@ -79,3 +79,70 @@ def test_a_refused_url_is_answered_with_the_reason(site):
         assert got == {"ok": False, "reason": got["reason"]} and "not a public address" in got["reason"]
     finally:
         worker.stop()
+
+
+def pdf_with_text(text: str) -> bytes:
+    """A one-page PDF whose page shows `text` (Helvetica), with a correct cross-reference table."""
+    stream = f"BT /F1 24 Tf 72 700 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for n, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += f"trailer << /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+FEED = (b'<?xml version="1.0"?><rss version="2.0"><channel><title>Tea news</title><item><title>Harvest</title>'
+        b'<link>https://tea.example/h</link><description>First flush is in.</description></item></channel></rss>')
+LOOPING_PDF = (b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\n"
+               + b"".join(b"%d 0 obj << /Type /Pages /Kids [%d 0 R] /Count 1 >> endobj\n" % (i, i + 1)
+                          for i in range(2, 20_000))
+               + b"20000 0 obj << /Type /Pages /Kids [2 0 R] /Count 1 >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n")
+
+
+class Files(BaseHTTPRequestHandler):
+    bodies = {"/hours.pdf": ("application/pdf", pdf_with_text("Opening hours: nine to five")),
+              "/news.rss": ("application/rss+xml", FEED), "/loop.pdf": ("application/pdf", LOOPING_PDF),
+              "/data.json": ("application/json", b'{"open": [9, 17]}')}
+
+    def do_GET(self):  # noqa: N802
+        kind, body = self.bodies[self.path]
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_pdfs_feeds_and_json_are_read_as_text_and_a_looping_pdf_is_refused(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Files)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    worker = Worker(idle_s=30.0)
+
+    def read(path):
+        return worker.ask({"url": f"http://127.0.0.2:{port}{path}", "allow_networks": ["127.0.0.2/32"],
+                           "allow_ports": [port]}, 40)
+    try:
+        assert "Opening hours: nine to five" in read("/hours.pdf")["text"]
+        news = read("/news.rss")
+        assert news["title"] == "Tea news" and "1. Harvest (https://tea.example/h)" in news["text"]
+        assert read("/data.json")["text"].replace(" ", "").replace("\n", "") == '{"open":[9,17]}'
+        loop = read("/loop.pdf")
+        assert loop["ok"] is False and "could not be read" in loop["reason"]
+        assert "nine to five" in read("/hours.pdf")["text"]  # the worker goes on
+    finally:
+        worker.stop()
+        server.shutdown()
