@@ -18,7 +18,7 @@ def web_read(ctx: ToolContext, url: str, offset: int = 0) -> str:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ToolError("offset is a character position, 0 or more")
     return request(ctx, "web_read", url=str(url).strip()[:4000], offset=offset or None, wait_s=WAIT_S,
-                   late="Try reading the page again in a moment.")
+                   applied_later=False, late="Try reading the page again in a moment.")
 
 
 def web_search(ctx: ToolContext, query: str, count: int = 10) -> str:
@@ -27,7 +27,7 @@ def web_search(ctx: ToolContext, query: str, count: int = 10) -> str:
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
         raise ToolError("count is how many results, 1 to 20")
     return request(ctx, "web_search", query=str(query).strip()[:400], count=count, wait_s=WAIT_S,
-                   late="Try the search again in a moment.")
+                   applied_later=False, late="Try the search again in a moment.")
 
 
 web_read.blocking = True
