@@ -64,14 +64,17 @@ def _parts(settings):
         return _pool, _worker, _policies
 
 
+def _hand_over(session_path: Path, row, settings, work, *args) -> None:
+    """Run `work(session_path, request_id, *args, settings)` on the reading threads, once per request:
+    delivery goes on at once (an op already answered, after a restart, is not run again)."""
+    request_id = str(row.op.get("request_id") or row.id)[:64]
+    if not store.message_exists(session_path, _answer_id(request_id)):
+        pool, _, _ = _parts(settings)
+        pool.submit(work, session_path, request_id, *args, settings)
+
+
 def handle_read(session_path: Path, row, settings) -> None:
-    op = row.op
-    request_id = str(op.get("request_id") or row.id)[:64]
-    if store.message_exists(session_path, _answer_id(request_id)):
-        return None
-    pool, _, _ = _parts(settings)
-    pool.submit(_read, session_path, request_id, str(op.get("url") or "")[:4000], op.get("offset"), settings)
-    return None
+    _hand_over(session_path, row, settings, _read, str(row.op.get("url") or "")[:4000], row.op.get("offset"))
 
 
 def _read(session_path: Path, request_id: str, url: str, offset, settings) -> None:
@@ -142,14 +145,9 @@ def render(got: dict) -> str:
 
 
 def handle_search(session_path: Path, row, settings) -> None:
-    op = row.op
-    request_id = str(op.get("request_id") or row.id)[:64]
-    if store.message_exists(session_path, _answer_id(request_id)):
-        return None
-    pool, _, _ = _parts(settings)
-    count = op.get("count") if isinstance(op.get("count"), int) and not isinstance(op.get("count"), bool) else 10
-    pool.submit(_search, session_path, request_id, str(op.get("query") or "")[:400], max(1, min(count, 20)), settings)
-    return None
+    count = row.op.get("count")
+    count = count if isinstance(count, int) and not isinstance(count, bool) else 10
+    _hand_over(session_path, row, settings, _search, str(row.op.get("query") or "")[:400], max(1, min(count, 20)))
 
 
 def _search(session_path: Path, request_id: str, query: str, count: int, settings) -> None:
