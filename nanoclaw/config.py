@@ -123,10 +123,8 @@ def _database_url(raw: str) -> str:
         return raw
     if parsed.scheme in ("postgresql", "postgres") and parsed.hostname and parsed.path.strip("/"):
         return raw
-    raise SettingsError(
-        f"DATABASE_URL={raw!r} is not understood; it accepts sqlite:///PATH or "
-        "postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
-    )
+    raise SettingsError(f"DATABASE_URL={raw!r} is not understood; it accepts sqlite:///PATH or "
+                        "postgresql://USER:PASSWORD@HOST:PORT/DBNAME")
 
 
 def _dns_label(name: str, raw: str) -> str:
@@ -209,6 +207,8 @@ class Settings:
     web_allow_networks: tuple[str, ...] = ()  # private networks an agent's reads may reach (a home server)
     web_allow_ports: tuple[int, ...] = ()     # ports besides 80 and 443 its reads may use
     web_idle_s: int = 300  # the reading worker stops after this many idle seconds
+    web_summary_model: str | None = None  # a long page is read first by this model (no tools), the agent gets its summary
+    web_summary_chars: int = 20_000       # ... when the page's text is longer than this
     search: str = "none"   # none | searxng | brave | tavily: the agents' web_search, done by the host
     search_url: str | None = None  # the provider's base URL (a SearXNG instance; Brave's and Tavily's own by default)
     search_price: float = 0.0      # USD a query, into the agent's spend and budget
@@ -325,6 +325,8 @@ class Settings:
             web_allow_networks=_list("NANOCLAW_WEB_ALLOW_NETWORKS", get("NANOCLAW_WEB_ALLOW_NETWORKS"), _network),
             web_allow_ports=_list("NANOCLAW_WEB_ALLOW_PORTS", get("NANOCLAW_WEB_ALLOW_PORTS"), _port),
             web_idle_s=_int("NANOCLAW_WEB_IDLE_S", get("NANOCLAW_WEB_IDLE_S", "300"), 5, 86400),
+            web_summary_model=get("NANOCLAW_WEB_SUMMARY_MODEL") or None,
+            web_summary_chars=_int("NANOCLAW_WEB_SUMMARY_CHARS", get("NANOCLAW_WEB_SUMMARY_CHARS", "20000"), 1000, 10**7),
             search=_choice("NANOCLAW_SEARCH", get("NANOCLAW_SEARCH", "none"), ("none", "searxng", "brave", "tavily")),
             search_url=_url("NANOCLAW_SEARCH_URL", raw) if (raw := get("NANOCLAW_SEARCH_URL")) else None,
             search_price=_price("NANOCLAW_SEARCH_PRICE", get("NANOCLAW_SEARCH_PRICE", "0")),

@@ -22,10 +22,12 @@ from ..models import AgentGroup
 from ..outbound import delivery
 from ..proxy.egress import matching_entry
 from ..proxy.policy_files import PolicyStore, policy_root
+from ..proxy.sockets import socket_path
 from ..sessions import store
 from ..usage import budgets, ledger
 from ..usage.prices import Price, Tokens
 from . import settings as settings_module
+from . import summary
 from .access import RateWindow, access_of, read_refusal, search_refusal
 from .client import Worker, WorkerGone
 from .tables import AgentInternet, WebFetch
@@ -74,13 +76,14 @@ def _hand_over(session_path: Path, row, settings, work, *args) -> None:
 
 
 def handle_read(session_path: Path, row, settings) -> None:
-    _hand_over(session_path, row, settings, _read, str(row.op.get("url") or "")[:4000], row.op.get("offset"))
+    _hand_over(session_path, row, settings, _read, str(row.op.get("url") or "")[:4000], row.op.get("offset"),
+               str(row.op.get("question") or "")[:1000])
 
 
-def _read(session_path: Path, request_id: str, url: str, offset, settings) -> None:
+def _read(session_path: Path, request_id: str, url: str, offset, question: str, settings) -> None:
     folder, session_id = session_path.parent.name, session_path.name
     try:
-        ok, text, status, size, outcome = _fetch(folder, session_id, url, offset, settings)
+        ok, text, status, size, outcome = _fetch(folder, session_id, url, offset, question, settings)
     except Exception as exc:  # noqa: BLE001 - the agent is told, the worker's trouble is logged once
         log.error("web_read for %s failed: %s", folder, type(exc).__name__)
         ok, text, status, size, outcome = False, "the page could not be read on the host; try again", None, 0, "failed"
@@ -93,7 +96,8 @@ def _read(session_path: Path, request_id: str, url: str, offset, settings) -> No
     _answer(session_path, request_id, ok, text)
 
 
-def _fetch(folder: str, session_id: str, url: str, offset, settings) -> tuple[bool, str, int | None, int, str]:
+def _fetch(folder: str, session_id: str, url: str, offset, question: str, settings
+           ) -> tuple[bool, str, int | None, int, str]:
     _, worker, policies = _parts(settings)
     with database.connection_context():
         agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
@@ -113,8 +117,9 @@ def _fetch(folder: str, session_id: str, url: str, offset, settings) -> tuple[bo
         why = f"at most {READS_PER_MINUTE} pages a minute; read again in {wait:.0f} s"
         return False, why, None, 0, "rate limited"
     start = max(0, int(offset)) if isinstance(offset, int) and not isinstance(offset, bool) else 0
+    summarising = bool(settings.web_summary_model) and start == 0
     try:
-        got = worker.ask({"url": url, "offset": start, "limit": PAGE_CHARS,
+        got = worker.ask({"url": url, "offset": start, "limit": summary.MAX_INPUT_CHARS if summarising else PAGE_CHARS,
                           "allow_networks": list(settings.web_allow_networks),
                           "allow_ports": list(settings.web_allow_ports), "own_ports": sorted(own_ports(settings))},
                          READ_TIMEOUT_S)
@@ -126,7 +131,21 @@ def _fetch(folder: str, session_id: str, url: str, offset, settings) -> tuple[bo
         return False, "the page could not be read in time on the host", None, 0, "timed out"
     if not got.get("ok"):
         return False, str(got.get("reason")), None, 0, str(got.get("reason"))
-    return True, render(got), got.get("status"), int(got.get("bytes") or 0), "read"
+    status, size = got.get("status"), int(got.get("bytes") or 0)
+    if summarising and int(got.get("total") or 0) > settings.web_summary_chars:
+        try:
+            written = summary.summarise(socket_path(settings.proxy_dir, folder), session_id, settings.web_summary_model,
+                                        question, str(got.get("text") or ""), str(got.get("url")))
+        except summary.SummaryFailed as exc:
+            why = f"the page is long and its summary could not be made: {exc}; read it with web_read and offset=1"
+            return False, why, status, size, f"summary failed: {exc}"
+        details = (f"title: {got.get('title') or '(none)'}; a summary by {settings.web_summary_model}, which read the "
+                   f"page's {got.get('total')} characters with no tools and your question; the page's own text: "
+                   "web_read with offset=1")
+        return True, wrap(written, source=str(got.get("url")), kind="summary of a web page", details=details), \
+            status, size, "read and summarised"
+    got["text"] = str(got.get("text") or "")[:PAGE_CHARS]
+    return True, render(got), status, size, "read"
 
 
 def render(got: dict) -> str:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from .context import ToolContext, ToolError
 from .scheduling import request
 
-WAIT_S = 60.0  # the host's fetch takes at most 30 s, extraction a few more
+WAIT_S = 150.0  # the host's fetch takes at most 30 s, extraction a few more, a long page's summary up to 90 s more
 
 
-def web_read(ctx: ToolContext, url: str, offset: int = 0) -> str:
+def web_read(ctx: ToolContext, url: str, offset: int = 0, question: str | None = None) -> str:
     if not str(url or "").strip():
         raise ToolError("give the page's URL (http:// or https://)")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ToolError("offset is a character position, 0 or more")
-    return request(ctx, "web_read", url=str(url).strip()[:4000], offset=offset or None, wait_s=WAIT_S,
+    return request(ctx, "web_read", url=str(url).strip()[:4000], offset=offset or None,
+                   question=str(question or "").strip()[:1000] or None, wait_s=WAIT_S,
                    applied_later=False, late="Try reading the page again in a moment.")
 
 
@@ -42,7 +43,9 @@ SPECS = [
      {"type": "object", "properties": {
          "url": {"type": "string", "description": "The page's full URL."},
          "offset": {"type": "integer", "minimum": 0, "description": "Start at this character (from the last "
-                                                                      "answer's 'call again with offset=')."}},
+                                                                      "answer's 'call again with offset=')."},
+         "question": {"type": "string", "description": "What you want from the page. When the host has a long "
+                                                       "page summarised first, the summary answers this."}},
       "required": ["url"]}),
     (web_search, "web_search",
      "Search the web: the host asks the owner's search provider and gives you titles, URLs and snippets (data from "
