@@ -17,7 +17,8 @@ GROUPS = (
     ("tests/lifecycle/test_lifecycle_e2e.py", "tests/platforms/test_matrix_e2e.py",
      "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
      "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py", "tests/lifecycle/test_retention.py",
-     "tests/memory/test_memory_e2e.py", "tests/operator/test_capabilities_page.py", "tests/operator/test_packages.py"),
+     "tests/memory/test_memory_e2e.py", "tests/operator/test_capabilities_page.py", "tests/operator/test_packages.py",
+     "tests/internet/test_web_read_e2e.py"),
     ("tests/lifecycle/test_faults_e2e.py", "tests/remote/test_remote_engine_e2e.py",
      "tests/platforms/test_signal_owner_e2e.py",
      "tests/remote/test_gate.py", "tests/platforms/test_slack_socket.py", "tests/approvals/test_questions.py",
@@ -28,7 +29,7 @@ GROUPS = (
      "tests/agent/test_runner.py", "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py",
      "tests/inbound/test_media_e2e.py", "tests/web/test_browser.py", "tests/agent/test_media.py",
      "tests/outbound/test_nudges.py", "tests/web/test_browser_operator.py", "tests/platforms/test_telegram_poll.py",
-     "tests/cli/test_cli.py", "tests/remote/test_inbound_changes.py"),
+     "tests/cli/test_cli.py", "tests/remote/test_inbound_changes.py", "tests/internet/test_web_search_e2e.py"),
 )
 FILES = tuple(f for group in GROUPS for f in group)
 CHILD = "NANOCLAW_TESTS_BESIDE"  # set in the processes beside: each runs what it was given
