@@ -294,11 +294,11 @@ def check_speech(settings) -> Finding:
 def check_search(settings, spend: bool) -> Finding:
     """Whether the agents' web_search can work: the provider and its key; with `spend`, one real query
     (priced like an agent's, under the name "(doctor)" in the spend)."""
+    from ..proxy.host_secrets import HostSecrets
     from ..reading.search import KEYS, SearchFailed, search
-    from ..reading.worker import secret
     if settings.search == "none":
         return Finding(None, "web search", "no provider (NANOCLAW_SEARCH=none): agents are offered no search tool")
-    key = secret(KEYS[settings.search]) if settings.search in KEYS else None
+    key = HostSecrets()(KEYS[settings.search]) if settings.search in KEYS else None
     if settings.search in KEYS and not key:
         return Finding(False, "web search", f"{settings.search} needs its key: set {KEYS[settings.search]} in .env")
     if settings.search == "searxng" and not settings.search_url:
@@ -311,11 +311,8 @@ def check_search(settings, spend: bool) -> Finding:
         return Finding(False, "web search", str(exc))
     if settings.search_price:
         from ..usage import ledger
-        from ..usage.prices import Price, Tokens
         with database.connection_context():
-            ledger.record("(doctor)", "", settings.search, Tokens(web_search=1),
-                          Price("search", {"web_search": settings.search_price * 1_000_000}, True),
-                          ledger.today(settings.timezone), upstream="search", asked_model=settings.search)
+            ledger.record_search("(doctor)", "", settings.search, settings.search_price, ledger.today(settings.timezone))
     return Finding(True, "web search", f"{settings.search} answered one query with {len(found)} result(s)"
                    + (f" (USD {settings.search_price:g}, counted as \"(doctor)\")" if settings.search_price else ""))
 

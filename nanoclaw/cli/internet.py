@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..models import AgentGroup
 from ..reading import settings as reading
 from ..reading.access import READ_MODES, SWITCH
 from .base import WHY, Mistake, get_agent, group, print_table, require_schema, settings
@@ -44,7 +45,6 @@ def internet_set(folder, read, search, browser, why):
 def internet_show(folder):
     """What each agent (or FOLDER) may reach."""
     require_schema()
-    from ..models import AgentGroup
     agents = [get_agent(folder)] if folder else list(AgentGroup.select().order_by(AgentGroup.folder))
     rows = []
     for agent in agents:

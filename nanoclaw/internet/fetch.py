@@ -138,7 +138,7 @@ class Fetcher:
                 continue
             page.hops = hops
             return page
-        raise Refused(f"more than {self.limits.redirects} redirects; the last asked was {hops[-1]}")
+        raise Refused(f"more than {self.limits.redirects} redirects")
 
     def _one(self, conn: http.client.HTTPConnection, url: str, deadline: float) -> Page | str:
         parts = urlsplit(url)
@@ -157,8 +157,8 @@ class Fetcher:
         charset = next((p.split("=", 1)[1].strip().strip('"') for p in media[1:] if p.strip().lower().startswith("charset=")),
                        None)
         if not readable(content_type):
-            raise Refused(f"the page is {content_type}, which cannot be read as text (HTML, text, JSON, XML, RSS "
-                          "and PDF can)")
+            raise Refused(f"the page is {_token(content_type)}, which cannot be read as text (HTML, text, JSON, "
+                          "XML, RSS and PDF can)")
         body, stopped = bytearray(), ""
         while True:
             remaining = deadline - time.monotonic()
@@ -180,6 +180,12 @@ class Fetcher:
         return Page(url, response.status, content_type, charset, bytes(body), datetime.now(timezone.utc), stopped)
 
 
+def _token(value: str) -> str:
+    """A media type as the server wrote it, cut to what a media type may hold: a refusal reaches the
+    agent outside the envelope, so it carries no free text of the server's."""
+    return "".join(c for c in value if c.isascii() and (c.isalnum() or c in "/.+-"))[:60] or "of no stated type"
+
+
 def _plain(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"its certificate is not valid for it ({exc.verify_message})"
@@ -187,4 +193,6 @@ def _plain(exc: BaseException) -> str:
         return "no answer in time"
     if isinstance(exc, ConnectionRefusedError):
         return "the connection was refused"
-    return str(exc) or type(exc).__name__
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the server closed the connection without an answer"
+    return type(exc).__name__  # never its text: http.client's can hold the line the server sent

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..internet.addresses import embedded_ipv4, is_public  # noqa: F401 - one address check for the install
+from ..internet.addresses import is_public  # one address check for the install
 from .door import Reply, Request
 from .policy import EgressPolicy, Policies
 from ..proposal_rules import HostEntry, RuleError, check_hostname, check_port, split_host_port

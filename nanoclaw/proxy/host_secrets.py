@@ -24,6 +24,10 @@ class HostSecrets:
         value = os.environ.get(name)
         return value if value else self._dotenv().get(name) or None
 
+    def values(self) -> list[str]:
+        """Every value in .env (a page read for an agent must not carry any of them out)."""
+        return list(self._dotenv().values())
+
     def _dotenv(self) -> dict:
         try:
             st = self.dotenv_path.stat()

@@ -25,12 +25,11 @@ from ..proxy.policy_files import PolicyStore, policy_root
 from ..proxy.sockets import socket_path
 from ..sessions import store
 from ..usage import budgets, ledger
-from ..usage.prices import Price, Tokens
 from . import settings as settings_module
 from . import summary
-from .access import RateWindow, access_of, read_refusal, search_refusal
+from .access import Access, RateWindow, read_refusal, search_refusal
 from .client import Worker, WorkerGone
-from .tables import AgentInternet, WebFetch
+from .tables import WebFetch
 
 log = logging.getLogger("nanoclaw.reading")
 
@@ -87,23 +86,33 @@ def _read(session_path: Path, request_id: str, url: str, offset, question: str, 
     except Exception as exc:  # noqa: BLE001 - the agent is told, the worker's trouble is logged once
         log.error("web_read for %s failed: %s", folder, type(exc).__name__)
         ok, text, status, size, outcome = False, "the page could not be read on the host; try again", None, 0, "failed"
+    _record(folder, session_id, "web_read", url, status, size, outcome)
+    _answer(session_path, request_id, ok, text)
+
+
+def _record(folder: str, session_id: str, tool: str, url: str, status: int | None, size: int, outcome: str) -> None:
+    """The owner's record of one read or search (never its body)."""
     try:
         with database.connection_context():
-            WebFetch.create(agent_folder=folder, session_id=session_id, tool="web_read", url=url[:2000], status=status,
+            WebFetch.create(agent_folder=folder, session_id=session_id, tool=tool, url=url[:2000], status=status,
                             bytes=size, outcome=outcome[:500])
     except Exception as exc:  # noqa: BLE001 - a full database must not keep the answer from the agent
         log.error("the fetch log could not be written: %s", type(exc).__name__)
-    _answer(session_path, request_id, ok, text)
+
+
+def _access(folder: str, search_configured: bool = False) -> Access | None:
+    """What the agent may reach, from the host's records; None for an agent the host does not know."""
+    with database.connection_context():
+        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        return None if agent is None else settings_module.current(agent, search_configured)
 
 
 def _fetch(folder: str, session_id: str, url: str, offset, question: str, settings
            ) -> tuple[bool, str, int | None, int, str]:
     _, worker, policies = _parts(settings)
-    with database.connection_context():
-        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
-        if agent is None:
-            return False, "this agent is unknown to the host", None, 0, "unknown agent"
-        access = access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent))
+    access = _access(folder)
+    if access is None:
+        return False, "this agent is unknown to the host", None, 0, "unknown agent"
     try:
         where = target(url, allow_ports=frozenset(settings.web_allow_ports))
     except Refused as exc:
@@ -176,12 +185,7 @@ def _search(session_path: Path, request_id: str, query: str, count: int, setting
     except Exception as exc:  # noqa: BLE001 - the agent is told, the trouble is logged once
         log.error("web_search for %s failed: %s", folder, type(exc).__name__)
         ok, text, outcome = False, "the search could not be made on the host; try again", "failed"
-    try:
-        with database.connection_context():
-            WebFetch.create(agent_folder=folder, session_id=session_id, tool="web_search",
-                            url=f"{settings.search}: {query}"[:2000], status=None, bytes=0, outcome=outcome[:500])
-    except Exception as exc:  # noqa: BLE001
-        log.error("the fetch log could not be written: %s", type(exc).__name__)
+    _record(folder, session_id, "web_search", f"{settings.search}: {query}", None, 0, outcome)
     _answer(session_path, request_id, ok, text, "web_search")
 
 
@@ -190,12 +194,10 @@ def _searched(folder: str, session_id: str, query: str, count: int, settings) ->
     configured = settings.search != "none"
     if not query.strip():
         return False, "say what to search for", "empty query"
-    with database.connection_context():
-        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
-        if agent is None:
-            return False, "this agent is unknown to the host", "unknown agent"
-        why = search_refusal(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent), configured),
-                             configured)
+    access = _access(folder, configured)
+    if access is None:
+        return False, "this agent is unknown to the host", "unknown agent"
+    why = search_refusal(access, configured)
     if why:
         return False, why, why
     if settings.search_price and _over_budget(folder, settings):
@@ -214,9 +216,8 @@ def _searched(folder: str, session_id: str, query: str, count: int, settings) ->
         return False, str(got.get("reason")), str(got.get("reason"))
     if settings.search_price:
         with database.connection_context():
-            ledger.record(folder, session_id, settings.search, Tokens(web_search=1),
-                          Price("search", {"web_search": settings.search_price * 1_000_000}, True),
-                          ledger.today(settings.timezone), upstream="search", asked_model=settings.search)
+            ledger.record_search(folder, session_id, settings.search, settings.search_price,
+                                 ledger.today(settings.timezone))
     text = wrap(str(got.get("text") or ""), source=f"{settings.search} search for {query!r}", kind="search results",
                 details=f"{got.get('results')} result(s) in the provider's order; read a page "
                         "with web_read")

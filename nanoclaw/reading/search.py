@@ -17,6 +17,8 @@ import html
 import re
 from dataclasses import dataclass
 
+from ..internet.envelope import neutralise
+
 DEFAULT_URLS = {"brave": "https://api.search.brave.com", "tavily": "https://api.tavily.com"}
 KEYS = {"brave": "BRAVE_API_KEY", "tavily": "TAVILY_API_KEY"}
 TIMEOUT = (10, 20)  # connect, read
@@ -77,8 +79,8 @@ def search(provider: str, base_url: str | None, key: str | None, query: str, cou
         raise SearchFailed("the SearXNG instance refuses JSON: add json to search.formats in its settings.yml")
     if response.status_code == 429:
         raise SearchFailed("the search provider says too many searches for now; try again later")
-    if response.status_code >= 400:
-        raise SearchFailed(f"the search provider answered {response.status_code}: {_error_text(response)}")
+    if response.status_code >= 400:  # the owner's provider says why (a bad key): its words, cut and neutralised
+        raise SearchFailed(f"the search provider answered {response.status_code}: {neutralise(_error_text(response))}")
     try:
         body = response.json()
     except ValueError:

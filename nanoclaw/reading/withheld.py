@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..models import AgentGroup
 from ..sandboxes.manager import register_withholder
-from .access import access_of, withheld
-from .tables import AgentInternet
+from .access import withheld
+from .settings import current
 
 
 def tools_withheld(folder: str, settings) -> set[str]:
@@ -13,7 +13,7 @@ def tools_withheld(folder: str, settings) -> set[str]:
     agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
     if agent is None:
         return {"web_read", "web_search"}
-    return withheld(access_of(AgentInternet.get_or_none(AgentInternet.agent_group == agent), configured), configured)
+    return withheld(current(agent, configured), configured)
 
 
 register_withholder(tools_withheld)

@@ -23,34 +23,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..internet.addresses import Refused, Rules, parse_networks
 from ..internet.fetch import Fetcher
+from ..proxy.host_secrets import HostSecrets
 
 WORKERS = 4
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASS|CREDENTIAL)S?$|^DATABASE_URL$", re.IGNORECASE)
 
 
-def _dotenv() -> dict:
-    try:
-        from dotenv import dotenv_values
-        return {k: v for k, v in dotenv_values(os.environ.get("NANOCLAW_ENV_FILE") or ".env").items() if v}
-    except OSError:
-        return {}
-
-
 def host_secrets() -> list[str]:
     """Values the host keeps secret: variables named like secrets, and everything in .env."""
-    return [v for k, v in os.environ.items() if SECRET_NAME.search(k) and v] + list(_dotenv().values())
-
-
-def secret(name: str) -> str | None:
-    """A key by its name: the environment first, then .env (as the proxy reads its keys)."""
-    return os.environ.get(name) or _dotenv().get(name)
+    return [v for k, v in os.environ.items() if SECRET_NAME.search(k) and v] + HostSecrets().values()
 
 
 def searched(request: dict) -> dict:
     from .search import KEYS, SearchFailed, render, search
     provider = str(request.get("provider") or "")
     try:
-        results = search(provider, request.get("search_url"), secret(KEYS[provider]) if provider in KEYS else None,
+        results = search(provider, request.get("search_url"), HostSecrets()(KEYS[provider]) if provider in KEYS else None,
                          str(request.get("query") or ""), max(1, min(int(request.get("count") or 10), 20)))
     except SearchFailed as exc:
         return {"ok": False, "reason": str(exc)}

@@ -56,6 +56,13 @@ def record_speech(agent_folder: str, session_id: str, model: str, chars: int, us
                   asked_model=model)
 
 
+def record_search(agent_folder: str, session_id: str, provider: str, usd_per_search: float, day: date) -> int:
+    """Add one web search the host made for an agent (outside the door): a use on upstream `search`."""
+    return record(agent_folder, session_id, provider, Tokens(web_search=1),
+                  Price("search", {"web_search": usd_per_search * 1_000_000}, True), day, upstream="search",
+                  asked_model=provider)
+
+
 @dataclass(frozen=True)
 class Spent:
     day_micro: int
