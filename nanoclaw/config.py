@@ -9,6 +9,7 @@ import ipaddress
 import os
 import re
 import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -206,7 +207,8 @@ class Settings:
     door_relay_network: str = "bridge"  # the remote engine's network the door relay beside each sandbox uses
     web_allow_networks: tuple[str, ...] = ()  # private networks an agent's reads may reach (a home server)
     web_allow_ports: tuple[int, ...] = ()     # ports besides 80 and 443 its reads may use
-    web_idle_s: int = 300  # the reading worker stops after this many idle seconds
+    web_idle_s: int = 300  # the reading worker stops after this many idle seconds (and a session's browser)
+    browsers: int = 2      # browsers running at once host-wide (NANOCLAW_BROWSERS; others wait)
     web_summary_model: str | None = None  # a long page is read first by this model (no tools), the agent gets its summary
     web_summary_chars: int = 20_000       # ... when the page's text is longer than this
     search: str = "none"   # none | searxng | brave | tavily: the agents' web_search, done by the host
@@ -325,6 +327,7 @@ class Settings:
             web_allow_networks=_list("NANOCLAW_WEB_ALLOW_NETWORKS", get("NANOCLAW_WEB_ALLOW_NETWORKS"), _network),
             web_allow_ports=_list("NANOCLAW_WEB_ALLOW_PORTS", get("NANOCLAW_WEB_ALLOW_PORTS"), _port),
             web_idle_s=_int("NANOCLAW_WEB_IDLE_S", get("NANOCLAW_WEB_IDLE_S", "300"), 5, 86400),
+            browsers=_int("NANOCLAW_BROWSERS", get("NANOCLAW_BROWSERS", "2"), 0, 64),
             web_summary_model=get("NANOCLAW_WEB_SUMMARY_MODEL") or None,
             web_summary_chars=_int("NANOCLAW_WEB_SUMMARY_CHARS", get("NANOCLAW_WEB_SUMMARY_CHARS", "20000"), 1000, 10**7),
             search=_choice("NANOCLAW_SEARCH", get("NANOCLAW_SEARCH", "none"), ("none", "searxng", "brave", "tavily")),
@@ -409,16 +412,14 @@ __all__ = ["Settings", "SettingsError", "resolve_timezone", "is_valid_timezone",
            "local_secret_key"]
 
 
-# peewee imports a PostgreSQL driver whenever one is installed (psycopg2: 4.6 MiB resident in each
-# program). A long-running program whose settings name SQLite marks the drivers absent before peewee
-# loads, so peewee sees PostgreSQL as unavailable in that process only; commands and tests are
-# untouched (lighten_program: gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
+# peewee imports a PostgreSQL driver whenever one is installed (psycopg2: 4.6 MiB resident in each program).
+# A long-running program on SQLite marks the drivers absent before peewee loads (that process only;
+# lighten_program: gunicorn.conf.py, proxy/__main__.py; tests/test_lean.py).
 _POSTGRES_DRIVERS = ("psycopg2", "psycopg2cffi", "psycopg")
 
 
 def skip_postgres_drivers(database_url: str) -> bool:
     """True when the drivers were marked absent (SQLite, and peewee not loaded yet)."""
-    import sys
     if not database_url.startswith("sqlite") or "peewee" in sys.modules:
         return False
     for name in _POSTGRES_DRIVERS:
@@ -426,13 +427,11 @@ def skip_postgres_drivers(database_url: str) -> bool:
     return True
 
 
-# requests imports charset_normalizer (3 MiB resident in each program) only to guess the encoding of
-# a text answer that names none, and falls back to UTF-8 without it (Response.apparent_encoding).
-# The APIs the programs call answer JSON or name their charset, so the long-running programs mark
-# the detectors absent before requests loads (lighten_program below; tests/test_lean.py).
+# requests imports charset_normalizer (3 MiB resident) only to guess the encoding of an answer that names
+# none, and falls back to UTF-8 without it. The APIs the programs call answer JSON or name their charset,
+# so the long-running programs mark the detectors absent before requests loads (tests/test_lean.py).
 def skip_charset_detection() -> bool:
     """True when the detectors were marked absent (requests not loaded yet)."""
-    import sys
     import warnings
     if "requests" in sys.modules:
         return False

@@ -28,6 +28,7 @@ from .sessions import store
 from .sessions.wake import Wake
 from .tasks import ops  # noqa: F401  (the agent's scheduling tools)
 from .memory import index, ops as memory_ops  # noqa: F401  (the memory tools, the history index, the snapshot)
+from .reading import browser_ops  # (browser_*: a sandboxed Chromium per session, driven by the host)
 from .reading import ops as reading_ops  # (web_read: the host reads a page for the agent)
 from .reading.withheld import tools_withheld  # noqa: F401  (which of the reading tools an agent is not offered)
 
@@ -171,3 +172,4 @@ def stop_service(app) -> None:
     if bg is not None:
         bg.shutdown()
     reading_ops.stop()  # the reading worker goes with the program
+    browser_ops.stop()  # and the browser worker, with every browser it runs

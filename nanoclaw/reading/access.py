@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 READ_MODES = ("on", "listed", "off")
 SWITCH = ("on", "off")
-TOOLS = {"read": "web_read", "search": "web_search"}  # the browser joins when it lands
+BROWSER_TOOLS = ("browser_open", "browser_snapshot", "browser_click", "browser_type", "browser_screenshot",
+                 "browser_close")
+TOOLS = {"read": ("web_read",), "search": ("web_search",), "browser": BROWSER_TOOLS}
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,11 @@ def access_of(row, search_configured: bool = False) -> Access:
                   browser=row.browser if row.browser in SWITCH else "off")
 
 
-def withheld(access: Access, search_configured: bool = False) -> set[str]:
-    """Tools of ours not offered to the model (search also while no provider is set up)."""
-    off = {tool for what, tool in TOOLS.items() if getattr(access, what) == "off"}
-    return off | (set() if search_configured else {"web_search"})
+def withheld(access: Access, search_configured: bool = False, browser_runs: bool = True) -> set[str]:
+    """Tools of ours not offered to the model (search also while no provider is set up, the browser
+    while none can run on this host)."""
+    off = {tool for what, tools in TOOLS.items() if getattr(access, what) == "off" for tool in tools}
+    return off | (set() if search_configured else {"web_search"}) | (set() if browser_runs else set(BROWSER_TOOLS))
 
 
 def search_refusal(access: Access, search_configured: bool) -> str | None:

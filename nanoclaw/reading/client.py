@@ -1,5 +1,6 @@
-"""The web program's side of the reading worker: started on the first read, restarted if it died
-or went idle, asked over its stdin and answered by id on its stdout (worker.py)."""
+"""The web program's side of the reading worker (and of the browser worker): started on first use,
+restarted if it died or went idle, asked over its stdin and answered by id on its stdout (worker.py,
+browser.py)."""
 from __future__ import annotations
 
 import itertools
@@ -28,8 +29,12 @@ class WorkerGone(RuntimeError):
 
 
 class Worker:
-    def __init__(self, idle_s: float):
-        self.idle_s = idle_s
+    def __init__(self, idle_s: float, module: str = "nanoclaw.reading.worker", extra: tuple[str, ...] = (),
+                 limited: bool = True, told=None):
+        # the browser worker is not address-limited: Chromium reserves far more than it uses, and
+        # its sandbox has a cgroup of its own (browser_sandbox.py)
+        self.idle_s, self.module, self.extra, self.limited = idle_s, module, extra, limited
+        self.told = told  # a line with no id: what the worker tells unasked (the browser's requests)
         self._proc: subprocess.Popen | None = None
         self._waiting: dict[int, tuple[subprocess.Popen, Future]] = {}
         self._ids = itertools.count(1)
@@ -56,10 +61,10 @@ class Worker:
     def _running(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
-        self._proc = subprocess.Popen([sys.executable, "-m", "nanoclaw.reading.worker", "--idle", str(self.idle_s)],
+        self._proc = subprocess.Popen([sys.executable, "-m", self.module, "--idle", str(self.idle_s), *self.extra],
                                       cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      preexec_fn=_limit)
-        log.info("reading worker started (pid %d)", self._proc.pid)
+                                      preexec_fn=_limit if self.limited else None)
+        log.info("%s started (pid %d)", self.module, self._proc.pid)
         threading.Thread(target=self._read, args=(self._proc,), name="reading-worker", daemon=True).start()
         return self._proc
 
@@ -69,12 +74,18 @@ class Worker:
                 answer = json.loads(line)
             except ValueError:
                 continue
+            if "id" not in answer and self.told is not None:
+                try:
+                    self.told(answer)
+                except Exception:  # noqa: BLE001 - a record that failed must not stop the answers
+                    log.exception("%s: an event could not be handled", self.module)
+                continue
             with self._lock:
                 _, future = self._waiting.get(answer.pop("id", None), (None, None))
             if future is not None and not future.done():
                 future.set_result(answer)
         proc.wait()
-        log.info("reading worker %d ended (%s)", proc.pid, proc.returncode)
+        log.info("%s %d ended (%s)", self.module, proc.pid, proc.returncode)
         with self._lock:
             if self._proc is proc:
                 self._proc = None

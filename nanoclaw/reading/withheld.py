@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..models import AgentGroup
 from ..sandboxes.manager import register_withholder
-from .access import withheld
+from .access import BROWSER_TOOLS, withheld
+from .browser_sandbox import unavailable
 from .settings import current
 
 
@@ -12,8 +13,10 @@ def tools_withheld(folder: str, settings) -> set[str]:
     configured = getattr(settings, "search", "none") != "none"
     agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
     if agent is None:
-        return {"web_read", "web_search"}
-    return withheld(current(agent, configured), configured)
+        return {"web_read", "web_search", *BROWSER_TOOLS}
+    access = current(agent, configured)
+    runs = access.browser == "on" and getattr(settings, "browsers", 0) > 0 and unavailable() is None
+    return withheld(access, configured, runs)
 
 
 register_withholder(tools_withheld)

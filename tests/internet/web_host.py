@@ -3,7 +3,8 @@
 The host side of the link is 198.19.N.1, the web host 198.19.N.2 (198.18.0.0/15 is the benchmarking
 range: not global, so refused unless the owner opens it; scripts/remote-engine.sh uses 198.18.0.0/30).
 The web host serves on port 80 whatever `routes` says: path -> (status, headers, body), read again on
-each request from a file, so a test may change them. Root only (ip netns, nsenter).
+each request from a file, so a test may change them; GET and POST alike, each request's method, path
+and body size logged (`requests()`). Root only (ip netns, nsenter).
 """
 from __future__ import annotations
 
@@ -22,9 +23,13 @@ import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 routes_file = sys.argv[3]
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):
+    def do_POST(self):
+        self.do_GET(len(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+    def do_GET(self, size=0):
+        with open(routes_file + ".log", "a") as log:
+            log.write(json.dumps([self.command, self.path, size]) + "\n")
         routes = json.load(open(routes_file))
-        status, headers, body = routes.get(self.path, [404, {"Content-Type": "text/plain"}, "not here"])
+        status, headers, body = routes.get(self.path.split("?")[0], [404, {"Content-Type": "text/plain"}, "not here"])
         data = body.encode()
         self.send_response(status)
         for name, value in headers.items():
@@ -64,6 +69,11 @@ class NamespaceHost:
         tmp = self.routes_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.routes))
         tmp.replace(self.routes_file)
+
+    def requests(self) -> list[tuple[str, str, int]]:
+        """Every request the web host answered: (method, path with its query, body bytes)."""
+        log = Path(str(self.routes_file) + ".log")
+        return [tuple(json.loads(line)) for line in log.read_text().splitlines()] if log.exists() else []
 
     def _ip(self, *args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True)

@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import interactive, memory, messaging, operator, scheduling, web
+from . import browser, interactive, memory, messaging, operator, scheduling, web
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive, scheduling, memory, operator, web]
+TOOL_MODULES = [messaging, interactive, scheduling, memory, operator, web, browser]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]
@@ -40,6 +40,8 @@ def call_tool(ctx: ToolContext, fn, args: dict[str, Any]) -> dict[str, Any]:
     try:
         text = fn(ctx, **kwargs)
         log.info("tool %s ok", fn.__name__)
+        if isinstance(text, list):  # content blocks of its own (a screenshot: text and an image)
+            return {"content": text}
         return {"content": [{"type": "text", "text": text}]}
     except ToolError as e:
         log.info("tool %s refused: %s", fn.__name__, e)

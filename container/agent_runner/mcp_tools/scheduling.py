@@ -19,9 +19,10 @@ POLL_S = 0.02
 
 
 def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks later.", wait_s: float = ANSWER_WAIT_S,
-            applied_later: bool = True, **fields) -> str:
+            applied_later: bool = True, whole: bool = False, **fields):
     """Ask the host (a system op row) and wait for its answer; `late`: what to do when it is slow;
-    `applied_later`: a request the host still applies when it is back (a read or a search is not)."""
+    `applied_later`: a request the host still applies when it is back (a read or a search is not);
+    `whole`: the answer's dict (a screenshot's image with its text), else its text."""
     request_id = uuid.uuid4().hex[:12]
     content = {"op": op, "request_id": request_id, **{k: v for k, v in fields.items() if v not in (None, "")}}
     # not sent to any chat: the host applies it; the target only records where the turn was
@@ -33,7 +34,7 @@ def request(ctx: ToolContext, op: str, *, late: str = "Check with list_tasks lat
         if answer is not None:
             if not answer.get("ok"):
                 raise ToolError(str(answer.get("text") or "the host refused").removeprefix("Error: "))
-            return str(answer.get("text") or "Done.")
+            return answer if whole else str(answer.get("text") or "Done.")
         if time.monotonic() >= deadline:
             if not applied_later:
                 raise ToolError(f"the host did not answer within {wait_s:.0f} s. {late}")
