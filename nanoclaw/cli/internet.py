@@ -11,7 +11,7 @@ from .base import WHY, Mistake, get_agent, group, print_table, require_schema, s
 
 @group("internet")
 def internet_group():
-    """What agents may reach of the web: reading pages and searching (a browser comes later)."""
+    """What agents may reach of the web: reading pages, searching, and a browser for pages that need JavaScript."""
 
 
 @internet_group.command("set")
@@ -19,7 +19,7 @@ def internet_group():
 @click.option("--read", type=click.Choice(READ_MODES), help="on: any public page; listed: only the hosts on the agent's "
                                                             "egress allowlist; off: none.")
 @click.option("--search", type=click.Choice(SWITCH), help="Web search through the provider NANOCLAW_SEARCH names.")
-@click.option("--browser", type=click.Choice(SWITCH), help="A browser for pages that need JavaScript (not built yet).")
+@click.option("--browser", type=click.Choice(SWITCH), help="A browser for pages that need JavaScript: a sandboxed Chromium on the host.")
 @WHY
 def internet_set(folder, read, search, browser, why):
     """Change what the agent FOLDER may reach. Takes effect at its next read; the tools it is offered

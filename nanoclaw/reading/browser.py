@@ -35,6 +35,7 @@ log = logging.getLogger("nanoclaw.browser")
 TEXT_CHARS = 20_000
 ELEMENTS = 150
 ACTION_S = 10.0
+NAVIGATION_S = 1.5  # how long after a click or Enter a navigation may begin
 WAIT_FOR_BROWSER_S = 60.0
 NOT_ROUTED = ("data:", "blob:", "about:")
 
@@ -214,10 +215,19 @@ class Browsers:
         except Exception:  # noqa: BLE001
             return ""
 
-    async def _settle(self, page) -> None:
+    async def _settle(self, page, action) -> None:
+        """Do `action`; if it starts a navigation (within NAVIGATION_S), wait for the new page's DOM."""
+        navigated = asyncio.ensure_future(page.wait_for_event(
+            "framenavigated", predicate=lambda frame: frame == page.main_frame, timeout=NAVIGATION_S * 1000))
         try:
+            await action
+        except BaseException:
+            navigated.cancel()
+            raise
+        try:
+            await navigated
             await page.wait_for_load_state("domcontentloaded", timeout=ACTION_S * 1000)
-        except Exception:  # noqa: BLE001 - a page still loading is shown as it is
+        except Exception:  # noqa: BLE001 - no navigation, or a page still loading: shown as it is
             pass
 
     def _element(self, session: Session, ref) -> object:
@@ -244,14 +254,12 @@ class Browsers:
                         raise Failed(why)
                     await page.goto(url, wait_until="domcontentloaded", timeout=30_000)
                 elif op == "click":
-                    await self._element(session, request.get("ref")).click(timeout=ACTION_S * 1000)
-                    await self._settle(page)
+                    await self._settle(page, self._element(session, request.get("ref")).click(timeout=ACTION_S * 1000))
                 elif op == "type":
                     element = self._element(session, request.get("ref"))
                     await element.fill(str(request.get("text") or ""), timeout=ACTION_S * 1000)
                     if request.get("submit"):
-                        await element.press("Enter", timeout=ACTION_S * 1000)
-                        await self._settle(page)
+                        await self._settle(page, element.press("Enter", timeout=ACTION_S * 1000))
                 elif op == "screenshot":
                     shot = await page.screenshot(type="jpeg", quality=60, timeout=30_000)
                     return {"ok": True, "url": page.url, "title": await self._title(page),

@@ -290,13 +290,15 @@ def internet_change(folder: str):
     a = agent_for_write(folder)
     try:
         after = internet.change(g.user_id, a, read=request.form.get("read") or None,
-                                search=request.form.get("search") or None, why=clean_why(request.form.get("why")))
+                                search=request.form.get("search") or None, browser=request.form.get("browser") or None,
+                                why=clean_why(request.form.get("why")))
     except internet.NotOwner as exc:
         return forbidden(str(exc))
     except ValueError as exc:
         flash(str(exc), "error")
     else:
-        flash(f"{a.name} reads the web: {after.read}; searches: {after.search} (tools change at its next start).", "ok")
+        flash(f"{a.name} reads the web: {after.read}; searches: {after.search}; browser: {after.browser} (tools change "
+              "at its next start).", "ok")
     return redirect(url_for("admin.agent", folder=a.folder) + "#internet")
 
 
