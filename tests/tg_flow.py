@@ -181,6 +181,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", *
     from conftest import require
     from nanoclaw import service
     from nanoclaw.db import database
+    from nanoclaw.reading import browser_ops
     from nanoclaw.reading import ops as reading_ops
     from nanoclaw.runtime.select import select_runtime
     from nanoclaw.sandboxes.manager import SandboxManager, mounts_for
@@ -211,6 +212,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", *
                 service.stop_intake(app)
                 bg.shutdown()
                 reading_ops.stop()  # as the program's exit does (service.stop_service): the reading worker goes
+                browser_ops.stop()  # and the browser worker with its browsers
                 for name in sandbox_runtime.list_sandboxes(settings.install_id):
                     sandbox_runtime.stop(name)
                 door.stop()

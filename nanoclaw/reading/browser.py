@@ -81,8 +81,9 @@ class Session:
 
 
 class Browsers:
-    def __init__(self, playwright, limit: int, idle_s: float, secrets_: list[str], tell):
-        self.playwright, self.idle_s, self.secrets, self.tell = playwright, idle_s, secrets_, tell
+    def __init__(self, playwright, limit: int, idle_s: float, secrets_: list[str], tell,
+                 where: browser_sandbox.Where = browser_sandbox.Where("bwrap")):
+        self.playwright, self.idle_s, self.secrets, self.tell, self.where = playwright, idle_s, secrets_, tell, where
         self.sessions: dict[str, Session] = {}
         self.slots = asyncio.Semaphore(limit)
         self.starting: dict[str, asyncio.Lock] = {}
@@ -110,11 +111,12 @@ class Browsers:
         folder = Path(tempfile.mkdtemp(prefix="nanoclaw-browser-"))
         folder.chmod(0o700)
         name = "browser-" + secrets.token_hex(6)
-        launcher = browser_sandbox.prepare(folder, name)
+        launcher = browser_sandbox.prepare(folder, name, self.where)
         pins = browser_proxy.Pins(rules)
         # Chromium's own background calls (update checks) land here too: logged, not the owner's record
         server = await browser_proxy.serve(str(launcher.socket), pins, lambda what, host, port: log.info(
             "the browser's proxy refused %s:%d for %s (not passed by its routing)", host, port, key))
+        launcher.socket.chmod(0o666)  # a container's uid 1000 connects; the folder above is the worker's alone
         try:
             browser = await self.playwright.chromium.launch(executable_path=str(launcher.script), headless=True,
                                                             args=browser_sandbox.ARGS, env={}, timeout=30_000)
@@ -288,7 +290,8 @@ async def main_async(args) -> None:
         out.flush()
 
     async with async_playwright() as playwright:
-        browsers = Browsers(playwright, args.max, args.idle, host_secrets(), tell)
+        where = browser_sandbox.Where(args.sandbox, args.engine or "", args.image or "")
+        browsers = Browsers(playwright, args.max, args.idle, host_secrets(), tell, where)
         reaper = asyncio.create_task(browsers.reap())
         last = [time.monotonic()]
 
@@ -330,6 +333,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--idle", type=float, default=300.0, help="stop a browser unused this many seconds")
     ap.add_argument("--max", type=int, default=2, help="browsers running at once (others wait)")
+    ap.add_argument("--sandbox", choices=("bwrap", "docker"), default="bwrap", help="what each browser runs in")
+    ap.add_argument("--engine", help="docker: the local engine's URL")
+    ap.add_argument("--image", help="docker: the browser image (image build --browser)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     asyncio.run(main_async(args))

@@ -18,7 +18,7 @@ from ..internet.own import own_ports
 from ..outbound import delivery
 from ..sessions import store
 from . import ops
-from .browser_sandbox import unavailable
+from .browser_sandbox import unavailable, where
 from .client import Worker, WorkerGone
 
 log = logging.getLogger("nanoclaw.browser")
@@ -33,8 +33,9 @@ def _browser_worker(settings) -> Worker:
     global _worker
     with _lock:
         if _worker is None:
-            _worker = Worker(settings.web_idle_s, "nanoclaw.reading.browser", ("--max", str(max(1, settings.browsers))),
-                             limited=False, told=_told)
+            sandbox = where(settings)
+            _worker = Worker(settings.web_idle_s, "nanoclaw.reading.browser",
+                             ("--max", str(max(1, settings.browsers)), *sandbox.worker_args()), limited=False, told=_told)
         return _worker
 
 
@@ -47,7 +48,7 @@ def refusal(folder: str, settings) -> str | None:
         return "the browser is off for this agent; the owner can turn it on (internet set --browser on)"
     if settings.browsers < 1:
         return "the browser is turned off on this host (NANOCLAW_BROWSERS=0)"
-    return unavailable()
+    return unavailable(settings)
 
 
 def _handler(action: str):

@@ -15,7 +15,7 @@ def tools_withheld(folder: str, settings) -> set[str]:
     if agent is None:
         return {"web_read", "web_search", *BROWSER_TOOLS}
     access = current(agent, configured)
-    runs = access.browser == "on" and getattr(settings, "browsers", 0) > 0 and unavailable() is None
+    runs = access.browser == "on" and getattr(settings, "browsers", 0) > 0 and unavailable(settings) is None
     return withheld(access, configured, runs)
 
 

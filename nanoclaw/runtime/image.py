@@ -234,13 +234,31 @@ def group_image_repo(folder: str) -> str:
     return GROUP_IMAGE_PREFIX + (re.sub(r"[^a-z0-9_.-]", "-", folder.lower()).strip("-._") or "group")
 
 
-def group_image_tag(base_id: str, folder: str, apt: list[str], npm: list[str]) -> str:
+def group_image_tag(base_id: str, folder: str, apt: list[str], npm: list[str], repo: str | None = None) -> str:
     """A tag that names exactly what is in the image: the same packages on the same base image (by
     its id, so a rebuilt base gives new group images too) give the same tag and are built once."""
     import hashlib
     import json
     key = json.dumps({"base": base_id, "apt": sorted(set(apt)), "npm": sorted(set(npm))}, sort_keys=True)
-    return f"{group_image_repo(folder)}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return f"{repo or group_image_repo(folder)}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+# The browser's image (Chromium in a sandbox of its own, reading/browser_sandbox.py): the agent image
+# plus Debian's Chromium; a repository of its own, so no agent's image pruning touches it.
+BROWSER_REPO = "nanoclaw-browser"
+BROWSER_PACKAGES = ["chromium", "fonts-dejavu-core"]
+
+
+def browser_image(settings, *, client=None) -> str | None:
+    """The browser image's tag when it is built on this engine (for the current agent image), else None."""
+    from docker.errors import ImageNotFound
+    client = _client(client)
+    try:
+        base_id = client.images.get(settings.agent_image).id
+    except ImageNotFound:
+        return None
+    tag = group_image_tag(base_id, "", BROWSER_PACKAGES, [], repo=BROWSER_REPO)
+    return tag if _has_image(client, tag) else None
 
 
 def group_dockerfile(base: str, apt: list[str], npm: list[str], *, with_ca: bool) -> str:
@@ -271,7 +289,7 @@ def build_ca_bundle() -> Path | None:
 
 
 def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, ca_bundle: Path | None = None,
-                      progress: Callable[[str], None] = print, client=None) -> str:
+                      progress: Callable[[str], None] = print, client=None, repo: str | None = None) -> str:
     """Build (unless it exists) the group's image on top of settings.agent_image; returns its tag.
 
     ca_bundle: trusted during the build only (apt over https, npm), e.g. behind an intercepting
@@ -283,7 +301,7 @@ def build_group_image(settings, folder: str, apt: list[str], npm: list[str], *, 
     except ImageNotFound:
         raise ImageBuildError(f"no base image {settings.agent_image}; build it first: "
                               "flask --app app nanoclaw image build") from None
-    tag = group_image_tag(base_id, folder, apt, npm)
+    tag = group_image_tag(base_id, folder, apt, npm, repo)
     if _has_image(client, tag):
         progress(f"{tag} exists already")
         return tag

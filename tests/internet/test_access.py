@@ -5,14 +5,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from nanoclaw.reading.access import Access, RateWindow, access_of, changed, read_refusal, search_refusal, withheld
+from nanoclaw.reading.access import BROWSER_TOOLS, Access, RateWindow, access_of, changed, read_refusal, search_refusal, withheld
 
 
 def test_reading_off_withholds_the_tool_and_refuses_a_read_that_arrives_anyway():
-    off = Access(read="off", search="on")
-    assert withheld(off, True) == {"web_read"} and withheld(Access(read="listed", search="on"), True) == set()
-    assert withheld(Access(search="on")) == {"web_search"}  # no provider set up: no search tool
-    assert withheld(Access(search="off"), True) == {"web_search"}
+    off = Access(read="off", search="on", browser="on")
+    assert withheld(off, True) == {"web_read"}
+    assert withheld(Access(read="listed", search="on", browser="on"), True) == set()
+    browser = set(BROWSER_TOOLS)  # off unless the owner turns it on
+    assert withheld(Access(search="on")) == {"web_search"} | browser  # no provider set up: no search tool
+    assert withheld(Access(search="off"), True) == {"web_search"} | browser
     assert "NANOCLAW_SEARCH" in search_refusal(Access(search="on"), False)
     assert "off for this agent" in search_refusal(Access(search="off"), True)
     assert "off for this agent" in read_refusal(off, "example.com", 443, lambda h, p: True)

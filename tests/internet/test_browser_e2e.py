@@ -14,9 +14,12 @@ from __future__ import annotations
 import base64
 import io
 import re
+import subprocess
+
+import pytest
 
 from conftest import require
-from nanoclaw.reading.browser_sandbox import unavailable
+from nanoclaw.reading.browser_sandbox import Where, where
 from nanoclaw.reading.tables import WebFetch
 from tests.fakes.model_api import Reply
 from tests.internet.test_fetch import Canary
@@ -80,12 +83,28 @@ def images_in_tool_results(call) -> list[dict]:
             if isinstance(block, dict) and block.get("type") == "image"]
 
 
-def test_the_browser_runs_pages_scripts_and_nothing_they_try_reaches_past_the_host(make_settings, sqlite_url):
+def browsers_running(sandbox: Where) -> int:
+    """Browser sandboxes alive now: the relay each runs beside its Chromium (one a sandbox, seen from
+    the host's process table either way), and on Docker the containers labelled as browsers too."""
+    relays = len(subprocess.run(["pgrep", "-f", "^[^ ]*python3 /opt/relay.py"], capture_output=True,
+                                text=True).stdout.split())
+    if sandbox.kind == "docker":
+        out = subprocess.run(["docker", "-H", sandbox.engine, "ps", "-q", "--filter", "label=nanoclaw.browser=1"],
+                             capture_output=True, text=True, timeout=30).stdout
+        assert len(out.split()) == relays, "each relay runs in a browser container"
+    return relays
+
+
+@pytest.mark.parametrize("runtime", ["bwrap", "docker"])
+def test_the_browser_runs_pages_scripts_and_nothing_they_try_reaches_past_the_host(make_settings, sqlite_url, runtime):
+    """Docker: the agents' engine runs the browser too, from the browser's image (CI builds it:
+    `image build --browser`)."""
     require(*available())
-    why = unavailable()
-    require(why is None, why or "")
+    settings = make_settings(NANOCLAW_RUNTIME=runtime)
+    sandbox = where(settings)
+    require(isinstance(sandbox, Where) and sandbox.kind == runtime, f"no {runtime} browser here: {sandbox}")
     canary = Canary("127.0.0.1")
-    with NamespaceHost() as web, sandbox_service(make_settings, sqlite_url, brain,
+    with NamespaceHost() as web, sandbox_service(make_settings, sqlite_url, brain, runtime=runtime,
                                                  NANOCLAW_WEB_ALLOW_NETWORKS=f"{web.address}/32",
                                                  NANOCLAW_WEB_ALLOW_PORTS=str(canary.port)) as svc:
         own_side = Canary(web.host_side, 80)
@@ -104,6 +123,7 @@ def test_the_browser_runs_pages_scripts_and_nothing_they_try_reaches_past_the_ho
             said = ask(svc, 111, OWNER, f"please browse {host}/app", "Oolong")
             assert "90 degrees" in said and "[1] a: Order" in said
             assert re.search(r"<<<UNTRUSTED DATA [0-9a-f]{8}: browser page from " + re.escape(f"{host}/app"), said)
+            assert browsers_running(sandbox) == 1  # in a sandbox of its own, not the agent's
 
             ask(svc, 111, OWNER, f"please browse {host}/href", "Browsed")
             ask(svc, 111, OWNER, f"please browse {host}/fetch", "Fetching")
@@ -144,3 +164,4 @@ def test_the_browser_runs_pages_scripts_and_nothing_they_try_reaches_past_the_ho
         finally:
             own_side.close()
     canary.close()
+    assert browsers_running(sandbox) == 0  # gone with the service
