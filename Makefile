@@ -40,6 +40,8 @@ test: $(DEV_STAMP)
 # Tests that need no sandbox, service, browser or server: decisions, parsers, files (tests/test_layout.py
 # checks that each is still there).
 CHECK_TESTS := tests/agent/test_formatter.py \
+	tests/internet/test_browser_where.py \
+	tests/internet/test_browser_proxy.py \
 	tests/agent/test_answer_watch.py \
 	tests/agent/test_tool_server.py \
 	tests/agent/test_retry_after.py \

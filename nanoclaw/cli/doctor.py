@@ -317,10 +317,35 @@ def check_search(settings, spend: bool) -> Finding:
                    + (f" (USD {settings.search_price:g}, counted as \"(doctor)\")" if settings.search_price else ""))
 
 
+def check_browser(settings) -> Finding:
+    """Where the agents' browser runs; when an agent has it on, one real blank page in its sandbox."""
+    import subprocess
+    import sys
+
+    from ..reading.browser_sandbox import where
+    from ..reading.tables import AgentInternet
+    if settings.browsers < 1:
+        return Finding(None, "browser", "turned off on this host (NANOCLAW_BROWSERS=0)")
+    with database.connection_context():
+        used = AgentInternet.select().where(AgentInternet.browser == "on").count()
+    sandbox = where(settings)
+    if isinstance(sandbox, str):
+        return Finding(False if used else None, "browser", sandbox + ("" if used else " (no agent has it on)"))
+    if not used:
+        return Finding(None, "browser", f"would run in {sandbox.kind} (no agent has it on: internet set --browser on)")
+    try:
+        out = subprocess.run([sys.executable, "-m", "nanoclaw.reading.browser", "--check", *sandbox.worker_args()],
+                             capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return Finding(False, "browser", "Chromium did not open a blank page within 120 s")
+    said = (out.stdout.strip().splitlines() or [f"the check ended with {out.returncode}"])[-1]
+    return Finding(out.returncode == 0, "browser", said)
+
+
 def findings(settings, *, service: bool = True, search: bool = False) -> list[Finding]:
     found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
              *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings),
-             check_speech(settings), check_search(settings, search)]
+             check_speech(settings), check_search(settings, search), check_browser(settings)]
     remote = check_remote_sandboxes(settings)
     if remote is not None:
         found.append(remote)
@@ -340,7 +365,8 @@ def findings(settings, *, service: bool = True, search: bool = False) -> list[Fi
 @click.option("--search", is_flag=True, help="Make one real web search through the provider (it may cost a query).")
 def doctor_cmd(no_service, search):
     """Check that this install can answer: model key, model upstreams and the agents' models, sandbox, image,
-    data folder, time zone, each configured platform's token, the speech-to-text service, web search, the running
+    data folder, time zone, each configured platform's token, the speech-to-text service, web search, the browser (a
+    blank page in its sandbox when an agent has it on), the running
     service and an owner; with sandboxes on another machine, what an agent has here that they would lack. Exit 0 when nothing
     failed."""
     results = findings(current_settings(), service=not no_service, search=search)

@@ -329,6 +329,26 @@ async def main_async(args) -> None:
             await browsers.close(key)
 
 
+async def check(args) -> int:
+    """doctor's check: one browser in its sandbox opens a blank page; prints what happened, in one line."""
+    from playwright.async_api import async_playwright
+    started = time.monotonic()
+    where = browser_sandbox.Where(args.sandbox, args.engine or "", args.image or "")
+    async with async_playwright() as playwright:
+        browsers = Browsers(playwright, 1, 60, [], lambda key, event: None, where)
+        try:
+            session = await browsers.session("doctor", Rules(), start=True)
+            await session.page.goto("data:text/html,<title>blank</title>")
+            title = await session.page.title()
+        except Exception as exc:  # noqa: BLE001 - told in one line
+            print(f"Chromium did not start in its {where.kind} sandbox: {str(exc).strip().splitlines()[0][:200]}")
+            return 1
+        finally:
+            await browsers.close("doctor")
+    print(f"Chromium opened a blank page ({title!r}) in its {where.kind} sandbox in {time.monotonic() - started:.1f} s")
+    return 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--idle", type=float, default=300.0, help="stop a browser unused this many seconds")
@@ -336,8 +356,11 @@ def main() -> None:
     ap.add_argument("--sandbox", choices=("bwrap", "docker"), default="bwrap", help="what each browser runs in")
     ap.add_argument("--engine", help="docker: the local engine's URL")
     ap.add_argument("--image", help="docker: the browser image (image build --browser)")
+    ap.add_argument("--check", action="store_true", help="open one blank page in a sandboxed browser and exit")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    if args.check:
+        sys.exit(asyncio.run(check(args)))
     asyncio.run(main_async(args))
 
 

@@ -4,6 +4,8 @@ Run through the real CLI against a fake model API (count_tokens), a fake Telegra
 bubblewrap runtime; never prints a secret."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import require
@@ -25,7 +27,7 @@ def fakes():
         yield model, tg
 
 
-def doctor(make_settings, sqlite_url, model, tg, *, owner=True, args=(), **env):
+def doctor(make_settings, sqlite_url, model, tg, *, owner=True, args=(), before=(), **env):
     env.setdefault("NANOCLAW_RUNTIME", "bwrap")
     app = create_app(make_settings(DATABASE_URL=sqlite_url, ANTHROPIC_API_KEY=KEY,
                                    ANTHROPIC_UPSTREAM_URL=model.url, TELEGRAM_BOT_TOKEN=TOKEN,
@@ -35,6 +37,8 @@ def doctor(make_settings, sqlite_url, model, tg, *, owner=True, args=(), **env):
     runner = app.test_cli_runner()
     if owner:
         assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:42", "--role", "owner"]).exit_code == 0
+    for step in before:
+        assert runner.invoke(args=["nanoclaw", *step]).exit_code == 0, step
     result = runner.invoke(args=["nanoclaw", "doctor", "--no-service", *args])
     database.close()
     assert KEY not in result.output and TOKEN not in result.output and "Traceback" not in result.output
@@ -155,3 +159,20 @@ def test_web_search_is_checked_with_one_real_query_only_when_asked(make_settings
         row = database.execute_sql("SELECT cost_micro_usd FROM model_usage WHERE agent_folder = '(doctor)'").fetchone()
         database.close()
         assert row[0] == 5000
+
+
+def test_the_browser_is_checked_with_a_blank_page_in_its_sandbox_once_an_agent_may_use_it(make_settings, sqlite_url,
+                                                                                           fakes):
+    """Issue 62, item 7: where the browser would run; with an agent allowed it, a real Chromium opens a
+    blank page in its own sandbox; NANOCLAW_BROWSERS=0 says it is off."""
+    from nanoclaw.reading.browser_sandbox import where
+    require(not isinstance(where(make_settings(NANOCLAW_RUNTIME="bwrap")), str), "no browser can run here")
+    model, tg = fakes
+    idle = lines(doctor(make_settings, sqlite_url, model, tg))["browser"]
+    assert "would run in bwrap" in idle and "no agent has it on" in idle
+    used = doctor(make_settings, sqlite_url, model, tg,
+                  before=(("agent", "create", "Andy"), ("internet", "set", "andy", "--browser", "on")))
+    assert re.match(r"✓ browser: Chromium opened a blank page \('blank'\) in its bwrap sandbox in [0-9.]+ s",
+                    lines(used)["browser"])
+    off = lines(doctor(make_settings, sqlite_url, model, tg, NANOCLAW_BROWSERS="0"))["browser"]
+    assert "NANOCLAW_BROWSERS=0" in off
