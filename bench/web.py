@@ -12,6 +12,11 @@ A test web host on 127.0.0.2 (opened as a home network is: NANOCLAW_WEB_ALLOW_NE
    the tool's result arriving at the fake model (the CLI, the runner, the op, the worker, the answer
    back). Beside it, interleaved, the same for `list_tasks`, a host op that reads nothing: the
    difference is the read. Goal: ≤ 300 ms. At most 24 reads here: a session may read 30 a minute.
+3. The browser (issue 62, item 4), asked as the web program asks it (the browser worker over its
+   pipe, Chromium in its sandbox: bubblewrap, or a container with --runtime docker): the first open
+   (the sandbox and Chromium starting), then N opens of the same article and N snapshots, p50 each,
+   and the memory of the worker with one browser open (the PSS of every process it started, and
+   every process in the sandbox), beside leg 1's read of the same page.
 """
 from __future__ import annotations
 
@@ -96,6 +101,73 @@ def host_side(port: int, n: int) -> None:
           "(goal: the whole read ≤ 150 ms)")
 
 
+def _tree_pss_mib(pid: int) -> float:
+    """The PSS of a process and all its descendants (shared pages counted once across them; a
+    container's processes are the engine's children, not ours: with docker this leaves Chromium out,
+    and says so)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        here = todo.pop()
+        todo += children.get(here, [])
+        try:
+            total += int(next(line for line in Path(f"/proc/{here}/smaps_rollup").read_text().splitlines()
+                              if line.startswith("Pss:")).split()[1])
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
+def browser_side(port: int, n: int, runtime: str) -> None:
+    import subprocess
+
+    from nanoclaw.config import Settings
+    from nanoclaw.reading.browser_sandbox import where
+    sandbox = where(Settings.load({**__import__("os").environ, "NANOCLAW_RUNTIME": runtime}))
+    if isinstance(sandbox, str) or (runtime == "docker") != (sandbox.kind == "docker"):
+        print(f"\nthe browser: skipped ({sandbox if isinstance(sandbox, str) else 'it would run in ' + sandbox.kind})")
+        return
+    worker = subprocess.Popen([sys.executable, "-m", "nanoclaw.reading.browser", "--idle", "60", *sandbox.worker_args()],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ids = iter(range(1, 10**6))
+
+    def ask(**request) -> tuple[dict, float]:
+        started, request_id = time.perf_counter(), next(ids)
+        worker.stdin.write(json.dumps({"id": request_id, "session": "bench/s", "allow_networks": ["127.0.0.2/32"],
+                                       "allow_ports": [port], **request}) + "\n")
+        worker.stdin.flush()
+        while True:
+            got = json.loads(worker.stdout.readline())
+            if got.get("id") == request_id:
+                assert got["ok"], got.get("reason")
+                return got, time.perf_counter() - started
+
+    url = f"http://127.0.0.2:{port}/article"
+    try:
+        _, first = ask(op="open", url=url)
+        pss = _tree_pss_mib(worker.pid)
+        opens, snaps = [], []
+        for _ in range(n):
+            opens.append(ask(op="open", url=url)[1])
+            snaps.append(ask(op="snapshot")[1])
+    finally:
+        worker.stdin.close()
+        worker.wait(60)
+    print(f"\nthe browser ({sandbox.kind} sandbox), the same article, asked as the web program asks:")
+    print(f"  first open (sandbox and Chromium start) {first * 1000:6.0f} ms")
+    print(f"  open again                {ms(opens)}")
+    print(f"  snapshot                  {ms(snaps)}")
+    print(f"  memory with one browser open: {pss:.0f} MiB PSS (the worker and its processes"
+          + (", not the container's" if sandbox.kind == "docker" else ", Chromium's included") + ")")
+
+
 def through_the_service(port: int, n: int, runtime: str) -> None:
     url = f"http://127.0.0.2:{port}/article"
 
@@ -159,6 +231,7 @@ def main() -> None:
     try:
         host_side(port, args.n)
         through_the_service(port, min(args.n, READS_PER_MINUTE - 6), args.runtime)
+        browser_side(port, args.n, args.runtime)
     finally:
         server.shutdown()
 
