@@ -24,7 +24,7 @@ GROUPS = (
      "tests/remote/test_gate.py", "tests/platforms/test_slack_socket.py", "tests/approvals/test_questions.py",
      "tests/inbound/test_intake.py", "tests/remote/test_network_session_e2e.py", "tests/remote/test_faults.py",
      "tests/platforms/test_matrix.py", "tests/operator/test_expiry.py", "tests/upstreams/test_litellm_e2e.py",
-     "tests/internet/test_browser_e2e.py"),
+     "tests/internet/test_browser_e2e.py", "tests/internet/test_browser_worker.py"),
     ("tests/usage/test_budget_e2e.py", "tests/test_service_e2e.py", "tests/web/test_admin.py",
      "tests/platforms/test_discord_gateway_intake.py", "tests/operator/test_operator_e2e.py",
      "tests/agent/test_runner.py", "tests/tasks/test_task_changes.py", "tests/web/test_chat_e2e.py",

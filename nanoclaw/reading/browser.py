@@ -96,6 +96,8 @@ class Browsers:
                 return self.sessions[key]
             if not start:
                 raise Failed("no page is open; open one with browser_open")
+            if self.slots.locked():
+                log.info("%s waits for a free browser", key)
             try:
                 await asyncio.wait_for(self.slots.acquire(), WAIT_FOR_BROWSER_S)
             except asyncio.TimeoutError:
@@ -132,7 +134,7 @@ class Browsers:
             launcher.release()
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        log.info("browser started for %s", key)
+        log.info("browser started for %s, browser folder %s", key, folder)
         return session
 
     async def _check(self, session: Session, fetcher: Fetcher, url: str, method: str, shown: str = "") -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import io
 import re
-import subprocess
 
 import pytest
 
@@ -22,6 +21,7 @@ from conftest import require
 from nanoclaw.reading.browser_sandbox import Where, where
 from nanoclaw.reading.tables import WebFetch
 from tests.fakes.model_api import Reply
+from tests.internet.browser_processes import containers, relays_under
 from tests.internet.test_fetch import Canary
 from tests.internet.web_host import NamespaceHost, available
 from tests.tg_flow import message, person, sandbox_service, texts
@@ -84,15 +84,8 @@ def images_in_tool_results(call) -> list[dict]:
 
 
 def browsers_running(sandbox: Where) -> int:
-    """Browser sandboxes alive now: the relay each runs beside its Chromium (one a sandbox, seen from
-    the host's process table either way), and on Docker the containers labelled as browsers too."""
-    relays = len(subprocess.run(["pgrep", "-f", "^[^ ]*python3 /opt/relay.py"], capture_output=True,
-                                text=True).stdout.split())
-    if sandbox.kind == "docker":
-        out = subprocess.run(["docker", "-H", sandbox.engine, "ps", "-q", "--filter", "label=nanoclaw.browser=1"],
-                             capture_output=True, text=True, timeout=30).stdout
-        assert len(out.split()) == relays, "each relay runs in a browser container"
-    return relays
+    """This test's browser sandboxes: bubblewrap ones under this process, or the browser containers."""
+    return containers(sandbox.engine) if sandbox.kind == "docker" else relays_under()
 
 
 @pytest.mark.parametrize("runtime", ["bwrap", "docker"])
