@@ -140,7 +140,7 @@ def browser_side(port: int, n: int, runtime: str) -> None:
 
     def ask(**request) -> tuple[dict, float]:
         started, request_id = time.perf_counter(), next(ids)
-        worker.stdin.write(json.dumps({"id": request_id, "session": "bench/s", "allow_networks": ["127.0.0.2/32"],
+        worker.stdin.write(json.dumps({"id": request_id, "session": "bench:s", "allow_networks": ["127.0.0.2/32"],
                                        "allow_ports": [port], **request}) + "\n")
         worker.stdin.flush()
         while True:
