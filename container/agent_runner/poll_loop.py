@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from . import freezer, nudge
+from .midturn import TurnWatch
 from . import session_schema as schema
 from .attachments import attachment_line
 from .config import RunnerConfig
@@ -128,7 +129,7 @@ class PollLoop:
 
     def next_turn(self) -> TurnPlan | None:
         now = schema.utc_now_iso()
-        rows = self.store.pending_rows()
+        rows = self.settle_stopped(self.store.pending_rows())
         forget_bumped(self.released, [r for r, _ in rows])
         self.owed &= {r.id for r, _ in rows}  # answered, or no longer pending
         due = [r for r, after in rows if is_due(after, now)]
@@ -140,6 +141,16 @@ class PollLoop:
             log.info("%d message(s) kept as context until one is for me", waiting)
         self.waiting = waiting
         return plan
+
+    def settle_stopped(self, rows: list) -> list:
+        """Rows of a turn the host stopped count as answered: completed here, never tried again (a
+        runner that stopped mid-stop leaves them pending)."""
+        stop = set(schema.stopped_ids(self.store.option(schema.STOP_OPTION))) if rows else set()
+        done = [r.id for r, _ in rows if r.id in stop]
+        if done:
+            self.store.finish_turn(done, None, None, in_reply_to=None, ok=True)
+            log.info("%d message(s) of a stopped turn completed without an answer", len(done))
+        return [(r, a) for r, a in rows if r.id not in stop]
 
     async def run_command(self, command: str) -> TurnResult:
         """/clear starts a new conversation (with the memory as it is now); /compact first lets the agent
@@ -194,7 +205,11 @@ class PollLoop:
                 def answer_now(text: str) -> None:
                     """The turn's answer and its rows' outcome, as soon as the model ends its turn."""
                     self._finish_ok(answered_ids, text, target, answering.id)
-                result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now)
+                watch = asyncio.ensure_future(TurnWatch(self.store, self.provider, ids).run())
+                try:
+                    result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now)
+                finally:
+                    watch.cancel()
         finally:
             self.tool_ctx.turn = Turn()
         if command and not result.error and not (result.text or "").strip():
@@ -211,6 +226,8 @@ class PollLoop:
         if result.answered is not None:  # done when the model ended its turn (answer_now)
             if result.error:
                 log.warning("the turn failed after its answer went out: %s", result.error)
+        elif result.stopped:  # answered as far as anyone wants: nothing sent, never tried again
+            self.store.finish_turn(answered_ids, None, target, in_reply_to=answering.id, ok=True)
         elif result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
@@ -220,7 +237,8 @@ class PollLoop:
             self._finish_ok(answered_ids, result.text, target, answering.id)
         self.in_flight = []
         self.store.set_tool(None)
-        log.info("turn end: %s in %.0f ms", "failed" if result.error else "ok", (time.monotonic() - started) * 1000)
+        outcome = "stopped" if result.stopped else "failed" if result.error else "ok"
+        log.info("turn end: %s in %.0f ms", outcome, (time.monotonic() - started) * 1000)
         if target is None:
             log.warning("no routing for this session: the turn's answer had nowhere to go")
         return result

@@ -27,6 +27,7 @@ from .store import SDK_SESSION_KEY, SessionStore
 
 log = logging.getLogger("agent_runner.provider")
 _RECOVER_S = 15.0  # how long an interrupted turn may take to wind down before we drop the CLI
+_STOP_SETTLE_S = 5.0  # after /stop: how long the CLI may take to end the turn before it is dropped (killed)
 
 
 @dataclass
@@ -37,6 +38,7 @@ class TurnResult:
     model_calls_s: float | None = None
     status: int | None = None  # the model API's HTTP status when a call failed (402: the budget is spent)
     answered: str | None = None  # the answer already handed to run_turn's on_answer, before the result
+    stopped: bool = False  # the host stopped the turn (/stop): nothing more of it is sent
 
 
 class AnswerWatch:
@@ -120,6 +122,8 @@ class ClaudeProvider:
         self.freezer = Freezer()
         self.context_tokens = 0  # what the last model call of this conversation was sent (its context)
         self.memory_saved = False  # the agent had its chance to save memory since the context grew past 80 %
+        self.stopping = asyncio.Event()  # set (midturn.py) when the host stops the running turn
+        self._answered: str | None = None  # this turn's answer, once handed to on_answer
 
     def options(self, resume: str | None) -> ClaudeAgentOptions:
         return ClaudeAgentOptions(
@@ -244,7 +248,8 @@ class ClaudeProvider:
                        on_answer: Callable[[str], None] | None = None) -> TurnResult:
         """One turn; `blocks` (images, PDFs: media.Shown) follow the prompt in the same user message.
         `on_answer(text)` is told the answer when the model ends its turn, before the CLI's result
-        (AnswerWatch); the result then only confirms it (result.answered)."""
+        (AnswerWatch); the result then only confirms it (result.answered). A stop (self.stopping)
+        interrupts the CLI mid-turn: tool processes end with it and the turn's result is `stopped`."""
         self.freezer.thaw()
         if self.client is None:
             try:
@@ -252,18 +257,47 @@ class ClaudeProvider:
             except Exception as e:  # noqa: BLE001
                 log.error("sdk connect failed: %s", type(e).__name__)
                 return TurnResult(error=short_reason(None, str(e)))
+        self.stopping.clear()
+        self._answered = None
+        talk = asyncio.ensure_future(self._talk(prompt, blocks or [], on_answer))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({talk, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        result = talk.result() if talk.done() else await self._stop(talk)
+        result.answered = self._answered  # kept whatever came after it (a failure after the answer went out)
+        if result.error:
+            log.warning("turn failed: %s", result.error)
+        return result
+
+    async def _stop(self, talk: asyncio.Future) -> TurnResult:
+        """The host stopped the turn: interrupt the CLI and let it end the turn; one that does not
+        within _STOP_SETTLE_S is dropped (its process and the tools' with it)."""
+        log.info("turn stopped by the host; interrupting the CLI")
+        try:
+            async with asyncio.timeout(_STOP_SETTLE_S):
+                await self.client.interrupt()
+                await asyncio.shield(talk)
+        except Exception as e:  # noqa: BLE001 - a CLI that does not settle is started again next turn
+            log.warning("the stopped turn did not settle (%s); restarting the CLI", type(e).__name__)
+            talk.cancel()
+            await self._drop_client()
+        return TurnResult(stopped=True)
+
+    async def _talk(self, prompt: str, blocks: list[dict], on_answer) -> TurnResult:
         result = TurnResult()
         last_text: list[str] = []
-        watch, answered = AnswerWatch(), None
+        watch = AnswerWatch()
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
-                await self._send(prompt, blocks or [])
+                await self._send(prompt, blocks)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
-                    answer = watch.feed(msg) if on_answer is not None and answered is None else None
-                    if answer is not None:
+                    answer = watch.feed(msg) if on_answer is not None and self._answered is None else None
+                    if answer is not None and not self.stopping.is_set():
                         on_answer(answer)
-                        answered = answer
+                        self._answered = answer
                     if isinstance(msg, StreamEvent):
                         continue
                     if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
@@ -279,7 +313,7 @@ class ClaudeProvider:
                             result.status = msg.api_error_status
                         else:
                             result.text = msg.result if msg.result is not None else "\n".join(last_text)
-                            if answered is not None and result.text != answered:
+                            if self._answered is not None and result.text != self._answered:
                                 log.warning("the result's text is not the answer sent when the model ended its turn")
         except TimeoutError:
             log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
@@ -290,13 +324,12 @@ class ClaudeProvider:
             log.error("sdk result error: status=%s subtype=%s", e.api_error_status, e.subtype)
             result = TurnResult(error=short_reason(e.api_error_status, e.result, e.subtype), status=e.api_error_status)
             await self._drop_client()
+        except asyncio.CancelledError:
+            raise
         except Exception as e:  # noqa: BLE001 - the CLI died or the stream broke: start it again next turn
             log.error("sdk turn failed: %s: %s", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             result = TurnResult(error="the agent process stopped unexpectedly")
             await self._drop_client()
-        result.answered = answered  # kept whatever came after it (a failure after the answer went out)
-        if result.error:
-            log.warning("turn failed: %s", result.error)
         return result
 
     async def _send(self, prompt: str, blocks: list[dict]) -> None:

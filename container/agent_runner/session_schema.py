@@ -16,6 +16,7 @@ Times are stored as UTC ISO-8601 strings ending in 'Z'.
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,7 +43,7 @@ CREATE TABLE IF NOT EXISTS messages_in (
 CREATE INDEX IF NOT EXISTS idx_messages_in_status ON messages_in (status, seq);
 CREATE TABLE IF NOT EXISTS delivered (
     message_out_id      TEXT PRIMARY KEY,
-    status              TEXT NOT NULL,               -- delivered | failed
+    status              TEXT NOT NULL,               -- delivered | failed | retry | sending | dropped
     platform_message_id TEXT,
     tries               INTEGER NOT NULL DEFAULT 0,
     last_error          TEXT,
@@ -119,6 +120,19 @@ CREATE TABLE IF NOT EXISTS container_state (
 # The agent's own chat messages: the only rows its `edit` and `reaction` may point at (never a card
 # the host showed for it, such as a proposal or a question). The runner and the host both use this.
 AGENT_MESSAGE_OPS = ("text", "file")
+
+# options: the message ids of turns the host stopped (/stop), a JSON list, newest last
+STOP_OPTION = "stop"
+
+
+def stopped_ids(value: str | None) -> list[str]:
+    """The ids in the stop option; anything unreadable is no stop (pure; the host writes it)."""
+    try:
+        ids = json.loads(value) if value else []
+    except ValueError:
+        return []
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
 
 INBOUND = "inbound.db"
 OUTBOUND = "outbound.db"

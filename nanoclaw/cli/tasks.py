@@ -1,17 +1,19 @@
-"""Tasks the agents scheduled: list, pause, resume, cancel (times shown in TZ)."""
+"""Tasks the agents scheduled: list, pause, resume, cancel, stop a run (times shown in TZ)."""
 from __future__ import annotations
 
 import click
 
 from ..db import announce
-from ..models import audit
+from ..inbound.stopping import stop_session
+from ..models import ScheduledTask, audit
+from ..tasks.runs import run_sessions
 from ..tasks.scheduling import TaskError, local_text, open_tasks, schedule_text, set_state
 from .base import Mistake, get_agent, group, print_table, require_schema, settings
 
 
 @group("tasks")
 def tasks_group():
-    """Tasks the agents scheduled: list, pause, resume, cancel (times shown in TZ)."""
+    """Tasks the agents scheduled: list, pause, resume, cancel, stop a run (times shown in TZ)."""
 
 
 @tasks_group.command("list")
@@ -62,3 +64,19 @@ def tasks_resume(task_id):
 def tasks_cancel(task_id):
     """Cancel TASK_ID for good."""
     _task_action(task_id, "cancel")
+
+
+@tasks_group.command("stop")
+@click.argument("task_id")
+def tasks_stop(task_id):
+    """Stop TASK_ID's run under way (the task keeps its schedule; the sandbox stays up)."""
+    require_schema()
+    task = ScheduledTask.get_or_none(ScheduledTask.id == task_id)
+    if task is None:
+        raise Mistake(f"no task {task_id!r}: `flask --app app nanoclaw tasks list` shows them")
+    stopped = [turn for path in run_sessions(settings(), task) if (turn := stop_session(path, settings(), task.id))]
+    if not stopped:
+        click.echo(f"task {task.id} has no run under way: nothing to stop", err=True)
+        raise SystemExit(1)
+    audit("cli", "task.stop", task.id)
+    click.echo(f"task {task.id}: its run was stopped; it keeps its schedule")

@@ -25,7 +25,7 @@ from typing import Callable
 
 import peewee
 
-from . import commands, dedup, decide, facts as facts_of, lookups
+from . import commands, dedup, decide, facts as facts_of, lookups, stopping
 from .. import metrics
 from ..channels.base import get_adapter
 from ..channels.download import DEADLINE_S as DOWNLOAD_DEADLINE_S
@@ -151,8 +151,26 @@ def _route(event: InboundEvent, settings, wake, *, replay: bool, accepted: bool)
             if handled is not None:
                 return handled
         return drop(event, "no_agent_wired", keep_content=False)
+    if commands.parse(event.text) in commands.HOST:
+        handled = host_command(event, facts, settings)
+        if handled is not None:
+            return handled
     plan = decide.plan(facts, text=event.text, mentioned=event.mentioned, sender_is_bot=event.sender_is_bot)
     return act(event, facts, plan, settings, wake, replay)
+
+
+def host_command(event: InboundEvent, facts: facts_of.Facts, settings) -> RouteResult | None:
+    """/stop: the host's own, never written to a session. None: a stranger's, routed as any
+    stranger's message (a card where the chat asks)."""
+    if commands.for_another_bot(event.text, event.mentioned):
+        return drop(event, "for_another_bot", keep_content=False)
+    where = lambda session: session_dir(settings, session)  # noqa: E731
+    plan = stopping.decide(facts, stopping.running_turns(facts, where), event.user_id,
+                           facts.chat.unknown_sender_policy == "public")
+    if plan.stranger:
+        return None
+    stopping.act(plan, where, lambda text: tell(event, settings, text))
+    return RouteResult(handled="stop" if plan.stops else "stop_refused")
 
 
 def _first_gate(stage: str, event, settings, wake, *args) -> RouteResult | None:

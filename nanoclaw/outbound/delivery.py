@@ -21,7 +21,9 @@ from .progress import progress_for
 from .. import metrics
 from ..channels.base import DeliveryError, file_limit, get_adapter
 from .outbox import outbox_copy
+from .own_messages import answered_message, own_message
 from ..sessions import session_schema as schema
+from ..sessions import turns
 from ..sessions.store import (Target, attach_outbound, file_identity, targets_of, inbound_db, outbound_db)
 
 log = logging.getLogger("nanoclaw.delivery")
@@ -257,43 +259,15 @@ def claim(conn: sqlite3.Connection, row: Outgoing) -> bool:
     return cur.rowcount == 1
 
 
-def own_message(conn: sqlite3.Connection, seq, target: Target) -> str:
-    """The platform id of the agent's own chat message #seq in `target`'s chat, from the host's
-    records only: a message or file the host delivered for the agent there. Never a card the host
-    showed for the agent (a proposal, a help request, a question: their text is the host's), and
-    never a message in another chat."""
-    try:
-        seq = int(seq)
-    except (TypeError, ValueError):
-        raise DeliveryError(f"no message #{seq!r} to change", permanent=True) from None
-    marks = ", ".join("?" * len(schema.AGENT_MESSAGE_OPS))
-    found = conn.execute(
-        f"SELECT platform_message_id, op, channel_type, platform_id FROM delivered WHERE seq = ? "
-        f"AND status = 'delivered' AND platform_message_id IS NOT NULL ORDER BY op IN ({marks}) DESC, "
-        "rowid DESC LIMIT 1", (seq, *schema.AGENT_MESSAGE_OPS)).fetchone()
-    if found is None:
-        raise DeliveryError(f"message #{seq} was never delivered", permanent=True)
-    pid, op, channel, chat = found
-    if op not in schema.AGENT_MESSAGE_OPS:
-        raise DeliveryError(f"message #{seq} is not one of the agent's messages (it is a {op or 'host'} card)",
-                            permanent=True)
-    if (channel, chat) != (target.channel_type, target.platform_id):
-        raise DeliveryError(f"message #{seq} is in another chat", permanent=True)
-    return pid
+STOPPED = "its turn was stopped (/stop)"
 
 
-def answered_message(conn, message_in_id) -> tuple[Target, str]:
-    """The chat and platform id of a person's message, from the host's own inbound.db (the agent
-    only names which of this session's messages; where it is and what it is called is ours)."""
-    found = conn.execute("SELECT channel_type, platform_id, thread_id, content FROM messages_in "
-                         "WHERE id = ? AND kind = 'chat'", (str(message_in_id),)).fetchone()
-    try:
-        pid = json.loads(found[3]).get("message_id") if found else None
-    except (ValueError, AttributeError):
-        pid = None
-    if not found or not pid or not found[0] or not found[1]:
-        raise DeliveryError(f"no message {message_in_id!r} of this chat to react to", permanent=True)
-    return Target(found[0], found[1], found[2]), str(pid)
+def drop_stopped(conn: sqlite3.Connection, row: Outgoing) -> None:
+    """The row's outcome: never sent, its turn stopped (a retry due is dropped as well)."""
+    conn.execute("INSERT INTO delivered (message_out_id, status, tries, last_error, seq, op, channel_type, platform_id) "
+                 "VALUES (?, 'dropped', 0, ?, ?, ?, ?, ?) ON CONFLICT (message_out_id) DO UPDATE SET "
+                 "status = 'dropped', last_error = excluded.last_error WHERE delivered.status = 'retry'",
+                 (row.id, STOPPED, row.seq, str(row.op.get("op"))[:40], row.target.channel_type, row.target.platform_id))
 
 
 def perform(adapter, conn, session_path: Path, row: Outgoing, settings=None) -> str | None:
@@ -344,7 +318,11 @@ def _deliver(conn: sqlite3.Connection, session_path: Path, settings, now: dateti
     delivered = 0
     rows = due_rows(conn, _iso(now))
     allowed = targets_of(conn) if rows else set()
+    stopped = turns.stopped(conn) if rows else set()
     for row in rows:
+        if row.in_reply_to in stopped:  # a turn stopped with /stop: what it had not sent stays unsent
+            drop_stopped(conn, row)
+            continue
         # the claim is the one commit (one fsync) before a send; the acks' bookkeeping waits
         # until after the sends, off the answer's path
         if not claim(conn, row):

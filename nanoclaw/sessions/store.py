@@ -439,3 +439,11 @@ def set_option(path: Path, key: str, value: str | None) -> None:
         else:
             conn.execute("INSERT INTO options (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
                          "value = excluded.value", (key, value))
+
+
+def update_option(path: Path, key: str, change) -> None:
+    """Set an option to change(its value now) in one write transaction (two writers never lose one)."""
+    with _inbound(path) as conn:
+        row = conn.execute("SELECT value FROM options WHERE key = ?", (key,)).fetchone()
+        conn.execute("INSERT INTO options (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+                     "value = excluded.value", (key, change(row[0] if row else None)))

@@ -105,6 +105,14 @@ def fire(settings, task_id: str, due: datetime, now: datetime | None = None) -> 
     return Run(ref, nxt if moved else None)
 
 
+def run_sessions(settings, task: ScheduledTask) -> list:
+    """The session folders a run of the task may be running in: the chat's own, and its isolated runs'."""
+    ids = [task.session_id] if task.session_id else []
+    ids += [s.id for s in Session.select(Session.id).where(
+        Session.agent_group == task.agent_group_id, Session.thread_id.startswith(f"{TASK_THREAD_PREFIX}{task.id}:"))]
+    return [store.session_path(settings.sessions_dir, task.agent_group.folder, i) for i in ids]
+
+
 def due_soon(horizon: timedelta, now: datetime | None = None) -> list[tuple[str, datetime]]:
     """(task id, next run UTC) of active tasks due before now + horizon (overdue ones included)."""
     now = now or utc_now()

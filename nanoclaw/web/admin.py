@@ -23,6 +23,8 @@ from ..sandboxes import setup as runtime_setup
 from ..approvals import actions, common as approvals, pending
 from ..mounts import declared_mounts
 from ..channels.events import Action
+from ..inbound import stopping
+from ..sessions import store
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES, VOICE_MODES,
                       AgentGroup, AuditLog, MessagingGroup, ScheduledTask, Session, Wiring, audit)
 from . import auth, current_manager, current_wake, sandbox_state
@@ -319,6 +321,23 @@ def session_stop(session_id: str):
         audit(g.user_id, "session.stop", f"{s.agent_group.folder}/{s.id}", via="web",
               why=clean_why(request.form.get("why")), diff=field_diff({"sandbox": before}, {"sandbox": "stopped"}))
         flash(f"Stopped the sandbox of {s.agent_group.folder}/{s.id}; the next message starts a new one.", "ok")
+    return redirect(url_for("admin.sessions"))
+
+
+@bp.post("/admin/sessions/<session_id>/stop-turn")
+def session_stop_turn(session_id: str):
+    s = Session.get_or_none(Session.id == session_id)
+    if s is None:
+        abort(404)
+    writable_agent(s.agent_group_id)
+    path = store.session_path(settings().sessions_dir, s.agent_group.folder, s.id)
+    turn = stopping.stop_session(path, settings())
+    if turn is None:
+        flash(f"Nothing is running in {s.agent_group.folder}/{s.id}.", "warn")
+    else:
+        audit(g.user_id, "session.stop_turn", f"{s.agent_group.folder}/{s.id}", via="web",
+              why=clean_why(request.form.get("why")), diff=field_diff({"turn": "running"}, {"turn": "stopped"}))
+        flash(f"Stopped the turn in {s.agent_group.folder}/{s.id}; the sandbox stays up.", "ok")
     return redirect(url_for("admin.sessions"))
 
 

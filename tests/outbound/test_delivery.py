@@ -359,3 +359,17 @@ def test_an_edit_reaches_only_a_message_in_its_own_chat(session):
     agent_writes(session, {"op": "edit", "target_seq": 1, "text": "hi!"})
     deliver_session(session, None)
     assert Recorder.sent[-1] == ("edit", "p1", "hi!")
+
+
+def test_rows_of_a_stopped_turn_are_dropped_and_a_retry_of_one_too(session):
+    from nanoclaw.sessions import turns
+    Recorder.failures_left = 1  # the first answer of the stopped turn waits for a retry when the stop comes
+    agent_writes(session, {"op": "text", "text": "half an answer"}, in_reply_to="m1")
+    assert deliver_session(session, settings=None) == 0 and status(session)[0][0] == "retry"
+    agent_writes(session, {"op": "text", "text": "the rest"}, in_reply_to="m1")
+    agent_writes(session, {"op": "text", "text": "another turn's answer"}, in_reply_to="m2")
+    turns.request_stop(session, ["m1"])
+    later = datetime.now(timezone.utc) + timedelta(minutes=10)
+    assert deliver_session(session, settings=None, now=later) == 1
+    assert Recorder.sent == [("text", "chat-1", "another turn's answer")]
+    assert [s for s, _t, _p in status(session)] == ["dropped", "dropped", "delivered"]
