@@ -75,7 +75,8 @@ def _claim_all(path) -> list[str]:
     inbound.close()
     agent_part(path).mkdir(parents=True, exist_ok=True)
     out = schema.connect(outbound_db(path))
-    out.executemany("INSERT INTO processing_ack (message_id, status, status_changed) VALUES (?, 'processing', ?)",
+    out.executemany("INSERT OR IGNORE INTO processing_ack (message_id, status, status_changed) "
+                    "VALUES (?, 'processing', ?)",
                     [(i, schema.utc_now_iso()) for i in ids])
     out.close()
     return ids
