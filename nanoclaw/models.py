@@ -22,8 +22,7 @@ def new_token() -> str:
 class JSONField(pw.TextField):
     def db_value(self, value):
         return None if value is None else json.dumps(value, sort_keys=True)
-
-    def python_value(self, value):
+    def python_value(self, value):  # noqa: E301
         return None if value is None else json.loads(value)
 
 
@@ -77,6 +76,7 @@ class Wiring(Base):
     priority = pw.IntegerField(default=0)
     progress = pw.BooleanField(default=True)  # migration 0012: a long turn's status message in the chat
     voice = pw.CharField(max_length=8, default="auto")  # migration 0018: answers as voice notes (VOICE_MODES)
+    stream = pw.BooleanField(default=True)  # migration 0024: the answer shown in the chat as it is written
     created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:

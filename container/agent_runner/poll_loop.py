@@ -38,6 +38,7 @@ FALLBACK_POLL_S = 0.05
 # a turn beats with each SDK event): once a minute is plenty, and each beat wakes the host's watchers
 # (a local sandbox) or makes a push through the door (a remote one).
 IDLE_HEARTBEAT_S = 60.0
+STREAM_WRITE_S = 0.25  # the answer so far is written at most this often (the host edits far less often)
 EVENT_HEARTBEAT_S = 0.2  # at most this often per SDK event (a stream yields hundreds)
 _KIND_SENDERS = {"task": "Scheduled task", "system": "System"}
 
@@ -142,6 +143,25 @@ class PollLoop:
         self.waiting = waiting
         return plan
 
+    def streaming(self, answering_id: str):
+        """The turn's writer of its answer so far (None when the chat's wiring turned streaming off):
+        at most every STREAM_WRITE_S, and whenever a block of text ends (a tool call may follow)."""
+        if self.store.option("stream") != "on":
+            return None
+        last = {"at": 0.0, "text": ""}
+
+        def on_stream(text: str, block_ended: bool) -> None:
+            now = time.monotonic()
+            if text == last["text"] or (now - last["at"] < STREAM_WRITE_S and not block_ended):
+                return
+            try:
+                self.store.set_stream(answering_id, text)
+            except sqlite3.Error as exc:  # a courtesy: the answer itself is a row of its own
+                log.warning("could not write the answer so far: %s", exc)
+                return
+            last.update(at=now, text=text)
+        return on_stream
+
     def settle_stopped(self, rows: list) -> list:
         """Rows of a turn the host stopped count as answered: completed here, never tried again (a
         runner that stopped mid-stop leaves them pending)."""
@@ -207,7 +227,8 @@ class PollLoop:
                     self._finish_ok(answered_ids, text, target, answering.id)
                 watch = asyncio.ensure_future(TurnWatch(self.store, self.provider, ids).run())
                 try:
-                    result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now)
+                    result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now,
+                                                          on_stream=self.streaming(answering.id))
                 finally:
                     watch.cancel()
         finally:

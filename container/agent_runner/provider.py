@@ -24,6 +24,7 @@ from .hooks import BLOCKED_TOOLS, make_hooks
 from .mcp_tools import SERVER_NAME, ToolContext, build_server
 from .reasons import short_reason
 from .store import SDK_SESSION_KEY, SessionStore
+from .stream import Streamer
 
 log = logging.getLogger("agent_runner.provider")
 _RECOVER_S = 15.0  # how long an interrupted turn may take to wind down before we drop the CLI
@@ -245,10 +246,12 @@ class ClaudeProvider:
         return getattr(getattr(transport, "_process", None), "pid", None)
 
     async def run_turn(self, prompt: str, blocks: list[dict] | None = None,
-                       on_answer: Callable[[str], None] | None = None) -> TurnResult:
+                       on_answer: Callable[[str], None] | None = None,
+                       on_stream: Callable[[str, bool], None] | None = None) -> TurnResult:
         """One turn; `blocks` (images, PDFs: media.Shown) follow the prompt in the same user message.
         `on_answer(text)` is told the answer when the model ends its turn, before the CLI's result
-        (AnswerWatch); the result then only confirms it (result.answered). A stop (self.stopping)
+        (AnswerWatch); the result then only confirms it (result.answered). `on_stream(text, block_ended)`
+        is told the answer so far as it is written (stream.py). A stop (self.stopping)
         interrupts the CLI mid-turn: tool processes end with it and the turn's result is `stopped`."""
         self.freezer.thaw()
         if self.client is None:
@@ -259,7 +262,7 @@ class ClaudeProvider:
                 return TurnResult(error=short_reason(None, str(e)))
         self.stopping.clear()
         self._answered = None
-        talk = asyncio.ensure_future(self._talk(prompt, blocks or [], on_answer))
+        talk = asyncio.ensure_future(self._talk(prompt, blocks or [], on_answer, on_stream))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
             await asyncio.wait({talk, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -285,15 +288,19 @@ class ClaudeProvider:
             await self._drop_client()
         return TurnResult(stopped=True)
 
-    async def _talk(self, prompt: str, blocks: list[dict], on_answer) -> TurnResult:
+    async def _talk(self, prompt: str, blocks: list[dict], on_answer, on_stream) -> TurnResult:
         result = TurnResult()
         last_text: list[str] = []
-        watch = AnswerWatch()
+        watch, streamer = AnswerWatch(), Streamer()
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt, blocks)
                 async for msg in self.client.receive_response():
                     self._observe(msg)
+                    if on_stream is not None and self._answered is None:
+                        shown = streamer.feed(msg)
+                        if shown is not None:
+                            on_stream(shown, not streamer.in_text)
                     answer = watch.feed(msg) if on_answer is not None and self._answered is None else None
                     if answer is not None and not self.stopping.is_set():
                         on_answer(answer)

@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS status_messages (       -- the host's status message 
     platform_id         TEXT NOT NULL,
     thread_id           TEXT,
     platform_message_id TEXT NOT NULL,
-    shown_at            TEXT NOT NULL
+    shown_at            TEXT NOT NULL,
+    text                TEXT                       -- what it shows (a streamed answer's text, for "(stopped)")
 );
 """
 
@@ -113,7 +114,9 @@ CREATE TABLE IF NOT EXISTS container_state (
     current_tool             TEXT,
     tool_declared_timeout_ms INTEGER,
     tool_started_at          TEXT,
-    tool_subject             TEXT                    -- a few words for the status message (activity.py)
+    tool_subject             TEXT,                   -- a few words for the status message (activity.py)
+    stream_for               TEXT,                   -- the message being answered, while its answer streams
+    stream_text              TEXT                    -- the answer so far, as the live message shows it (stream.py)
 );
 """
 
@@ -145,6 +148,7 @@ SANDBOX_SESSION_DIR = "/workspace/session"   # the agent's part, read-write
 
 _READY: set[str] = set()
 # Columns added to an existing table after its first release, added in place to older files.
+CONTAINER_STATE_ADDED = (("tool_subject", "TEXT"), ("stream_for", "TEXT"), ("stream_text", "TEXT"))
 DELIVERED_ADDED = (("seq", "INTEGER"), ("op", "TEXT"), ("channel_type", "TEXT"), ("platform_id", "TEXT"))
 
 
@@ -184,10 +188,11 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 5.0) -
             change_log.in_one_transaction(conn, ddl)
             if path.name == INBOUND:
                 _add_missing_columns(conn, "delivered", DELIVERED_ADDED)
+                _add_missing_columns(conn, "status_messages", (("text", "TEXT"),))
                 conn.execute("CREATE INDEX IF NOT EXISTS idx_delivered_seq ON delivered (seq)")
                 change_log.track(conn)  # last: every table above gets its triggers
             else:
-                _add_missing_columns(conn, "container_state", (("tool_subject", "TEXT"),))
+                _add_missing_columns(conn, "container_state", CONTAINER_STATE_ADDED)
             _READY.add(key)
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     conn.row_factory = sqlite3.Row

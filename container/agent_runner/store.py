@@ -22,6 +22,9 @@ READ_PATIENCE_S = 5.0
 OPEN_TRIES = 10
 
 
+MAX_STREAM = 60_000  # characters of a live answer kept (longer than any platform shows)
+
+
 class SessionStore:
     # In a sandbox on another machine (remote.py) a new inbound.db replaces the old one by a rename;
     # the read connection then follows it to the new file.
@@ -240,6 +243,7 @@ class SessionStore:
                     "status_changed = excluded.status_changed", [(i, now) for i in ids])
             else:
                 self._release(ids)
+            self.out.execute("UPDATE container_state SET stream_for = NULL, stream_text = NULL WHERE id = 1")
 
     # messages_out --------------------------------------------------------------------------------
     def write_out(self, content: dict[str, Any], target: Target, *, in_reply_to: str | None = None,
@@ -287,6 +291,14 @@ class SessionStore:
             "tool_declared_timeout_ms = excluded.tool_declared_timeout_ms, "
             "tool_started_at = excluded.tool_started_at, tool_subject = excluded.tool_subject",
             (name, declared_timeout_ms, started, subject))
+
+    def set_stream(self, message_in_id: str | None, text: str | None) -> None:
+        """The answer so far, for the chat's live message (the host shows it; the finished answer
+        is a row of its own). A plain commit: under WAL with synchronous=NORMAL it is not synced."""
+        self.out.execute(
+            "INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET stream_for = excluded.stream_for, stream_text = excluded.stream_text",
+            (message_in_id, (text or "")[:MAX_STREAM] if message_in_id else None))
 
     def container_state(self) -> dict[str, Any]:
         row = self.out.execute("SELECT * FROM container_state WHERE id = 1").fetchone()

@@ -154,11 +154,15 @@ def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: st
 @click.option("--name", help="A readable name for the chat.")
 @click.option("--progress", type=click.Choice(("on", "off")),
               help="Whether a long turn shows a status message in the chat, edited as it goes (default on).")
+@click.option("--stream", type=click.Choice(("on", "off")),
+              help="Whether the answer is shown in the chat as it is written, in one message edited in place "
+                   "(a draft where the platform has them); the finished answer still comes as a new message "
+                   "(default on).")
 @click.option("--voice", type=click.Choice(VOICE_MODES),
               help="Answers as voice notes too, when NANOCLAW_TTS_URL is set: auto (default) answers a voice "
                    "note with one, always, or never.")
 def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ignored, unknown_senders, name,
-         progress, voice):
+         progress, stream, voice):
     """Wire the chat (CHANNEL, CHAT_ID) to an agent, or update an existing wiring.
 
     \b
@@ -190,6 +194,8 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         values = dict(engage_settings.__dict__)
         if progress is not None:
             values["progress"] = progress == "on"
+        if stream is not None:
+            values["stream"] = stream == "on"
         if voice is not None:
             values["voice"] = voice
         if wiring is None:
@@ -201,14 +207,15 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         audit("cli", f"wiring.{'create' if verb == 'wired' else 'update'}", f"{channel}:{chat_id}",
               agent=agent_folder, kind=chat_kind, **values)
     how = engage_settings.engage_mode + (f" {engage_settings.engage_pattern!r}" if engage_settings.engage_pattern else "")
-    changed = {k: v for k, v in (("progress", progress), ("voice", voice)) if v is not None}
+    changed = {k: v for k, v in (("progress", progress), ("stream", stream), ("voice", voice)) if v is not None}
     if changed:  # the chat's sessions follow at once (their sandboxes read it at start too)
         for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
             for key, value in changed.items():
                 store.set_option(store.session_path(settings().sessions_dir, agent.folder, session.id), key, value)
     click.echo(f"{verb} {channel}:{chat_id} ({chat_kind}) -> {agent_folder}: engage {how}, "
                f"senders {engage_settings.sender_scope}, ignored {engage_settings.ignored_message_policy}"
-               + (f", progress {progress}" if progress else "") + (f", voice {voice}" if voice else ""))
+               + (f", progress {progress}" if progress else "") + (f", stream {stream}" if stream else "")
+               + (f", voice {voice}" if voice else ""))
 
 
 @command("unwire", context_settings=CHAT_ID_ARGS)

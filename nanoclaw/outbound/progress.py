@@ -1,20 +1,29 @@
-"""A long turn shows one status message in its chat, edited in place, removed at the end.
+"""A turn's one live message in its chat: the answer as it is written, and a status line while the
+agent works; removed when the finished answer arrives as a message of its own.
 
-A turn still running after NANOCLAW_PROGRESS_AFTER_S (10 s) gets a message in the chat of the
-person's message it answers: "⏳ Working… 0:42 · running `pytest`". What it says comes from the
-agent's side (the runner's few words for the tool it runs, container_state.tool_subject), so the
-host only ever puts it in that one message of the host's own, in the turn's own chat (the chat is
-the host's record of the message being answered), cleaned and cut short. It is edited when its
-text changes, at most once every NANOCLAW_PROGRESS_EDIT_S per chat and never before a platform's
-429 allows; when the turn ends it is deleted (or, where a platform cannot delete, edited to a
-one-line summary), and the answer comes as its own message, so notifications still fire. A
-platform that cannot edit (WhatsApp) keeps the typing indicator only. `wire … --progress off`
-turns it off for a chat (the session's `options`); a scheduled task's run shows none unless the task
-asked for it (schedule_task's `progress`, kept in the host's own record of the task).
+The answer so far comes from the runner (container_state.stream_text, for the message it answers:
+stream.py); the status line from the runner's few words for the tool it runs (tool_subject). Both
+are the agent's side, so the host only ever shows them in this one message of its own, in the turn's
+own chat (the host's record of the message being answered); the status words are cleaned and cut.
+- The message appears once the answer has been streaming STREAM_AFTER_S (so a quick answer never
+  shows twice), or, with no text yet, once the turn has run NANOCLAW_PROGRESS_AFTER_S (10 s):
+  "⏳ Working… 0:42 · running `pytest`". A Telegram private chat gets a draft instead
+  (sendMessageDraft: no message at all, refreshed while a tool runs), shown at once.
+- Edits: at most once every NANOCLAW_PROGRESS_EDIT_S per chat, never before a 429's retry_after,
+  only when the text grew by MIN_GROWTH or the status changed, at most the platform's `max_edits`.
+  An edit the platform refuses, a message the person deleted, or a text past the platform's length
+  stops the live message for that turn (the answer is unaffected).
+- When the turn ends the finished answer is delivered as a new message (delivery's claim: exactly
+  once, and it notifies), and the live message is deleted (edited to a one-line summary where a
+  platform cannot delete); a turn stopped with /stop keeps its text, ending "(stopped)". A call still
+  in flight when the turn ends removes the message when it returns.
+`wire … --progress off` turns the status line off, `--stream off` the streamed text (the session's
+`options`); a scheduled task's run shows neither unless the task asked for progress. A platform that
+cannot edit (WhatsApp) keeps the typing indicator only.
 
-The host keeps each shown message in the session's inbound.db (`status_messages`), so one left by
-a restart is removed by the next pass. The platform calls go out on a small pool, like the typing
-indicator's: a slow platform never holds up a delivery.
+The host keeps each shown message in the session's inbound.db (`status_messages`): a restarted host
+takes a turn's message up again, and removes one whose turn ended. The platform calls go out on a
+small pool, like the typing indicator's: a slow platform never holds up a delivery.
 """
 from __future__ import annotations
 
@@ -23,12 +32,13 @@ import re
 import sqlite3
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..channels.base import DeliveryError, get_adapter
-from ..sessions import store
+from ..sessions import store, turns
 from ..sessions.store import Target
 from .typing_indicator import claimed_chat_message
 
@@ -59,30 +69,67 @@ def summary_text(elapsed_s: float) -> str:
     return f"✓ Worked {clock(elapsed_s + 4.999)}"
 
 
+STREAM_AFTER_S = 0.5     # the answer has been streaming this long before a message shows it
+MIN_GROWTH = 40          # characters of new text worth an edit (the status line's changes always are)
+DRAFT_REFRESH_S = 20.0   # a Telegram draft fades after about 30 s: shown again while a tool runs
+DEFAULT_LIMIT = 4000     # characters a live message may hold where the platform names no limit
+STOPPED_MARK = "(stopped)"
+
+
+def compose(stream: str, status: str | None) -> str:
+    """The live message: the answer so far, and the status line below it while the agent works (pure)."""
+    if not stream:
+        return status or ""
+    return f"{stream}\n\n{status}" if status else stream
+
+
+def worth_editing(shown: str, text: str) -> bool:
+    """Is `text` worth an edit of a message showing `shown`? Not for a few more words (pure)."""
+    if text == shown:
+        return False
+    return not (text.startswith(shown) and len(text) - len(shown) < MIN_GROWTH)
+
+
 @dataclass
 class Status:
     message_in_id: str
     target: Target
     since: float
-    shown: str | None = None           # the platform's id of the status message, once sent
+    shown: str | None = None           # the platform's id of the live message, once sent
     text: str = ""
     in_flight: bool = False
+    draft: bool = False                # a Telegram private chat: drafts, no message
+    stream_since: float | None = None  # when the answer was first seen streaming
+    edits: int = 0
+    broken: bool = False               # the platform refused: no more calls for this turn
+    ended: bool = False                # the turn ended while a call was in flight: that call finishes it
+    stream: str = ""                   # the streamed part of what is shown
 
 
 def next_step(status: Status, now: float, text: str, *, after_s: float, last_edit: float | None,
-              edit_every_s: float, blocked_until: float) -> str | None:
-    """'show', 'edit' or None for a turn under way (pure)."""
-    if status.in_flight or now < blocked_until:
+              edit_every_s: float, blocked_until: float, streaming: bool = False, max_edits: int | None = None,
+              limit: int = DEFAULT_LIMIT) -> str | None:
+    """'show', 'edit', 'break' or None for a turn under way (pure)."""
+    if status.in_flight or status.broken or now < blocked_until or not text:
         return None
+    if len(text) > limit:
+        return "break"
+    if status.draft:
+        if not streaming and now - status.since < after_s:
+            return None
+        due = last_edit is None or now - last_edit >= edit_every_s
+        fresh = text != status.text or now - (last_edit or 0.0) >= DRAFT_REFRESH_S
+        return "edit" if due and fresh else None
     if status.shown is None:
-        return "show" if now - status.since >= after_s else None
-    if text == status.text:
+        streamed_enough = streaming and status.stream_since is not None and now - status.stream_since >= STREAM_AFTER_S
+        return "show" if streamed_enough or now - status.since >= after_s else None
+    if not worth_editing(status.text, text) or (max_edits is not None and status.edits >= max_edits):
         return None
     return "edit" if last_edit is None or now - last_edit >= edit_every_s else None
 
 
 class Progress:
-    """The delivery thread's status messages (one per session with a turn under way)."""
+    """The delivery thread's live messages (one per session with a turn under way)."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -98,41 +145,71 @@ class Progress:
         with self._lock:
             status = self._status.get(session_path)
             if found is None or (status is not None and status.message_in_id != found[0]):
-                if status is not None and not status.in_flight:
+                if status is not None:
                     self._status.pop(session_path, None)
-                    self._submit(self._finish, session_path, status, now)
+                    if status.in_flight:
+                        status.ended = True  # the call under way removes the message when it returns
+                    else:
+                        self._submit(self._finish, session_path, status, now)
                 if found is None:
                     if status is None:
                         self._leftovers(conn, session_path, now)
                     return
             message_in_id, target, _pid = found
-            if not self.wanted(conn, target):
+            wants = self.wanted(conn, target)
+            if not any(wants):
                 return
-            status = self._status.setdefault(session_path, Status(message_in_id, target, now))
-            text = status_text(now - status.since, tool_subject(conn))
+            adapter = get_adapter(target.channel_type, self.settings)
+            status = self._status.get(session_path) or self._begin(conn, session_path, message_in_id, target,
+                                                                   adapter, now)
+            stream = stream_text(conn, message_in_id) if wants[1] else ""
+            if stream and status.stream_since is None:
+                status.stream_since = now
+            line = status_text(now - status.since, tool_subject(conn)) if wants[0] or stream else None
+            if stream and not tool_subject(conn):
+                line = None  # the text is the news: a status line only while a tool runs
+            text = compose(stream, line)
             chat = (target.channel_type, target.platform_id)
-            step = next_step(status, now, text, after_s=self.settings.progress_after_s,
+            step = next_step(status, now, text, after_s=self.settings.progress_after_s if wants[0] else float("inf"),
                              last_edit=self._last_edit.get(chat), edit_every_s=self.settings.progress_edit_s,
-                             blocked_until=self._blocked.get(chat, 0.0))
+                             blocked_until=self._blocked.get(chat, 0.0), streaming=bool(stream),
+                             max_edits=getattr(adapter, "max_edits", None),
+                             limit=getattr(adapter, "stream_limit", DEFAULT_LIMIT))
+            if step == "break":
+                status.broken = True
+                log.info("live message in %s stopped: the answer is longer than the platform shows", target)
+                return
             if step is None:
                 return
             status.in_flight = True
             self._last_edit[chat] = now
-        self._submit(self._show if step == "show" else self._edit, session_path, status, text)
+        fn = self._draft if status.draft else self._show if step == "show" else self._edit
+        self._submit(fn, session_path, status, (text, stream))
 
-    def wanted(self, conn, target: Target) -> bool:
-        """Progress for this chat: its wiring did not turn it off, and its platform can edit."""
-        row = conn.execute("SELECT value FROM options WHERE key = 'progress'").fetchone()
-        if row is not None and row[0] == "off":
-            return False
+    def _begin(self, conn, session_path: Path, message_in_id: str, target: Target, adapter, now: float) -> Status:
+        """A turn's status, taking up the message a restarted host showed for it."""
+        status = Status(message_in_id, target, now, draft=bool(getattr(adapter, "drafts", lambda _t: False)(target)))
+        row = conn.execute("SELECT platform_message_id, text FROM status_messages WHERE message_in_id = ?",
+                           (message_in_id,)).fetchone()
+        if row is not None and not status.draft:
+            status.shown, status.text = row[0], row[1] or ""
+        self._status[session_path] = status
+        return status
+
+    def wanted(self, conn, target: Target) -> tuple[bool, bool]:
+        """(status line, streamed text) for this chat: its wiring's choices, and only where the
+        platform can edit a message."""
+        options = dict(conn.execute("SELECT key, value FROM options WHERE key IN ('progress', 'stream')").fetchall())
         adapter = get_adapter(target.channel_type, self.settings)
-        return bool(getattr(adapter, "live_status", False))
+        if not getattr(adapter, "live_status", False):
+            return False, False
+        return options.get("progress") != "off", options.get("stream") == "on"
 
     def _leftovers(self, conn, session_path: Path, now: float) -> None:
-        """A status message a restarted host showed and never removed."""
-        for row in conn.execute("SELECT message_in_id, channel_type, platform_id, thread_id, platform_message_id "
-                                "FROM status_messages").fetchall():
-            status = Status(row[0], Target(row[1], row[2], row[3]), now, shown=row[4])
+        """A live message a restarted host showed and never removed."""
+        for row in conn.execute("SELECT message_in_id, channel_type, platform_id, thread_id, platform_message_id, "
+                                "text FROM status_messages").fetchall():
+            status = Status(row[0], Target(row[1], row[2], row[3]), now, shown=row[4], text=row[5] or "")
             self._submit(self._finish, session_path, status, now)
 
     # --- the calls, on the pool ------------------------------------------------------------------
@@ -142,48 +219,101 @@ class Progress:
         except RuntimeError:  # shutting down
             status.in_flight = False
 
-    def _show(self, session_path: Path, status: Status, text: str) -> None:
+    def _done(self, session_path: Path, status: Status) -> None:
+        """A call returned: the turn may have ended meanwhile."""
+        with self._lock:
+            status.in_flight = False
+            ended = status.ended
+        if ended:
+            self._finish(session_path, status, time.monotonic())
+
+    def _show(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
+        text, stream = shown
         try:
             pid = get_adapter(status.target.channel_type, self.settings).send_text(status.target, text)
             if pid:
-                store.record_status_message(session_path, status.message_in_id, status.target, str(pid))
+                store.record_status_message(session_path, status.message_in_id, status.target, str(pid), text)
             with self._lock:
-                status.shown, status.text = str(pid) if pid else "", text
+                status.shown, status.text, status.stream = str(pid) if pid else "", text, stream
         except Exception as exc:
             self._failed(status, exc)
         finally:
-            status.in_flight = False
+            self._done(session_path, status)
 
-    def _edit(self, session_path: Path, status: Status, text: str) -> None:
+    def _edit(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
+        text, stream = shown
         try:
             get_adapter(status.target.channel_type, self.settings).edit_text(status.target, status.shown, text)
             with self._lock:
-                status.text = text
+                status.text, status.stream, status.edits = text, stream, status.edits + 1
+            if stream:
+                store.record_status_message(session_path, status.message_in_id, status.target, status.shown, text)
         except Exception as exc:
-            self._failed(status, exc)
+            self._failed(status, exc, broken=True)
         finally:
-            status.in_flight = False
+            self._done(session_path, status)
+
+    def _draft(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
+        text, stream = shown
+        try:
+            get_adapter(status.target.channel_type, self.settings).send_draft(status.target, draft_id(status), text)
+            with self._lock:
+                status.text, status.stream = text, stream
+        except Exception as exc:
+            self._failed(status, exc, broken=True)
+        finally:
+            self._done(session_path, status)
 
     def _finish(self, session_path: Path, status: Status, now: float) -> None:
-        if status.shown:
+        if status.shown and not status.draft:
             adapter = get_adapter(status.target.channel_type, self.settings)
             try:
+                stopped = status.message_in_id in turns_stopped(session_path)
                 remove = getattr(adapter, "delete_message", None)
-                if remove is not None:
+                if stopped and status.stream:  # what was written stays, marked as cut short on purpose
+                    adapter.edit_text(status.target, status.shown, f"{status.stream}\n\n{STOPPED_MARK}")
+                elif remove is not None:
                     remove(status.target, status.shown)
                 else:
                     adapter.edit_text(status.target, status.shown, summary_text(now - status.since))
             except Exception as exc:  # a courtesy: logged, never retried
-                log.info("status message in %s not removed: %s", status.target,
+                log.info("live message in %s not removed: %s", status.target,
                          str(exc).splitlines()[0] if str(exc) else exc)
         store.forget_status_message(session_path, status.message_in_id)
 
-    def _failed(self, status: Status, exc: Exception) -> None:
-        if isinstance(exc, DeliveryError) and exc.retry_after:
-            with self._lock:
+    def _failed(self, status: Status, exc: Exception, broken: bool = False) -> None:
+        with self._lock:
+            if isinstance(exc, DeliveryError) and exc.retry_after:
                 chat = (status.target.channel_type, status.target.platform_id)
                 self._blocked[chat] = time.monotonic() + exc.retry_after
-        log.info("status message in %s: %s", status.target, str(exc).splitlines()[0] if str(exc) else exc)
+            elif broken:  # refused, deleted by the person, too long: this turn's live message ends here
+                status.broken = True
+        log.info("live message in %s: %s", status.target, str(exc).splitlines()[0] if str(exc) else exc)
+
+
+def draft_id(status: Status) -> int:
+    """A non-zero draft id, the same for the whole turn (Telegram animates changes to one draft)."""
+    return (zlib.crc32(status.message_in_id.encode()) & 0x7FFFFFFF) or 1
+
+
+def turns_stopped(session_path: Path) -> set[str]:
+    conn = store.open_session_readonly(session_path)
+    if conn is None:
+        return set()
+    try:
+        return turns.stopped(conn)
+    finally:
+        conn.close()
+
+
+def stream_text(conn, message_in_id: str) -> str:
+    """The answer so far, when the runner writes it for this turn's message (the agent's file: shown
+    only in the live message, never trusted)."""
+    try:
+        row = conn.execute("SELECT stream_for, stream_text FROM ob.container_state WHERE id = 1").fetchone()
+    except sqlite3.Error:  # a runner of before the columns, or no state yet
+        return ""
+    return str(row[1] or "").strip() if row and row[0] == message_in_id else ""
 
 
 def tool_subject(conn) -> str | None:

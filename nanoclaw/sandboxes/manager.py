@@ -54,11 +54,12 @@ PROXY_WAIT_S = 10.0
 def chat_options_of(agent_group_id: int, session_id: str) -> dict[str, str]:
     """What the session's wiring says for its chat, as the session's options: `progress` ('on' or
     'off': whether a long turn shows a status message) and `voice` (VOICE_MODES: whether answers are
-    also voice notes). A session with no chat, such as a task's isolated run, shows and says none."""
+    also voice notes) and `stream` ('on' or 'off': whether the answer shows as it is written). A session with no chat, such as a task's isolated run, shows and says none."""
     session = Session.get_or_none(Session.id == session_id)
     wiring = session and session.messaging_group_id and Wiring.get_or_none(
         Wiring.agent_group == agent_group_id, Wiring.messaging_group == session.messaging_group_id)
-    return {"progress": "on" if wiring and wiring.progress else "off", "voice": wiring.voice if wiring else "never"}
+    return {"progress": "on" if wiring and wiring.progress else "off", "voice": wiring.voice if wiring else "never",
+            "stream": "on" if wiring and wiring.stream else "off"}
 
 
 def sandbox_name(install_id: str, folder: str, session_id: str) -> str:

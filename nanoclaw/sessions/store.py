@@ -415,12 +415,13 @@ def has_due_trigger(path: Path, now_iso: str | None = None) -> bool:
 
 # --- the host's status message of a long turn, and the session's options (outbound/progress.py) ---
 
-def record_status_message(path: Path, message_in_id: str, target: Target, platform_message_id: str) -> None:
+def record_status_message(path: Path, message_in_id: str, target: Target, platform_message_id: str,
+                          text: str | None = None) -> None:
     with _inbound(path) as conn:
         conn.execute("INSERT OR REPLACE INTO status_messages (message_in_id, channel_type, platform_id, thread_id, "
-                     "platform_message_id, shown_at) VALUES (?, ?, ?, ?, ?, ?)",
+                     "platform_message_id, shown_at, text) VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (message_in_id, target.channel_type, target.platform_id, target.thread_id, platform_message_id,
-                      schema.utc_now_iso()))
+                      schema.utc_now_iso(), text))
 
 
 def forget_status_message(path: Path, message_in_id: str) -> None:

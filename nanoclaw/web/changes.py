@@ -56,7 +56,7 @@ def wiring_state(mg: MessagingGroup | None, wiring: Wiring | None) -> dict:
         state.update(kind=mg.kind, name=mg.name, strangers=mg.unknown_sender_policy)
     if wiring is not None:
         state.update(engage=wiring.engage_mode, pattern=wiring.engage_pattern, senders=wiring.sender_scope,
-                     ignored=wiring.ignored_message_policy, voice=wiring.voice)
+                     ignored=wiring.ignored_message_policy, voice=wiring.voice, stream=wiring.stream)
     return state
 
 
@@ -77,6 +77,7 @@ class WiringForm:
     name: str | None = None
     why: str | None = None
     voice: str | None = None
+    stream: str | None = None   # on | off
 
 
 def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | None = None) -> tuple[Wiring, bool]:
@@ -90,6 +91,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         raise ChangeRefused("the chat id is empty")
     if form.unknown_senders and form.unknown_senders not in UNKNOWN_SENDER_POLICIES:
         raise ChangeRefused(f"unknown policy for strangers {form.unknown_senders!r}")
+    if form.stream and form.stream not in ("on", "off"):
+        raise ChangeRefused(f"streaming is 'on' or 'off', not {form.stream!r}")
     if form.voice and form.voice not in VOICE_MODES:
         raise ChangeRefused(f"unknown voice choice {form.voice!r}; use one of: {', '.join(VOICE_MODES)}")
     mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
@@ -108,6 +111,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
     values = dict(engage.__dict__)
     if form.voice:
         values["voice"] = form.voice
+    if form.stream:
+        values["stream"] = form.stream == "on"
     with database.atomic():
         before = wiring_state(mg, mg and Wiring.get_or_none(Wiring.messaging_group == mg, Wiring.agent_group == agent))
         if mg is None:
@@ -129,10 +134,12 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         audit(actor, "wiring.create" if created else "wiring.update", f"{channel}:{chat_id}", agent=agent.folder,
               kind=kind, unknown_senders=mg.unknown_sender_policy, via="web", why=clean_why(form.why),
               diff=field_diff(before, wiring_state(mg, wiring)), **values)
-    if form.voice:  # the chat's sessions follow at once (their sandboxes read it at start too)
+    options = {k: v for k, v in (("voice", form.voice), ("stream", form.stream)) if v}
+    if options:  # the chat's sessions follow at once (their sandboxes read it at start too)
         for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
-            store.set_option(store.session_path(current_app.config["NANOCLAW"].sessions_dir, agent.folder,
-                                                session.id), "voice", form.voice)
+            for key, value in options.items():
+                store.set_option(store.session_path(current_app.config["NANOCLAW"].sessions_dir, agent.folder,
+                                                    session.id), key, value)
     return wiring, created
 
 

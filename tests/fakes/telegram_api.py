@@ -165,6 +165,26 @@ class FakeTelegram(FakePlatform):
         return {"message_id": int(p["message_id"]), "date": int(time.time()), "edit_date": int(time.time()),
                 "chat": {"id": p["chat_id"], "type": "private"}, "text": p["text"]}
 
+    def _sendMessageDraft(self, p, req):
+        """Bot API sendMessageDraft: a private chat only (a user's id, positive), a non-zero draft_id,
+        text of 1-4096 characters after entities parsing; True. A draft is no message: nothing is kept
+        as one, and the call's log is all a test sees."""
+        chat_id = str(p.get("chat_id", ""))
+        if not chat_id.isdigit():
+            return api_error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        try:
+            draft_id = int(p.get("draft_id") or 0)
+        except (TypeError, ValueError):
+            draft_id = 0
+        if draft_id == 0:
+            return api_error(400, "Bad Request: parameter \"draft_id\" must be non-zero")
+        text = p.get("text") or ""
+        if not text.strip():
+            return api_error(400, "Bad Request: message text is empty")
+        if _utf16(text) > 4096:
+            return api_error(400, "Bad Request: message is too long")
+        return True
+
     def _deleteMessage(self, p, req):
         if not p.get("chat_id") or not p.get("message_id"):
             return api_error(400, "Bad Request: message to delete not found")

@@ -58,9 +58,12 @@ def test_progress_follows_the_chats_wiring_and_what_its_platform_can_do(tmp_path
     progress = Progress(settings)
     conn = schema.connect(store.inbound_db(path), readonly=True)
     try:
-        assert progress.wanted(conn, T)                                   # on unless the wiring says off
-        assert not progress.wanted(conn, Target("whatsapp", "15551234"))  # no edits there: typing only
-        store.set_option(path, "progress", "off")                         # wire … --progress off
-        assert not progress.wanted(conn, T)
+        assert progress.wanted(conn, T) == (True, False)         # the status line on unless the wiring says off
+        store.set_option(path, "stream", "on")                    # the host writes the wiring's choice
+        assert progress.wanted(conn, T) == (True, True)
+        assert progress.wanted(conn, Target("whatsapp", "15551234")) == (False, False)  # no edits there
+        store.set_option(path, "progress", "off")                 # wire … --progress off
+        store.set_option(path, "stream", "off")                   # wire … --stream off
+        assert progress.wanted(conn, T) == (False, False)
     finally:
         conn.close()

@@ -317,6 +317,7 @@ class DiscordAdapter:
                          lambda chunk: self._post(target, {"content": chunk, "allowed_mentions": NO_PINGS}))
 
     live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+    stream_limit = 2000  # a message's length: a longer live answer stops streaming
 
     def delete_message(self, target: Target, platform_message_id: str) -> None:
         self._call("DELETE", f"/channels/{self._channel(target)}/messages/{platform_message_id}")

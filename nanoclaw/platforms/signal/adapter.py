@@ -112,6 +112,8 @@ def attachment_of(item: sg.Attachment, chat_id: str, sender: str) -> dict | None
 class SignalAdapter:
     max_file_bytes = 100 * 1024 * 1024  # what Signal's servers take in one attachment
     live_status = True                  # sends can be edited (editTimestamp) and deleted (remoteDelete)
+    stream_limit = 2000  # Signal's own clients cut longer texts
+    max_edits = 8  # clients show at most 10 edits of one message; the last ones are kept for the end
     voice_notes = True                  # send_file(…, voice=True) sends a voice note
 
     def __init__(self, settings):

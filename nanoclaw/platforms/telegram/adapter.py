@@ -320,7 +320,20 @@ class TelegramAdapter:
             if "message is not modified" not in str(exc):
                 raise
 
-    live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+    live_status = True  # a turn's live message can be edited and deleted (outbound/progress.py)
+    stream_limit = TEXT_LIMIT  # a live message longer than one message stops streaming
+
+    def drafts(self, target: Target) -> bool:
+        """A private chat (a positive chat id) shows the answer as a draft: sendMessageDraft."""
+        return target.platform_id.isdigit()
+
+    def send_draft(self, target: Target, draft_id: int, text: str) -> None:
+        """Bot API sendMessageDraft: an ephemeral preview in a private chat, animated between calls with
+        the same non-zero draft_id; the answer's own sendMessage replaces it."""
+        params = {"chat_id": int(target.platform_id), "draft_id": draft_id, "text": clip(text, TEXT_LIMIT)}
+        if target.thread_id:
+            params["message_thread_id"] = int(target.thread_id)
+        self._call("sendMessageDraft", params)
 
     def delete_message(self, target: Target, platform_message_id: str) -> None:
         self._call("deleteMessage", {"chat_id": target.platform_id, "message_id": int(platform_message_id)})
