@@ -294,11 +294,13 @@ class SessionStore:
 
     def set_stream(self, message_in_id: str | None, text: str | None) -> None:
         """The answer so far, for the chat's live message (the host shows it; the finished answer
-        is a row of its own). A plain commit: under WAL with synchronous=NORMAL it is not synced."""
-        self.out.execute(
-            "INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE "
-            "SET stream_for = excluded.stream_for, stream_text = excluded.stream_text",
-            (message_in_id, (text or "")[:MAX_STREAM] if message_in_id else None))
+        is a row of its own). Under WAL with synchronous=NORMAL the commit is not synced; the nudge
+        has the host's delivery look at once."""
+        with self._tx():
+            self.out.execute(
+                "INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, ?, ?) ON CONFLICT (id) DO UPDATE "
+                "SET stream_for = excluded.stream_for, stream_text = excluded.stream_text",
+                (message_in_id, (text or "")[:MAX_STREAM] if message_in_id else None))
 
     def container_state(self) -> dict[str, Any]:
         row = self.out.execute("SELECT * FROM container_state WHERE id = 1").fetchone()

@@ -235,8 +235,8 @@ class Progress:
                 store.record_status_message(session_path, status.message_in_id, status.target, str(pid), text)
             with self._lock:
                 status.shown, status.text, status.stream = str(pid) if pid else "", text, stream
-        except Exception as exc:
-            self._failed(status, exc)
+        except Exception as exc:  # anything but a 429 may have been shown after all: never a second one
+            self._failed(status, exc, broken=True)
         finally:
             self._done(session_path, status)
 
