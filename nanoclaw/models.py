@@ -1,8 +1,7 @@
 """Central tables. The schema itself is created by migrations/; these classes are how the code reads and writes it."""
 from __future__ import annotations
 
-import json
-import secrets
+import json, secrets  # noqa: E401
 from datetime import datetime, timezone
 
 import peewee as pw
@@ -45,6 +44,7 @@ class AgentGroup(Base):
 ENGAGE_MODES = ("pattern", "mention", "mention-sticky")
 SENDER_SCOPES = ("all", "known")
 VOICE_MODES = ("auto", "always", "never")  # auto: a voice note is answered with one (when a voice is set up)
+WHILE_BUSY = ("queue", "steer", "interrupt")  # a message while the agent works (agent_runner/midturn.py)
 IGNORED_POLICIES = ("drop", "accumulate")
 UNKNOWN_SENDER_POLICIES = ("strict", "request_approval", "public")
 CHAT_KINDS = ("dm", "group", "thread")
@@ -77,6 +77,7 @@ class Wiring(Base):
     progress = pw.BooleanField(default=True)  # migration 0012: a long turn's status message in the chat
     voice = pw.CharField(max_length=8, default="auto")  # migration 0018: answers as voice notes (VOICE_MODES)
     stream = pw.BooleanField(default=True)  # migration 0024: the answer shown in the chat as it is written
+    while_busy = pw.CharField(max_length=10, default="queue")  # migration 0025 (WHILE_BUSY)
     created_at = pw.DateTimeField(default=utcnow)
 
     class Meta:
@@ -180,8 +181,7 @@ def audit(actor: str, action: str, target: str | None = None, **detail) -> None:
 
 
 class CardRecord(Base):
-    """What every table behind a host card keeps: its unguessable token (in action ids and page
-    keys), the card's platform message id, when it was made. Not a table of its own."""
+    """What every table behind a host card keeps: its token (in action ids, page keys), platform message id, age."""
     token = pw.CharField(max_length=32, unique=True, default=new_token)
     card_message_id = pw.CharField(null=True)
     created_at = pw.DateTimeField(default=utcnow)

@@ -199,8 +199,7 @@ class PollLoop:
 
     async def run_turn(self, plan: TurnPlan) -> TurnResult:
         batch = plan.batch
-        ids = [r.id for r in batch]
-        answered_ids = ids + [r.id for r in plan.superseded]  # what a good answer completes
+        ids = [r.id for r in batch]  # grown by a steered message (midturn.py); a good answer completes these
         self.store.claim(ids)
         self.in_flight = ids
         target = reply_target(batch, self.store.routing())
@@ -224,8 +223,10 @@ class PollLoop:
 
                 def answer_now(text: str) -> None:
                     """The turn's answer and its rows' outcome, as soon as the model ends its turn."""
-                    self._finish_ok(answered_ids, text, target, answering.id)
-                watch = asyncio.ensure_future(TurnWatch(self.store, self.provider, ids).run())
+                    self._finish_ok(ids + [r.id for r in plan.superseded], text, target, answering.id)
+                watch = asyncio.ensure_future(TurnWatch(
+                    self.store, self.provider, ids, mode=self.store.option("while_busy") or "queue",
+                    tz=self.config.timezone, to_message=to_message).run())
                 try:
                     result = await self.provider.run_turn(prompt, blocks, on_answer=answer_now,
                                                           on_stream=self.streaming(answering.id))
@@ -248,17 +249,21 @@ class PollLoop:
             if result.error:
                 log.warning("the turn failed after its answer went out: %s", result.error)
         elif result.stopped:  # answered as far as anyone wants: nothing sent, never tried again
-            self.store.finish_turn(answered_ids, None, target, in_reply_to=answering.id, ok=True)
+            self.store.finish_turn(ids + [r.id for r in plan.superseded], None, target, in_reply_to=answering.id,
+                                   ok=True)
+        elif result.interrupted:  # a new message interrupted it: the next turn takes these rows with it
+            self.store.release(ids)
         elif result.error:
             self.store.finish_turn(ids, {"op": "text", "text": failure_text(result.error, result.timed_out)}, target,
                                    in_reply_to=answering.id, ok=False)
             self.released.update({r.id: r.tries for r in batch})
             self.owed.update(r.id for r in batch)
         else:
-            self._finish_ok(answered_ids, result.text, target, answering.id)
+            self._finish_ok(ids + [r.id for r in plan.superseded], result.text, target, answering.id)
         self.in_flight = []
         self.store.set_tool(None)
-        outcome = "stopped" if result.stopped else "failed" if result.error else "ok"
+        outcome = "stopped" if result.stopped else "interrupted" if result.interrupted else \
+            "failed" if result.error else "ok"
         log.info("turn end: %s in %.0f ms", outcome, (time.monotonic() - started) * 1000)
         if target is None:
             log.warning("no routing for this session: the turn's answer had nowhere to go")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claude_agent_sdk import (AssistantMessage, ClaudeAgentOptions, ClaudeSDKClient, CLIConnectionError, ResultError,
-                              ResultMessage, StreamEvent, SystemMessage, TextBlock)
+                              ResultMessage, StreamEvent, SystemMessage, TextBlock, UserMessage)
 
 from .config import MODEL_VARIABLES, PLACEHOLDER_API_KEY, RunnerConfig
 from .extra_servers import extra_mcp_servers
@@ -28,6 +28,7 @@ from .stream import Streamer
 
 log = logging.getLogger("agent_runner.provider")
 _RECOVER_S = 15.0  # how long an interrupted turn may take to wind down before we drop the CLI
+STEER_WAIT_S = 10.0  # after a result, how long a steer the CLI queued as a turn of its own may take to begin
 _STOP_SETTLE_S = 5.0  # after /stop: how long the CLI may take to end the turn before it is dropped (killed)
 
 
@@ -40,6 +41,7 @@ class TurnResult:
     status: int | None = None  # the model API's HTTP status when a call failed (402: the budget is spent)
     answered: str | None = None  # the answer already handed to run_turn's on_answer, before the result
     stopped: bool = False  # the host stopped the turn (/stop): nothing more of it is sent
+    interrupted: bool = False  # a new message interrupted it (while_busy interrupt): its rows go back
 
 
 class AnswerWatch:
@@ -125,6 +127,9 @@ class ClaudeProvider:
         self.memory_saved = False  # the agent had its chance to save memory since the context grew past 80 %
         self.stopping = asyncio.Event()  # set (midturn.py) when the host stops the running turn
         self._answered: str | None = None  # this turn's answer, once handed to on_answer
+        self.interrupting = False  # the stop is an interrupt for a new message (midturn.py)
+        self._steers: list[str] = []  # steered texts the CLI has not echoed back yet
+        self._steered = False
 
     def options(self, resume: str | None) -> ClaudeAgentOptions:
         return ClaudeAgentOptions(
@@ -140,6 +145,8 @@ class ClaudeProvider:
                            "append": system_prompt_append(self.config, self.store.destination_labels(),
                                                           self.memory_for(resume))},
             resume=resume,
+            # each user message the CLI takes is echoed back: how a steer is seen taken (midturn.py)
+            extra_args={"replay-user-messages": None},
             effort=self.config.effort,  # the owner's choice for this agent (none: the CLI's own)
             env=self.cli_env(),
             stderr=lambda line: log.info("cli: %s", line.rstrip()[:500]),
@@ -261,7 +268,7 @@ class ClaudeProvider:
                 log.error("sdk connect failed: %s", type(e).__name__)
                 return TurnResult(error=short_reason(None, str(e)))
         self.stopping.clear()
-        self._answered = None
+        self._answered, self.interrupting, self._steers, self._steered = None, False, [], False
         talk = asyncio.ensure_future(self._talk(prompt, blocks or [], on_answer, on_stream))
         stop = asyncio.ensure_future(self.stopping.wait())
         try:
@@ -269,10 +276,31 @@ class ClaudeProvider:
         finally:
             stop.cancel()
         result = talk.result() if talk.done() else await self._stop(talk)
+        if result.stopped and self.interrupting:
+            result.stopped, result.interrupted = False, True
         result.answered = self._answered  # kept whatever came after it (a failure after the answer went out)
         if result.error:
             log.warning("turn failed: %s", result.error)
         return result
+
+    @property
+    def answered_early(self) -> bool:
+        """The turn's answer went out when the model ended its turn: too late to steer it."""
+        return self._answered is not None
+
+    async def steer(self, text: str) -> None:
+        """Write a message to the CLI mid-turn (the SDK's streaming input). The CLI places it in the
+        running turn, or runs it as a turn of its own right after; either way _talk reads on to the
+        last result and the answers go out as one."""
+        self._steered = True
+        self._steers.append(text)
+        await self.client.query(text)
+
+    def _echoed(self, msg) -> None:
+        """A user message the CLI took (replay-user-messages): steers it holds are no longer pending."""
+        content = msg.content if isinstance(msg.content, str) else " ".join(
+            getattr(b, "text", "") for b in msg.content or [])
+        self._steers = [t for t in self._steers if t.strip()[:200] not in content]
 
     async def _stop(self, talk: asyncio.Future) -> TurnResult:
         """The host stopped the turn: interrupt the CLI and let it end the turn; one that does not
@@ -291,37 +319,52 @@ class ClaudeProvider:
     async def _talk(self, prompt: str, blocks: list[dict], on_answer, on_stream) -> TurnResult:
         result = TurnResult()
         last_text: list[str] = []
+        answers: list[str] = []
         watch, streamer = AnswerWatch(), Streamer()
+
+        def handle(msg) -> None:
+            nonlocal last_text
+            self._observe(msg)
+            if on_stream is not None and self._answered is None:
+                shown = streamer.feed(msg)
+                if shown is not None:
+                    on_stream(shown, not streamer.in_text)
+            answer = watch.feed(msg) if on_answer is not None and self._answered is None else None
+            if answer is not None and not self.stopping.is_set() and not self._steered:
+                on_answer(answer)
+                self._answered = answer
+            if isinstance(msg, StreamEvent):
+                return
+            if isinstance(msg, UserMessage):
+                if self._steers:
+                    self._echoed(msg)
+            elif isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
+                texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
+                if texts:
+                    last_text = texts
+                if isinstance(msg.usage, dict):
+                    self.context_tokens = sum(int(msg.usage.get(k) or 0) for k in CONTEXT_FIELDS)
+            elif isinstance(msg, ResultMessage):
+                if msg.is_error:
+                    result.error = short_reason(msg.api_error_status, msg.result or
+                                                "; ".join(msg.errors or []), msg.subtype)
+                    result.status = msg.api_error_status
+                else:
+                    answers.append(msg.result if msg.result is not None else "\n".join(last_text))
+                    result.text = "\n\n".join(a for a in answers if a.strip())
+                    if self._answered is not None and result.text != self._answered:
+                        log.warning("the result's text is not the answer sent when the model ended its turn")
+                last_text = []
+
         try:
             async with asyncio.timeout(self.config.turn_timeout_s):
                 await self._send(prompt, blocks)
                 async for msg in self.client.receive_response():
-                    self._observe(msg)
-                    if on_stream is not None and self._answered is None:
-                        shown = streamer.feed(msg)
-                        if shown is not None:
-                            on_stream(shown, not streamer.in_text)
-                    answer = watch.feed(msg) if on_answer is not None and self._answered is None else None
-                    if answer is not None and not self.stopping.is_set():
-                        on_answer(answer)
-                        self._answered = answer
-                    if isinstance(msg, StreamEvent):
-                        continue
-                    if isinstance(msg, AssistantMessage) and msg.parent_tool_use_id is None:
-                        texts = [b.text for b in msg.content if isinstance(b, TextBlock)]
-                        if texts:
-                            last_text = texts
-                        if isinstance(msg.usage, dict):
-                            self.context_tokens = sum(int(msg.usage.get(k) or 0) for k in CONTEXT_FIELDS)
-                    elif isinstance(msg, ResultMessage):
-                        if msg.is_error:
-                            result.error = short_reason(msg.api_error_status, msg.result or
-                                                        "; ".join(msg.errors or []), msg.subtype)
-                            result.status = msg.api_error_status
-                        else:
-                            result.text = msg.result if msg.result is not None else "\n".join(last_text)
-                            if self._answered is not None and result.text != self._answered:
-                                log.warning("the result's text is not the answer sent when the model ended its turn")
+                    handle(msg)
+                while self._steers and not result.error:  # a steer the CLI runs as a turn of its own
+                    if not await self._read_on(handle):
+                        log.warning("a steered message was not taken up by the CLI")
+                        break
         except TimeoutError:
             log.warning("turn exceeded %.0f s; interrupting", self.config.turn_timeout_s)
             result = TurnResult(error=f"it took longer than {self.config.turn_timeout_s:.0f} s and was stopped",
@@ -338,6 +381,18 @@ class ClaudeProvider:
             result = TurnResult(error="the agent process stopped unexpectedly")
             await self._drop_client()
         return result
+
+    async def _read_on(self, handle) -> bool:
+        """The next response, to its result; False when the CLI starts none within STEER_WAIT_S."""
+        messages = self.client.receive_response().__aiter__()
+        try:
+            first = await asyncio.wait_for(messages.__anext__(), STEER_WAIT_S)
+        except (TimeoutError, StopAsyncIteration):
+            return False
+        handle(first)
+        async for msg in messages:
+            handle(msg)
+        return True
 
     async def _send(self, prompt: str, blocks: list[dict]) -> None:
         """Hand the prompt to the CLI; one that died while idle is started again, once."""

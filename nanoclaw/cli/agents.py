@@ -10,7 +10,7 @@ from ..db import announce
 from ..inbound.wiring import WiringError, guess_kind, resolve_engage
 from ..lifecycle.image_prune import forget_agent
 from ..models import (CHAT_KINDS, ENGAGE_MODES, IGNORED_POLICIES, SENDER_SCOPES, UNKNOWN_SENDER_POLICIES, VOICE_MODES,
-                      AgentGroup, AgentGroupMember, MessagingGroup, Session, User, UserRole, Wiring, audit)
+                      WHILE_BUSY, AgentGroup, AgentGroupMember, MessagingGroup, Session, User, UserRole, Wiring, audit)
 from ..security import folder_problem, slugify, write_text_nofollow
 from ..sessions import store
 from .base import (CHAT_ID_ARGS, Mistake, channel_names, command, get_agent, group, native_id, parse_user_id,
@@ -158,11 +158,14 @@ def _kind_default(existing: MessagingGroup | None, kind: str | None, channel: st
               help="Whether the answer is shown in the chat as it is written, in one message edited in place "
                    "(a draft where the platform has them); the finished answer still comes as a new message "
                    "(default on).")
+@click.option("--while-busy", "while_busy", type=click.Choice(WHILE_BUSY),
+              help="A message sent while the agent works: queue (the next turn; default), steer (taken into "
+                   "the running turn, marked 👀), or interrupt (the turn stops and a new one answers both).")
 @click.option("--voice", type=click.Choice(VOICE_MODES),
               help="Answers as voice notes too, when NANOCLAW_TTS_URL is set: auto (default) answers a voice "
                    "note with one, always, or never.")
 def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ignored, unknown_senders, name,
-         progress, stream, voice):
+         progress, stream, while_busy, voice):
     """Wire the chat (CHANNEL, CHAT_ID) to an agent, or update an existing wiring.
 
     \b
@@ -196,6 +199,8 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
             values["progress"] = progress == "on"
         if stream is not None:
             values["stream"] = stream == "on"
+        if while_busy is not None:
+            values["while_busy"] = while_busy
         if voice is not None:
             values["voice"] = voice
         if wiring is None:
@@ -207,7 +212,8 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
         audit("cli", f"wiring.{'create' if verb == 'wired' else 'update'}", f"{channel}:{chat_id}",
               agent=agent_folder, kind=chat_kind, **values)
     how = engage_settings.engage_mode + (f" {engage_settings.engage_pattern!r}" if engage_settings.engage_pattern else "")
-    changed = {k: v for k, v in (("progress", progress), ("stream", stream), ("voice", voice)) if v is not None}
+    changed = {k: v for k, v in (("progress", progress), ("stream", stream), ("while_busy", while_busy),
+                                 ("voice", voice)) if v is not None}
     if changed:  # the chat's sessions follow at once (their sandboxes read it at start too)
         for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
             for key, value in changed.items():
@@ -215,6 +221,7 @@ def wire(channel, chat_id, agent_folder, kind, engage, pattern, sender_scope, ig
     click.echo(f"{verb} {channel}:{chat_id} ({chat_kind}) -> {agent_folder}: engage {how}, "
                f"senders {engage_settings.sender_scope}, ignored {engage_settings.ignored_message_policy}"
                + (f", progress {progress}" if progress else "") + (f", stream {stream}" if stream else "")
+               + (f", while busy {while_busy}" if while_busy else "")
                + (f", voice {voice}" if voice else ""))
 
 

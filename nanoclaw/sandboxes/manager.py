@@ -59,7 +59,7 @@ def chat_options_of(agent_group_id: int, session_id: str) -> dict[str, str]:
     wiring = session and session.messaging_group_id and Wiring.get_or_none(
         Wiring.agent_group == agent_group_id, Wiring.messaging_group == session.messaging_group_id)
     return {"progress": "on" if wiring and wiring.progress else "off", "voice": wiring.voice if wiring else "never",
-            "stream": "on" if wiring and wiring.stream else "off"}
+            "stream": "on" if wiring and wiring.stream else "off", "while_busy": wiring.while_busy if wiring else "queue"}
 
 
 def sandbox_name(install_id: str, folder: str, session_id: str) -> str:

@@ -228,7 +228,8 @@ def wiring_form() -> WiringForm:
                       engage=engage, pattern=(f.get("pattern") or None) if engage == "pattern" else None,
                       sender_scope=f.get("sender_scope") or "all", ignored=f.get("ignored") or "drop",
                       unknown_senders=f.get("unknown_senders") or None, name=f.get("name") or None,
-                      why=f.get("why"), voice=f.get("voice") or None, stream=f.get("stream") or None)
+                      why=f.get("why"), voice=f.get("voice") or None, stream=f.get("stream") or None,
+                      while_busy=f.get("while_busy") or None)
 
 
 @bp.get("/admin/wirings")

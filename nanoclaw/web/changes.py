@@ -10,7 +10,8 @@ from flask import current_app
 from .. import platforms
 from ..db import database
 from ..inbound.wiring import WiringError, resolve_engage
-from ..models import CHAT_KINDS, UNKNOWN_SENDER_POLICIES, VOICE_MODES, AgentGroup, MessagingGroup, Session, Wiring, audit
+from ..models import (CHAT_KINDS, UNKNOWN_SENDER_POLICIES, VOICE_MODES, WHILE_BUSY, AgentGroup, MessagingGroup, Session,
+                      Wiring, audit)
 from ..sessions import store
 from ..mounts import (MountRefused, MountRequest, current_allowlist, declared_mounts, protected_paths, save_mounts,
                       validate_mount)
@@ -56,7 +57,8 @@ def wiring_state(mg: MessagingGroup | None, wiring: Wiring | None) -> dict:
         state.update(kind=mg.kind, name=mg.name, strangers=mg.unknown_sender_policy)
     if wiring is not None:
         state.update(engage=wiring.engage_mode, pattern=wiring.engage_pattern, senders=wiring.sender_scope,
-                     ignored=wiring.ignored_message_policy, voice=wiring.voice, stream=wiring.stream)
+                     ignored=wiring.ignored_message_policy, voice=wiring.voice, stream=wiring.stream,
+                     while_busy=wiring.while_busy)
     return state
 
 
@@ -78,6 +80,7 @@ class WiringForm:
     why: str | None = None
     voice: str | None = None
     stream: str | None = None   # on | off
+    while_busy: str | None = None
 
 
 def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | None = None) -> tuple[Wiring, bool]:
@@ -91,6 +94,9 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         raise ChangeRefused("the chat id is empty")
     if form.unknown_senders and form.unknown_senders not in UNKNOWN_SENDER_POLICIES:
         raise ChangeRefused(f"unknown policy for strangers {form.unknown_senders!r}")
+    if form.while_busy and form.while_busy not in WHILE_BUSY:
+        raise ChangeRefused(f"unknown choice for a message while busy {form.while_busy!r}; use one of: "
+                            f"{', '.join(WHILE_BUSY)}")
     if form.stream and form.stream not in ("on", "off"):
         raise ChangeRefused(f"streaming is 'on' or 'off', not {form.stream!r}")
     if form.voice and form.voice not in VOICE_MODES:
@@ -113,6 +119,8 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         values["voice"] = form.voice
     if form.stream:
         values["stream"] = form.stream == "on"
+    if form.while_busy:
+        values["while_busy"] = form.while_busy
     with database.atomic():
         before = wiring_state(mg, mg and Wiring.get_or_none(Wiring.messaging_group == mg, Wiring.agent_group == agent))
         if mg is None:
@@ -134,7 +142,7 @@ def save_wiring(actor: str, agent: AgentGroup, form: WiringForm, scope: Scope | 
         audit(actor, "wiring.create" if created else "wiring.update", f"{channel}:{chat_id}", agent=agent.folder,
               kind=kind, unknown_senders=mg.unknown_sender_policy, via="web", why=clean_why(form.why),
               diff=field_diff(before, wiring_state(mg, wiring)), **values)
-    options = {k: v for k, v in (("voice", form.voice), ("stream", form.stream)) if v}
+    options = {k: v for k, v in (("voice", form.voice), ("stream", form.stream), ("while_busy", form.while_busy)) if v}
     if options:  # the chat's sessions follow at once (their sandboxes read it at start too)
         for session in Session.select().where(Session.agent_group == agent, Session.messaging_group == mg):
             for key, value in options.items():
