@@ -7,7 +7,8 @@ warm overhead = (message accepted by the router → reply handed to the channel 
                 runner notices → real SDK + CLI → proxy → fake model → outbound.db →
                 background delivery thread → adapter. The proxy is its own program
                 (`python -m nanoclaw.proxy`, as under `make run`); --proxy-in-process runs it in
-                the bench's process instead, as this bench did before 2026-11-25.
+                the bench's process instead, as this bench did before 2026-11-25. --stream-off wires
+                the chat with streaming off (on is the default: the runner writes the answer so far).
 cold start    = wake (sandbox start) → first model request at the fake.
 baseline      = the same fake, called by a bare ClaudeSDKClient on the host (no sandbox, no proxy,
                 no databases, no tools): the floor the SDK itself costs, measured in this run.
@@ -209,7 +210,8 @@ def measure(runtime_name: str, runtime, settings, model: FakeModel, n: int, host
     agent = AgentGroup.create(name="Bench", folder=f"bench-{runtime_name}")
     mg = MessagingGroup.create(channel_type="bench", platform_id=agent.folder, kind="dm",
                                unknown_sender_policy="public")
-    Wiring.create(messaging_group=mg, agent_group=agent, engage_mode="pattern", engage_pattern=".")
+    Wiring.create(messaging_group=mg, agent_group=agent, engage_mode="pattern", engage_pattern=".",
+                  stream="--stream-off" not in sys.argv)  # on, the default: the runner writes the answer so far
     if proxy_env is None:
         door = ProxyServer(settings, lambda: [agent.folder]).start()
         door.ensure_socket(agent.folder)

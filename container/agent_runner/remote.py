@@ -51,6 +51,8 @@ BACKOFF_MAX_S = 5.0
 BACKOFF_FIRST_S = 0.2
 PUSH_BYTES = 8 << 20  # rows per push, as sent (a larger row goes as a note that it was too large)
 ROW_CONTENT = 4 << 20  # one row's content, as the door takes it (mirror.MAX_CONTENT)
+STREAM_PUSH_S = float(os.environ.get("NANOCLAW_PROGRESS_EDIT_S") or 3)  # the answer so far, at most this often
+MAX_STREAM = 65536  # characters of it (the door's mirror.MAX_STREAM)
 ACKS_PER_PUSH = 5000  # ack changes per push; the rest go with the next (the door takes 20,000)
 
 
@@ -86,6 +88,7 @@ class RemoteSession:
         self._inbox: dict | None = None  # the door's mark of the inbox files we have (changed up to when)
         self._host_seq = 0
         self._confirmed: dict = {}  # state, container, keep_from_seq and heartbeat as the door last took them
+        self._stream_pushed = 0.0  # when the answer so far last went up (STREAM_PUSH_S)
         self._sent_outbox: set[tuple[str, int]] = set()
         self._sent_files: dict[str, dict] = {}
         self._known: dict[str, dict[str, str]] = {}  # part -> rel -> sha256 of the content the host has from us
@@ -241,9 +244,7 @@ class RemoteSession:
             changed, gone, upto = self._ack_changes()
             now = {
                 "state": [dict(r) for r in conn.execute("SELECT * FROM session_state")],
-                "container": next((dict(r) for r in conn.execute(
-                    "SELECT current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject "
-                    "FROM container_state WHERE id = 1")), None),
+                "container": self._container(conn),
                 "keep_from_seq": conn.execute("SELECT MIN(seq) FROM messages_out").fetchone()[0],
             }
             moved = {k: v for k, v in now.items() if self._confirmed.get(k, ...) != v}
@@ -258,6 +259,23 @@ class RemoteSession:
             if upto:  # the door has these: a claim changed again meanwhile has a newer entry, kept
                 self._out.execute("DELETE FROM changes WHERE seq <= ?", (upto,))
                 self._files_due = True  # a turn began or ended: its files go up now
+
+    def _container(self, conn) -> dict | None:
+        """The container state to push: the answer so far (stream_for, stream_text) at most every
+        STREAM_PUSH_S, as the host edits its live message no more often; the rest as it is."""
+        row = next((dict(r) for r in conn.execute(
+            "SELECT current_tool, tool_declared_timeout_ms, tool_started_at, tool_subject, stream_for, stream_text "
+            "FROM container_state WHERE id = 1")), None)
+        if row is None:
+            return None
+        row["stream_text"] = (row["stream_text"] or "")[:MAX_STREAM] or None
+        sent = self._confirmed.get("container") or {}
+        moved = (row["stream_for"], row["stream_text"]) != (sent.get("stream_for"), sent.get("stream_text"))
+        if moved and row["stream_text"] and time.monotonic() - self._stream_pushed < STREAM_PUSH_S:
+            row["stream_for"], row["stream_text"] = sent.get("stream_for"), sent.get("stream_text")
+        elif moved:
+            self._stream_pushed = time.monotonic()
+        return row
 
     def _ack_changes(self) -> tuple[list[dict], list[str], int]:
         """Claims and outcomes changed since the door's last confirmation, at most ACKS_PER_PUSH

@@ -5,8 +5,8 @@ The answer so far comes from the runner (container_state.stream_text, for the me
 stream.py); the status line from the runner's few words for the tool it runs (tool_subject). Both
 are the agent's side, so the host only ever shows them in this one message of its own, in the turn's
 own chat (the host's record of the message being answered); the status words are cleaned and cut.
-- The message appears once the answer has been streaming STREAM_AFTER_S (so a quick answer never
-  shows twice), or, with no text yet, once the turn has run NANOCLAW_PROGRESS_AFTER_S (10 s):
+- The message appears once the answer has been streaming STREAM_AFTER_S and grew meanwhile (so a
+  quick answer, even one a loaded machine is slow to finish, never shows twice), or, with no text yet, once the turn has run NANOCLAW_PROGRESS_AFTER_S (10 s):
   "⏳ Working… 0:42 · running `pytest`". A Telegram private chat gets a draft instead
   (sendMessageDraft: no message at all, refreshed while a tool runs), shown at once.
 - Edits: at most once every NANOCLAW_PROGRESS_EDIT_S per chat, never before a 429's retry_after,
@@ -100,6 +100,8 @@ class Status:
     in_flight: bool = False
     draft: bool = False                # a Telegram private chat: drafts, no message
     stream_since: float | None = None  # when the answer was first seen streaming
+    stream_first: str = ""             # the text first seen: a live message needs the answer to grow past it
+    stream_grew: bool = False
     edits: int = 0
     broken: bool = False               # the platform refused: no more calls for this turn
     ended: bool = False                # the turn ended while a call was in flight: that call finishes it
@@ -114,14 +116,15 @@ def next_step(status: Status, now: float, text: str, *, after_s: float, last_edi
         return None
     if len(text) > limit:
         return "break"
-    if status.draft:
-        if not streaming and now - status.since < after_s:
+    if status.draft:  # at once, but not for a quick answer (a draft arriving after it would linger)
+        if not (streaming and status.stream_grew) and now - status.since < after_s:
             return None
         due = last_edit is None or now - last_edit >= edit_every_s
         fresh = text != status.text or now - (last_edit or 0.0) >= DRAFT_REFRESH_S
         return "edit" if due and fresh else None
     if status.shown is None:
-        streamed_enough = streaming and status.stream_since is not None and now - status.stream_since >= STREAM_AFTER_S
+        streamed_enough = (streaming and status.stream_grew and status.stream_since is not None
+                           and now - status.stream_since >= STREAM_AFTER_S)
         return "show" if streamed_enough or now - status.since >= after_s else None
     if not worth_editing(status.text, text) or (max_edits is not None and status.edits >= max_edits):
         return None
@@ -164,7 +167,11 @@ class Progress:
                                                                    adapter, now)
             stream = stream_text(conn, message_in_id) if wants[1] else ""
             if stream and status.stream_since is None:
-                status.stream_since = now
+                status.stream_since, status.stream_first = now, stream
+            elif stream and stream != status.stream_first:
+                status.stream_grew = True
+            if not status.stream_grew:
+                stream = ""  # one text that never grew is a quick answer: its own message will say it
             line = status_text(now - status.since, tool_subject(conn)) if wants[0] or stream else None
             if stream and not tool_subject(conn):
                 line = None  # the text is the news: a status line only while a tool runs

@@ -28,6 +28,7 @@ MAX_STATE = 200
 MAX_TEXT = 256          # ids, times, kinds, names
 MAX_ADDRESS = 1024      # channel type, platform id, thread id
 MAX_CONTENT = 4 << 20   # one message's JSON
+MAX_STREAM = 65536      # the answer so far (container_state.stream_text), characters
 # A push is what the runner sends (agent_runner.remote: PUSH_BYTES of rows, ACKS_PER_PUSH acks)
 # and room for the rest; its values bound what decoding it builds (bodies.py).
 MAX_PUSH = 10 << 20
@@ -86,6 +87,8 @@ class _Container(msgspec.Struct):
     tool_declared_timeout_ms: Int62 | None = None
     tool_started_at: Text | None = None
     tool_subject: Address | None = None
+    stream_for: Text | None = None
+    stream_text: Annotated[str, msgspec.Meta(max_length=MAX_STREAM)] | None = None
 
 
 class _Shape(msgspec.Struct):
@@ -139,7 +142,7 @@ def _push(shape: _Shape) -> Push:
     push.state = None if shape.state is None else [(s.key, s.value) for s in shape.state]
     c = shape.container
     push.container = None if c is None else (c.current_tool, c.tool_declared_timeout_ms, c.tool_started_at,
-                                             c.tool_subject)
+                                             c.tool_subject, c.stream_for, c.stream_text)
     push.keep_from_seq = shape.keep_from_seq
     push.heartbeat = shape.heartbeat
     return push
@@ -183,10 +186,11 @@ def apply(conn: sqlite3.Connection, push: Push) -> tuple[int, int]:
             conn.executemany("INSERT OR REPLACE INTO session_state (key, value) VALUES (?, ?)", push.state)
         if push.container is not None:
             conn.execute("INSERT INTO container_state (id, current_tool, tool_declared_timeout_ms, tool_started_at,"
-                         " tool_subject) VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                         "current_tool = excluded.current_tool, tool_declared_timeout_ms = "
+                         " tool_subject, stream_for, stream_text) VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO "
+                         "UPDATE SET current_tool = excluded.current_tool, tool_declared_timeout_ms = "
                          "excluded.tool_declared_timeout_ms, tool_started_at = excluded.tool_started_at, "
-                         "tool_subject = excluded.tool_subject", push.container)
+                         "tool_subject = excluded.tool_subject, stream_for = excluded.stream_for, "
+                         "stream_text = excluded.stream_text", push.container)
         top = max_seq(conn)
         conn.execute("COMMIT")
     except BaseException:

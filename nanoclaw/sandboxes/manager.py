@@ -86,6 +86,7 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         "NANOCLAW_KEEP_MESSAGES_DAYS": str(settings.keep_messages_days),
         "NANOCLAW_FREEZE_IDLE_S": str(settings.freeze_idle_s),
         "NANOCLAW_SESSION_ID": session_id,
+        "NANOCLAW_PROGRESS_EDIT_S": str(settings.progress_edit_s),  # a remote runner pushes its stream no faster
         # names, never values: the runner refuses to propose these as secrets (the host checks again)
         "NANOCLAW_RESERVED_SECRET_PREFIXES": ",".join(proposal_rules.reserved()),
         "TZ": settings.timezone,

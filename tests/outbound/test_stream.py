@@ -74,12 +74,16 @@ def test_the_live_message_is_the_answer_and_a_status_line_only_while_a_tool_runs
 
 
 def test_a_quick_answer_never_shows_a_live_message_and_a_draft_shows_at_once():
-    status = Status("m1", Target("live", "-5"), since=0.0, stream_since=0.0)
+    status = Status("m1", Target("live", "-5"), since=0.0, stream_since=0.0, stream_first="Hi")
     kw = dict(after_s=10.0, last_edit=None, edit_every_s=3.0, blocked_until=0.0, streaming=True)
+    assert next_step(status, 5.0, "Hi", **kw) is None  # one text, however long it stood: a quick answer
+    status.stream_grew = True
     assert next_step(status, 0.3, "Hi", **kw) is None
     assert next_step(status, 0.6, "Hi", **kw) == "show"
-    assert next_step(Status("m1", Target("live", "5"), since=0.0, draft=True, stream_since=0.0), 0.01, "Hi", **kw) \
-        == "edit"
+    draft = Status("m1", Target("live", "5"), since=0.0, draft=True, stream_since=0.0, stream_first="Hi")
+    assert next_step(draft, 0.01, "Hi", **kw) is None
+    draft.stream_grew = True
+    assert next_step(draft, 0.01, "Hi there", **kw) == "edit"
     assert next_step(status, 0.6, "x" * 5000, **kw) == "break"
 
 

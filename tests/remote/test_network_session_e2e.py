@@ -88,3 +88,20 @@ def test_the_agent_whose_shared_file_lost_to_another_sandbox_is_told_in_its_next
         svc.post(message(111, OWNER, "three"))
         svc.wait(lambda: len(texts(svc.tg, 111)) >= 3, timeout=90, what="the third answer")
         assert texts(svc.tg, 111) == ["answer to one", "answer to two", "answer to three (told)"]
+
+
+def test_a_sandbox_on_another_machine_streams_its_answer_through_the_door(make_settings, sqlite_url):
+    """The answer so far goes up with the runner's pushes (at most every NANOCLAW_PROGRESS_EDIT_S) and
+    shows as drafts in the owner's private chat before the finished answer arrives, once."""
+    answer = " ".join(f"r{i:03x}" for i in range(240))  # 7 s at one word every 30 ms
+
+    def script(req):
+        return Reply.say(answer, chunk_delay_s=0.03) if "write" in req.current_prompt() else Reply.say("Hi.")
+    with sandbox_service(make_settings, sqlite_url, script, runtime="docker", NANOCLAW_PROGRESS_EDIT_S=1,
+                         **network(free_port())) as svc:
+        owner_dm(svc)
+        svc.post(message(111, OWNER, "write it"))
+        svc.wait(lambda: answer in texts(svc.tg, 111), timeout=120, what="the answer")
+        drafts = [d["text"] for d in svc.tg.calls("sendMessageDraft")]
+        assert len(drafts) >= 2 and all(answer.startswith(d) and d != answer for d in drafts), drafts
+        assert texts(svc.tg, 111).count(answer) == 1
