@@ -18,7 +18,7 @@ GROUPS = (
      "tests/platforms/test_telegram_poll_e2e.py", "tests/platforms/test_slack_socket_e2e.py",
      "tests/outbound/test_progress_e2e.py", "tests/inbound/test_commands_e2e.py", "tests/lifecycle/test_retention.py",
      "tests/memory/test_memory_e2e.py", "tests/operator/test_capabilities_page.py", "tests/operator/test_packages.py",
-     "tests/internet/test_web_read_e2e.py"),
+     "tests/internet/test_web_read_e2e.py", "tests/lifecycle/test_stream_faults_e2e.py"),
     ("tests/lifecycle/test_faults_e2e.py", "tests/remote/test_remote_engine_e2e.py",
      "tests/platforms/test_signal_owner_e2e.py",
      "tests/remote/test_gate.py", "tests/platforms/test_slack_socket.py", "tests/approvals/test_questions.py",
