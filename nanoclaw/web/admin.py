@@ -307,12 +307,18 @@ def sessions():
                            build=runtime_setup.BUILD)
 
 
-@bp.post("/admin/sessions/<session_id>/stop")
-def session_stop(session_id: str):
+def session_for_write(session_id: str) -> Session:
+    """The session, when this person may change its agent (404 or 403 otherwise)."""
     s = Session.get_or_none(Session.id == session_id)
     if s is None:
         abort(404)
     writable_agent(s.agent_group_id)
+    return s
+
+
+@bp.post("/admin/sessions/<session_id>/stop")
+def session_stop(session_id: str):
+    s = session_for_write(session_id)
     mgr = manager()
     if mgr is None:
         flash("This process does not run the sandboxes; stop it where the service runs.", "error")
@@ -327,10 +333,7 @@ def session_stop(session_id: str):
 
 @bp.post("/admin/sessions/<session_id>/stop-turn")
 def session_stop_turn(session_id: str):
-    s = Session.get_or_none(Session.id == session_id)
-    if s is None:
-        abort(404)
-    writable_agent(s.agent_group_id)
+    s = session_for_write(session_id)
     path = store.session_path(settings().sessions_dir, s.agent_group.folder, s.id)
     turn = stopping.stop_session(path, settings())
     if turn is None:

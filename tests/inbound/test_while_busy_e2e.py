@@ -8,10 +8,8 @@ import json
 
 import pytest
 
-from nanoclaw.models import Session
-from nanoclaw.sessions import session_schema as schema
-from nanoclaw.sessions.store import session_path
 from tests.fakes.model_api import Reply
+from tests.inbound.test_stop_e2e import inbound_statuses
 from tests.inbound.test_intake import ANNA, SETUP
 from tests.tg_flow import message, sandbox_service, texts
 
@@ -30,16 +28,6 @@ def brain(req) -> Reply:
     return Reply.say("Here is the summary.")
 
 
-def statuses(settings) -> dict[str, str]:
-    session = Session.get()
-    path = session_path(settings.sessions_dir, "andy", session.id) / "host" / schema.INBOUND
-    conn = schema.connect(path, readonly=True)
-    try:
-        return {json.loads(r[0])["text"]: r[1] for r in conn.execute("SELECT content, status FROM messages_in")}
-    finally:
-        conn.close()
-
-
 @pytest.mark.parametrize("mode", ["steer", "interrupt"])
 def test_a_message_sent_mid_turn_is_answered_in_one_answer(make_settings, sqlite_url, mode):
     with sandbox_service(make_settings, sqlite_url, brain) as svc:
@@ -51,7 +39,7 @@ def test_a_message_sent_mid_turn_is_answered_in_one_answer(make_settings, sqlite
                  what="the turn two steps in")
         svc.post(message(4242, ANNA, SECOND))
         svc.wait(lambda: any("with a title" in t for t in texts(svc.tg, 4242)), timeout=120, what="the answer")
-        svc.wait(lambda: set(statuses(svc.settings).values()) == {"completed"}, timeout=60,
+        svc.wait(lambda: set(inbound_statuses(svc.settings).values()) == {"completed"}, timeout=60,
                  what="both messages answered")
         answers = [t for t in texts(svc.tg, 4242) if not t.startswith("⏳")]
         assert answers == ["Here is the summary, with a title."], answers  # one answer, never two
