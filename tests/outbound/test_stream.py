@@ -223,3 +223,14 @@ def test_one_live_message_only_the_answers_text_and_gone_at_the_end(tmp_path_fac
     assert db.execute("SELECT COUNT(*) FROM status_messages").fetchone()[0] == 0
     db.close()
     out.close()
+
+
+def test_a_platform_that_caps_edits_gets_no_more_than_its_cap():
+    from nanoclaw.platforms.signal.adapter import SignalAdapter
+    cap = SignalAdapter.max_edits
+    status = Status("m1", Target("signal", "+15550001"), since=0.0, shown="1", text="a", stream_grew=True)
+    kw = dict(after_s=10.0, last_edit=None, edit_every_s=3.0, blocked_until=0.0, streaming=True, max_edits=cap)
+    status.edits = cap - 1
+    assert next_step(status, 1.0, "a" + "b" * MIN_GROWTH, **kw) == "edit"
+    status.edits = cap
+    assert next_step(status, 1.0, "a" + "b" * MIN_GROWTH, **kw) is None  # Signal's clients show 10 at most
