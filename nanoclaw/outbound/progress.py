@@ -15,8 +15,9 @@ own chat (the host's record of the message being answered); the status words are
   stops the live message for that turn (the answer is unaffected).
 - When the turn ends the finished answer is delivered as a new message (delivery's claim: exactly
   once, and it notifies), and the live message is deleted (edited to a one-line summary where a
-  platform cannot delete); a turn stopped with /stop keeps its text, ending "(stopped)". A call still
-  in flight when the turn ends removes the message when it returns.
+  platform cannot delete); a turn stopped with /stop keeps its text, ending "(stopped)", and one tried
+  again (a new claim of its message) keeps it ending "(interrupted)" while the new attempt streams into
+  a new message. A call still in flight when the turn ends removes the message when it returns.
 `wire … --progress off` turns the status line off, `--stream off` the streamed text (the session's
 `options`); a scheduled task's run shows neither unless the task asked for progress. A platform that
 cannot edit (WhatsApp) keeps the typing indicator only.
@@ -74,6 +75,7 @@ MIN_GROWTH = 40          # characters of new text worth an edit (the status line
 DRAFT_REFRESH_S = 20.0   # a Telegram draft fades after about 30 s: shown again while a tool runs
 DEFAULT_LIMIT = 4000     # characters a live message may hold where the platform names no limit
 STOPPED_MARK = "(stopped)"
+INTERRUPTED_MARK = "(interrupted)"  # the turn was tried again: its new attempt streams into a new message
 
 
 def compose(stream: str, status: str | None) -> str:
@@ -106,6 +108,8 @@ class Status:
     broken: bool = False               # the platform refused: no more calls for this turn
     ended: bool = False                # the turn ended while a call was in flight: that call finishes it
     stream: str = ""                   # the streamed part of what is shown
+    claim: str | None = None           # when the runner claimed the message: a new claim is a retried turn
+    interrupted: bool = False          # ended by a retry: what it showed stays, marked "(interrupted)"
 
 
 def next_step(status: Status, now: float, text: str, *, after_s: float, last_edit: float | None,
@@ -147,8 +151,12 @@ class Progress:
         found = claimed_chat_message(conn, tasks_asking_progress=True)
         with self._lock:
             status = self._status.get(session_path)
-            if found is None or (status is not None and status.message_in_id != found[0]):
+            claim = claimed_at(conn, found[0]) if found is not None else None
+            retried = status is not None and found is not None and status.message_in_id == found[0] \
+                and status.claim is not None and claim != status.claim
+            if found is None or retried or (status is not None and status.message_in_id != found[0]):
                 if status is not None:
+                    status.interrupted = retried
                     self._status.pop(session_path, None)
                     if status.in_flight:
                         status.ended = True  # the call under way removes the message when it returns
@@ -164,7 +172,8 @@ class Progress:
                 return
             adapter = get_adapter(target.channel_type, self.settings)
             status = self._status.get(session_path) or self._begin(conn, session_path, message_in_id, target,
-                                                                   adapter, now)
+                                                                   adapter, now, adopt=not retried)
+            status.claim = status.claim or claim
             stream = stream_text(conn, message_in_id) if wants[1] else ""
             if stream and status.stream_since is None:
                 status.stream_since, status.stream_first = now, stream
@@ -193,12 +202,13 @@ class Progress:
         fn = self._draft if status.draft else self._show if step == "show" else self._edit
         self._submit(fn, session_path, status, (text, stream))
 
-    def _begin(self, conn, session_path: Path, message_in_id: str, target: Target, adapter, now: float) -> Status:
-        """A turn's status, taking up the message a restarted host showed for it."""
+    def _begin(self, conn, session_path: Path, message_in_id: str, target: Target, adapter, now: float,
+               adopt: bool = True) -> Status:
+        """A turn's status, taking up the message a restarted host showed for it (not a retried turn's)."""
         status = Status(message_in_id, target, now, draft=bool(getattr(adapter, "drafts", lambda _t: False)(target)))
         row = conn.execute("SELECT platform_message_id, text FROM status_messages WHERE message_in_id = ?",
                            (message_in_id,)).fetchone()
-        if row is not None and not status.draft:
+        if row is not None and not status.draft and adopt:
             status.shown, status.text = row[0], row[1] or ""
         self._status[session_path] = status
         return status
@@ -277,8 +287,9 @@ class Progress:
             try:
                 stopped = status.message_in_id in turns_stopped(session_path)
                 remove = getattr(adapter, "delete_message", None)
-                if stopped and status.stream:  # what was written stays, marked as cut short on purpose
-                    adapter.edit_text(status.target, status.shown, f"{status.stream}\n\n{STOPPED_MARK}")
+                if (stopped or status.interrupted) and status.stream:  # what was written stays, marked
+                    mark = STOPPED_MARK if stopped else INTERRUPTED_MARK
+                    adapter.edit_text(status.target, status.shown, f"{status.stream}\n\n{mark}")
                 elif remove is not None:
                     remove(status.target, status.shown)
                 else:
@@ -286,7 +297,7 @@ class Progress:
             except Exception as exc:  # a courtesy: logged, never retried
                 log.info("live message in %s not removed: %s", status.target,
                          str(exc).splitlines()[0] if str(exc) else exc)
-        store.forget_status_message(session_path, status.message_in_id)
+        store.forget_status_message(session_path, status.message_in_id, status.shown or None)
 
     def _failed(self, status: Status, exc: Exception, broken: bool = False) -> None:
         with self._lock:
@@ -301,6 +312,16 @@ class Progress:
 def draft_id(status: Status) -> int:
     """A non-zero draft id, the same for the whole turn (Telegram animates changes to one draft)."""
     return (zlib.crc32(status.message_in_id.encode()) & 0x7FFFFFFF) or 1
+
+
+def claimed_at(conn, message_in_id: str) -> str | None:
+    """When the runner claimed the message (its file: a changed time only ever starts a new live message)."""
+    try:
+        row = conn.execute("SELECT status_changed FROM ob.processing_ack WHERE message_id = ?",
+                           (message_in_id,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
 
 
 def turns_stopped(session_path: Path) -> set[str]:

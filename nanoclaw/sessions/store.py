@@ -413,8 +413,7 @@ def has_due_trigger(path: Path, now_iso: str | None = None) -> bool:
     return row is not None
 
 
-# --- the host's status message of a long turn, and the session's options (outbound/progress.py) ---
-
+# --- the host's live message of a turn, and the session's options (outbound/progress.py) ---
 def record_status_message(path: Path, message_in_id: str, target: Target, platform_message_id: str,
                           text: str | None = None) -> None:
     with _inbound(path) as conn:
@@ -424,10 +423,11 @@ def record_status_message(path: Path, message_in_id: str, target: Target, platfo
                       schema.utc_now_iso(), text))
 
 
-def forget_status_message(path: Path, message_in_id: str) -> None:
+def forget_status_message(path: Path, message_in_id: str, platform_message_id: str | None = None) -> None:
     if inbound_db(path).exists():
         with _inbound(path) as conn:
-            conn.execute("DELETE FROM status_messages WHERE message_in_id = ?", (message_in_id,))
+            conn.execute("DELETE FROM status_messages WHERE message_in_id = ? AND platform_message_id IS "
+                         "COALESCE(?, platform_message_id)", (message_in_id, platform_message_id))
 
 
 def set_option(path: Path, key: str, value: str | None) -> None:

@@ -234,3 +234,45 @@ def test_a_platform_that_caps_edits_gets_no_more_than_its_cap():
     assert next_step(status, 1.0, "a" + "b" * MIN_GROWTH, **kw) == "edit"
     status.edits = cap
     assert next_step(status, 1.0, "a" + "b" * MIN_GROWTH, **kw) is None  # Signal's clients show 10 at most
+
+
+def test_a_retried_turn_marks_its_earlier_message_interrupted_and_streams_into_a_new_one(tmp_path):
+    path, out = session(tmp_path)
+    settings = Settings.load(environ={"NANOCLAW_DATA_DIR": str(tmp_path), "TZ": "UTC"}, dotenv_path=tmp_path / "x")
+    LivePlatform.calls, LivePlatform.outcomes, LivePlatform.next_id = [], [], 0
+    live = Progress(settings)
+    live._pool = Deferred()
+    now = 0.0
+
+    def grow(text):
+        out.execute("INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, 'm1', ?) ON CONFLICT "
+                    "(id) DO UPDATE SET stream_for = 'm1', stream_text = excluded.stream_text", (text,))
+
+    def tick(dt):
+        nonlocal now
+        now += dt
+        db = schema.connect(store.inbound_db(path))
+        store.attach_outbound(db, path)
+        try:
+            live.tick(db, path, now)
+        finally:
+            db.close()
+        while live._pool.queue:
+            live._pool.run_one()
+
+    grow("w000 w001")
+    tick(0.1)
+    grow(ANSWER[:200])
+    tick(1.0)
+    [first] = [c for c in LivePlatform.calls if c[0] == "send"]
+    # the runner died; its successor claims the message again and starts the answer over
+    out.execute("UPDATE processing_ack SET status_changed = '2026-01-01T00:01:00.000Z'")
+    grow("w000")
+    tick(1.0)
+    assert ("edit", "ok", "1", ANSWER[:200].strip() + "\n\n(interrupted)") in LivePlatform.calls
+    grow(ANSWER[:300])
+    tick(1.0)
+    sends = [c for c in LivePlatform.calls if c[0] == "send"]
+    assert len(sends) == 2 and sends[0] == first and ANSWER.startswith(sends[1][2])
+    assert not [c for c in LivePlatform.calls if c[0] == "delete" and c[2] == "1"]  # kept, marked
+    out.close()

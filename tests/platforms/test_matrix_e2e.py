@@ -32,8 +32,13 @@ ASK = "mcp__nanoclaw__ask_user_question"
 MAKE_CHART = "python3 -c \"from PIL import Image; Image.new('RGB', (64, 48), 'teal').save('chart.png')\""
 
 
+ESSAY = " ".join(f"e{i:03x}" for i in range(200))  # 6 s at one word every 30 ms
+
+
 def brain(req):
     prompt, results = req.current_prompt(), req.turn_tool_results()
+    if "write the essay" in prompt:
+        return Reply.say(ESSAY, chunk_delay_s=0.03)
     if "[attachment: " in prompt and not results:
         line = next(l for l in prompt.splitlines() if l.startswith("[attachment: "))
         return Reply.call("Read", file_path=line[len("[attachment: "):].split(" (", 1)[0])
@@ -73,7 +78,8 @@ def matrix_service(make_settings, sqlite_url, synapse, tmp_path):
     bot = synapse.register(f"andy{uuid.uuid4().hex[:6]}")
     bot.set_name("Andy")
     matrix = {"MATRIX_HOMESERVER": synapse.url, "MATRIX_USER_ID": bot.user_id, "MATRIX_ACCESS_TOKEN": bot.token}
-    with sandbox_service(make_settings, sqlite_url, brain, NANOCLAW_SECRET_KEY=INSTALL_SECRET, **matrix) as svc:
+    with sandbox_service(make_settings, sqlite_url, brain, NANOCLAW_SECRET_KEY=INSTALL_SECRET,
+                         NANOCLAW_PROGRESS_EDIT_S=1, **matrix) as svc:
         server = make_server("127.0.0.1", 0, svc.app, threaded=True)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         settings = svc.settings
@@ -154,6 +160,26 @@ def test_pairing_by_dm_then_answers_and_files_both_ways(matrix):
                                    if e["content"].get("msgtype") == "m.image"), None), what="the chart")
     assert image["content"]["body"] == "the chart" and image["content"]["filename"] == "chart.png"
     assert Image.open(io.BytesIO(alice.download(image["content"]["url"]))).size == (64, 48)
+
+
+def test_a_long_answer_grows_in_one_message_then_arrives_whole_and_once(matrix):
+    svc = matrix
+    alice, room = dm_with_owner(svc)
+    alice.say(room, "write the essay")
+    wait_text(svc, alice, room, lambda t: t == ESSAY, "the answer")
+    bot = [e for e in alice.timeline(room, 400) if e["sender"] == svc.bot.user_id]
+    edits = [e for e in bot if (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.replace"]
+    assert len(edits) >= 2, bot  # one message, replaced (m.replace) as the answer grew
+    assert all(ESSAY.startswith(e["content"]["m.new_content"]["body"]) for e in edits)
+    assert len({e["content"]["m.relates_to"]["event_id"] for e in edits}) == 1
+    live = edits[0]["content"]["m.relates_to"]["event_id"]
+    answers = [e for e in bot if e["content"].get("body") == ESSAY and "m.relates_to" not in e["content"]]
+    assert len(answers) == 1  # the finished answer: a new message, once
+
+    def redacted():
+        return any(e["type"] == "m.room.redaction" and live in (e.get("redacts"), e["content"].get("redacts"))
+                   for e in alice.timeline(room, 400))
+    svc.wait(redacted, what="the growing message redacted")
 
 
 def test_invites_from_strangers_are_declined(matrix):

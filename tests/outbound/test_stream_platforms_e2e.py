@@ -1,0 +1,46 @@
+"""The answer streamed on Slack and Discord, end to end (the real runner in a bubblewrap sandbox, the
+scripted model writing word by word, each platform's fake at HTTP): a DM shows one message that grows
+(Slack `chat.update`, Discord's PATCH), the finished answer comes once as a new message, and the growing
+one is deleted. (Telegram: test_stream_e2e.py; Matrix against Synapse: tests/platforms/test_matrix_e2e.py.)"""
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.discord_api import BOT_ID, FakeDiscord
+from tests.fakes.discord_api import TOKEN as DISCORD_TOKEN
+from tests.fakes.model_api import Reply
+from tests.fakes.slack_api import TOKEN as SLACK_TOKEN, FakeSlack
+from tests.outbound.test_progress_e2e import Discord, Slack
+from tests.platforms.kits import DISCORD_KEY, SLACK_SECRET
+from tests.tg_flow import sandbox_service
+
+ANSWER = " ".join(f"s{i:03x}" for i in range(240))  # 7 s at one word every 30 ms
+
+
+def brain(req) -> Reply:
+    return Reply.say(ANSWER, chunk_delay_s=0.03) if "write" in req.current_prompt() else Reply.say("Hi.")
+
+
+@pytest.mark.parametrize("platform", ["slack", "discord"])
+def test_a_dm_sees_one_message_grow_then_the_answer_once(make_settings, sqlite_url, platform):
+    with FakeSlack() as slack, FakeDiscord() as discord, sandbox_service(
+            make_settings, sqlite_url, brain, NANOCLAW_PROGRESS_EDIT_S=1,
+            SLACK_BOT_TOKEN=SLACK_TOKEN, SLACK_SIGNING_SECRET=SLACK_SECRET, SLACK_API_BASE=slack.api,
+            SLACK_BOT_USER_ID="U0BOTANDY", DISCORD_BOT_TOKEN=DISCORD_TOKEN, DISCORD_API_BASE=discord.url,
+            DISCORD_PUBLIC_KEY=DISCORD_KEY.verify_key.encode().hex(), DISCORD_APPLICATION_ID=BOT_ID) as svc:
+        chat = Slack(svc, slack) if platform == "slack" else Discord(svc, discord)
+        svc.cli("agent", "create", "Andy")
+        svc.cli("user", "add", chat.user, "--role", "owner", "--name", "Olivia")
+        svc.cli("wire", platform, chat.chat, "andy", "--kind", "dm")
+        chat.say("hello")
+        svc.wait(lambda: any(t == "Hi." for _i, t in chat.sent()), timeout=120, what="the first answer")
+        chat.say("write the essay")
+        svc.wait(lambda: any(t == ANSWER for _i, t in chat.sent()), timeout=120, what="the answer")
+        live = [(i, t) for i, t in chat.sent() if t != ANSWER and t != "Hi." and ANSWER.startswith(t)]
+        assert len(live) == 1, chat.sent()  # one growing message, its first text a part of the answer
+        live_id = live[0][0]
+        grown = [t for i, t in chat.edits() if i == live_id]
+        assert len(grown) >= 2 and all(ANSWER.startswith(t) and t != ANSWER for t in grown), grown
+        assert [len(t) for t in grown] == sorted(len(t) for t in grown)
+        assert [t for _i, t in chat.sent()].count(ANSWER) == 1
+        svc.wait(lambda: live_id in chat.deleted(), what="the growing message deleted")
