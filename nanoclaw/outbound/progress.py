@@ -110,6 +110,8 @@ class Status:
     stream: str = ""                   # the streamed part of what is shown
     claim: str | None = None           # when the runner claimed the message: a new claim is a retried turn
     interrupted: bool = False          # ended by a retry: what it showed stays, marked "(interrupted)"
+    native: bool = False               # the platform's own stream (Slack in a channel's thread): append only
+    recipient: str | None = None       # who the answer is for (the host's record of the message's sender)
 
 
 def next_step(status: Status, now: float, text: str, *, after_s: float, last_edit: float | None,
@@ -185,18 +187,24 @@ class Progress:
             if stream and not tool_subject(conn):
                 line = None  # the text is the news: a status line only while a tool runs
             text = compose(stream, line)
+            native = status.native or (status.shown is None and not status.draft and bool(stream)
+                                       and getattr(adapter, "native_stream", lambda _t: False)(target))
+            if native:
+                text = stream  # the platform's stream holds the answer alone, and only ever grows
             chat = (target.channel_type, target.platform_id)
             step = next_step(status, now, text, after_s=self.settings.progress_after_s if wants[0] else float("inf"),
                              last_edit=self._last_edit.get(chat), edit_every_s=self.settings.progress_edit_s,
                              blocked_until=self._blocked.get(chat, 0.0), streaming=bool(stream),
                              max_edits=getattr(adapter, "max_edits", None),
                              limit=getattr(adapter, "stream_limit", DEFAULT_LIMIT))
+            if step == "edit" and status.native and not text.startswith(status.text):
+                step = "break"  # the text before a tool call was replaced: a stream cannot take that back
             if step == "break":
                 status.broken = True
-                log.info("live message in %s stopped: the answer is longer than the platform shows", target)
                 return
             if step is None:
                 return
+            status.native = native
             status.in_flight = True
             self._last_edit[chat] = now
         fn = self._draft if status.draft else self._show if step == "show" else self._edit
@@ -208,6 +216,9 @@ class Progress:
         status = Status(message_in_id, target, now, draft=bool(getattr(adapter, "drafts", lambda _t: False)(target)))
         row = conn.execute("SELECT platform_message_id, text FROM status_messages WHERE message_in_id = ?",
                            (message_in_id,)).fetchone()
+        sender = conn.execute("SELECT json_extract(content, '$.sender_id') FROM messages_in WHERE id = ? AND "
+                              "json_valid(content)", (message_in_id,)).fetchone()
+        status.recipient = sender[0] if sender and isinstance(sender[0], str) else None
         if row is not None and not status.draft and adopt:
             status.shown, status.text = row[0], row[1] or ""
         self._status[session_path] = status
@@ -247,7 +258,9 @@ class Progress:
     def _show(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
         text, stream = shown
         try:
-            pid = get_adapter(status.target.channel_type, self.settings).send_text(status.target, text)
+            adapter = get_adapter(status.target.channel_type, self.settings)
+            pid = (adapter.start_stream(status.target, status.recipient, text) if status.native
+                   else adapter.send_text(status.target, text))
             if pid:
                 store.record_status_message(session_path, status.message_in_id, status.target, str(pid), text)
             with self._lock:
@@ -260,7 +273,11 @@ class Progress:
     def _edit(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
         text, stream = shown
         try:
-            get_adapter(status.target.channel_type, self.settings).edit_text(status.target, status.shown, text)
+            adapter = get_adapter(status.target.channel_type, self.settings)
+            if status.native:
+                adapter.append_stream(status.target, status.shown, text[len(status.text):])
+            else:
+                adapter.edit_text(status.target, status.shown, text)
             with self._lock:
                 status.text, status.stream, status.edits = text, stream, status.edits + 1
             if stream:
@@ -287,9 +304,12 @@ class Progress:
             try:
                 stopped = status.message_in_id in turns_stopped(session_path)
                 remove = getattr(adapter, "delete_message", None)
-                if (stopped or status.interrupted) and status.stream:  # what was written stays, marked
-                    mark = STOPPED_MARK if stopped else INTERRUPTED_MARK
-                    adapter.edit_text(status.target, status.shown, f"{status.stream}\n\n{mark}")
+                mark = STOPPED_MARK if stopped else INTERRUPTED_MARK if status.interrupted else None
+                if status.native:  # the platform's stream ends first (the mark with it)
+                    self._end_stream(adapter, status, mark)
+                if mark and status.stream:  # what was written stays, marked
+                    if not status.native:
+                        adapter.edit_text(status.target, status.shown, f"{status.stream}\n\n{mark}")
                 elif remove is not None:
                     remove(status.target, status.shown)
                 else:
@@ -298,6 +318,15 @@ class Progress:
                 log.info("live message in %s not removed: %s", status.target,
                          str(exc).splitlines()[0] if str(exc) else exc)
         store.forget_status_message(session_path, status.message_in_id, status.shown or None)
+
+    @staticmethod
+    def _end_stream(adapter, status: Status, mark: str | None) -> None:
+        try:
+            if mark and status.stream:
+                adapter.append_stream(status.target, status.shown, f"\n\n{mark}")
+            adapter.stop_stream(status.target, status.shown)
+        except Exception as exc:  # already stopped, or gone: it is deleted next all the same
+            log.info("stream in %s not stopped: %s", status.target, str(exc).splitlines()[0] if str(exc) else exc)
 
     def _failed(self, status: Status, exc: Exception, broken: bool = False) -> None:
         with self._lock:

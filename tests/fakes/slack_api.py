@@ -46,6 +46,7 @@ class FakeSlack(FakePlatform):
         self.shared: dict[str, tuple[dict, bytes]] = {}  # files users shared: id -> (file object, bytes)
         self.users_info_delay = 0.0  # seconds users.info takes (a slow Slack)
         self.posted: list[dict] = []  # chat.postMessage's messages as stored, with their ts
+        self.streams: dict[str, dict] = {}  # chat.startStream's messages by ts: their text so far, streaming or not
         self.socket_url: str | None = None  # a FakeSocketMode's URL, for apps.connections.open
         self.users = {"U0ALICE01": {"id": "U0ALICE01", "name": "alice", "real_name": "Alice Example",
                                     "profile": {"display_name": "alice", "real_name": "Alice Example"}}}
@@ -166,6 +167,46 @@ class FakeSlack(FakePlatform):
             message["thread_ts"] = p["thread_ts"]
         self.posted.append({"channel": p["channel"], **message})
         return {"channel": p["channel"], "ts": message["ts"], "message": message}
+
+    def _chat_startStream(self, p):
+        """chat.startStream: a reply in a thread (thread_ts required); in a channel (not a DM, whose id
+        starts with D) the recipient's user and team ids are required; markdown_text at most 12,000."""
+        if not p.get("channel"):
+            return slack_error("channel_not_found")
+        if not p.get("thread_ts"):
+            return slack_error("invalid_arguments")
+        if not str(p["channel"]).startswith("D"):
+            if not p.get("recipient_team_id"):
+                return slack_error("missing_recipient_team_id")
+            if not p.get("recipient_user_id"):
+                return slack_error("missing_recipient_user_id")
+        if len(p.get("markdown_text") or "") > 12000:
+            return slack_error("msg_too_long")
+        message = {"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID, "text": p.get("markdown_text") or "",
+                   "ts": self._next_ts(), "thread_ts": p["thread_ts"]}
+        self.streams[message["ts"]] = {"channel": p["channel"], **message, "streaming": True}
+        return {"channel": p["channel"], "ts": message["ts"]}
+
+    def _chat_appendStream(self, p):
+        stream = self.streams.get(p.get("ts"))
+        if stream is None or stream["channel"] != p.get("channel"):
+            return slack_error("message_not_found")
+        if not stream["streaming"]:
+            return slack_error("message_not_in_streaming_state")
+        if not p.get("markdown_text") or len(p["markdown_text"]) > 12000:
+            return slack_error("invalid_arguments" if not p.get("markdown_text") else "msg_too_long")
+        stream["text"] += p["markdown_text"]
+        return {"channel": p["channel"], "ts": p["ts"]}
+
+    def _chat_stopStream(self, p):
+        stream = self.streams.get(p.get("ts"))
+        if stream is None or stream["channel"] != p.get("channel"):
+            return slack_error("message_not_found")
+        if not stream["streaming"]:
+            return slack_error("message_not_in_streaming_state")
+        stream["text"] += p.get("markdown_text") or ""
+        stream["streaming"] = False
+        return {"channel": p["channel"], "ts": p["ts"], "message": {"text": stream["text"], "ts": p["ts"]}}
 
     def _chat_update(self, p):
         if not p.get("ts"):

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 SOCKET_PATH = "/webhooks/slack/socket"   # the slack-socket program hands each envelope over here
 SOCKET_KEY_PURPOSE = b"slack-socket"
+STREAM_LIMIT = 12_000  # markdown_text of one chat.*Stream call
 
 ROUTED_SUBTYPES = {None, "file_share", "thread_broadcast", "me_message"}
 PERMANENT_ERRORS = {
@@ -69,6 +70,7 @@ PERMANENT_ERRORS = {
     "invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "missing_scope",
     "cant_update_message", "message_not_found", "edit_window_closed", "invalid_name", "too_many_reactions",
     "restricted_action", "not_allowed_token_type", "file_not_found", "invalid_arguments", "channel_is_archived",
+    "missing_recipient_team_id", "missing_recipient_user_id", "message_not_in_streaming_state",
 }
 FILE_HOSTS = ("files.slack.com",)  # where url_private(_download) points; the bot token goes nowhere else
 
@@ -97,6 +99,8 @@ class SlackAdapter:
         self.http = requests.Session()
         self._parts = PartialSends()
         self._identity_lock = threading.Lock()
+        self._team: str | None = None
+        self._team_tried_at: float | None = None
         configured = platform.get("SLACK_BOT_USER_ID")
         self._identity: tuple[str | None, str | None] | None = (configured, None) if configured else None
         self._identity_tried_at: float | None = None
@@ -314,7 +318,42 @@ class SlackAdapter:
         self._call("chat.update", {"channel": target.platform_id, "ts": platform_message_id,
                                    "text": escape(clip(text, TEXT_LIMIT))})
 
-    live_status = True  # a long turn's status message can be edited and deleted (outbound/progress.py)
+    live_status = True  # a turn's live message can be edited and deleted (outbound/progress.py)
+
+    def native_stream(self, target: Target) -> bool:
+        """A channel's thread streams the answer with Slack's own methods (chat.startStream, …); a DM,
+        answered top level, gets one message updated (chat.update)."""
+        return bool(target.thread_id) and not target.platform_id.startswith("D")
+
+    def start_stream(self, target: Target, recipient: str | None, text: str) -> str:
+        """chat.startStream in the thread, the person answered as its recipient (required in channels:
+        their user id and their team's, which is ours: auth.test)."""
+        params = {"channel": target.platform_id, "thread_ts": target.thread_id, "markdown_text": clip(text, STREAM_LIMIT)}
+        user = (recipient or "").removeprefix("slack:")
+        if user:
+            params["recipient_user_id"] = user
+        team = self.team_id()
+        if team:
+            params["recipient_team_id"] = team
+        return self._call("chat.startStream", params)["ts"]
+
+    def append_stream(self, target: Target, ts: str, more: str) -> None:
+        self._call("chat.appendStream", {"channel": target.platform_id, "ts": ts, "markdown_text": more[:STREAM_LIMIT]})
+
+    def stop_stream(self, target: Target, ts: str) -> None:
+        self._call("chat.stopStream", {"channel": target.platform_id, "ts": ts})
+
+    def team_id(self) -> str | None:
+        """Our workspace's id (auth.test, once; asked again at most once a minute while Slack cannot say)."""
+        with self._identity_lock:
+            last = self._team_tried_at
+            if self._team is None and self.token and (last is None or time.monotonic() - last > 60):
+                self._team_tried_at = time.monotonic()
+                try:
+                    self._team = self._call("auth.test", {}, timeout=5).get("team_id")
+                except DeliveryError as exc:
+                    log.warning("auth.test failed; streaming in channels waits for it: %s", exc)
+            return self._team
 
     def delete_message(self, target: Target, platform_message_id: str) -> None:
         self._call("chat.delete", {"channel": target.platform_id, "ts": platform_message_id})
