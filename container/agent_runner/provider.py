@@ -141,6 +141,7 @@ class ClaudeProvider:
             hooks=make_hooks(self.store, self.on_event),
             # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
             setting_sources=["project", "user", "local"],
+            skills=[],  # only skills the owner approved (none yet: issue 66), never a SKILL.md the agent wrote
             system_prompt={"type": "preset", "preset": "claude_code",
                            "append": system_prompt_append(self.config, self.store.destination_labels(),
                                                           self.memory_for(resume))},
