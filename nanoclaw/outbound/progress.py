@@ -183,9 +183,10 @@ class Progress:
                 status.stream_grew = True
             if not status.stream_grew:
                 stream = ""  # one text that never grew is a quick answer: its own message will say it
-            line = status_text(now - status.since, tool_subject(conn)) if wants[0] or stream else None
-            if stream and not tool_subject(conn):
-                line = None  # the text is the news: a status line only while a tool runs
+            subject = tool_subject(conn)
+            # with text the text is the news: a status line only while a tool runs
+            line = status_text(now - status.since, subject) if (wants[0] and not stream) or (stream and subject) \
+                else None
             text = compose(stream, line)
             native = status.native or (status.shown is None and not status.draft and bool(stream)
                                        and getattr(adapter, "native_stream", lambda _t: False)(target))
@@ -272,27 +273,27 @@ class Progress:
 
     def _edit(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
         text, stream = shown
-        try:
-            adapter = get_adapter(status.target.channel_type, self.settings)
+
+        def call(adapter) -> None:
             if status.native:
                 adapter.append_stream(status.target, status.shown, text[len(status.text):])
             else:
                 adapter.edit_text(status.target, status.shown, text)
-            with self._lock:
-                status.text, status.stream, status.edits = text, stream, status.edits + 1
+            status.edits += 1
             if stream:
                 store.record_status_message(session_path, status.message_in_id, status.target, status.shown, text)
-        except Exception as exc:
-            self._failed(status, exc, broken=True)
-        finally:
-            self._done(session_path, status)
+        self._change(session_path, status, shown, call)
 
     def _draft(self, session_path: Path, status: Status, shown: tuple[str, str]) -> None:
-        text, stream = shown
+        self._change(session_path, status, shown, lambda adapter: adapter.send_draft(
+            status.target, draft_id(status), shown[0]))
+
+    def _change(self, session_path: Path, status: Status, shown: tuple[str, str], call) -> None:
+        """A change to what is shown (an edit, an append, a draft): refused, this turn's live message ends."""
         try:
-            get_adapter(status.target.channel_type, self.settings).send_draft(status.target, draft_id(status), text)
+            call(get_adapter(status.target.channel_type, self.settings))
             with self._lock:
-                status.text, status.stream = text, stream
+                status.text, status.stream = shown
         except Exception as exc:
             self._failed(status, exc, broken=True)
         finally:

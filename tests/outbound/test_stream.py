@@ -153,6 +153,22 @@ def session(tmp_path):
 
 ANSWER = " ".join(f"w{i:03d}" for i in range(400))
 
+
+def write_stream(out, text: str) -> None:
+    """As the runner writes the answer so far for message m1."""
+    out.execute("INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, 'm1', ?) ON CONFLICT "
+                "(id) DO UPDATE SET stream_for = 'm1', stream_text = excluded.stream_text", (text,))
+
+
+def tick_at(live, path, now: float) -> None:
+    """One delivery pass's tick, on the session's files as delivery opens them."""
+    db = schema.connect(store.inbound_db(path))
+    store.attach_outbound(db, path)
+    try:
+        live.tick(db, path, now)
+    finally:
+        db.close()
+
 steps = st.lists(st.one_of(
     st.tuples(st.just("grow"), st.integers(1, 200)),
     st.tuples(st.just("tick"), st.floats(0.05, 4.0)),
@@ -172,23 +188,13 @@ def test_one_live_message_only_the_answers_text_and_gone_at_the_end(tmp_path_fac
     live._pool = Deferred()
     written, now = 0, 0.0
 
-    def tick():
-        db = schema.connect(store.inbound_db(path))
-        store.attach_outbound(db, path)
-        try:
-            live.tick(db, path, now)
-        finally:
-            db.close()
-
     for kind, amount in steps:
         if kind == "grow":
             written = min(len(ANSWER), written + amount)
-            out.execute("INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, 'm1', ?) ON CONFLICT "
-                        "(id) DO UPDATE SET stream_for = 'm1', stream_text = excluded.stream_text",
-                        (ANSWER[:written],))
+            write_stream(out, ANSWER[:written])
         elif kind == "tick":
             now += amount
-            tick()
+            tick_at(live, path, now)
         else:
             live._pool.run_one()
     # the turn ends: its answer is a message of its own (delivery); the live message goes
@@ -198,11 +204,11 @@ def test_one_live_message_only_the_answers_text_and_gone_at_the_end(tmp_path_fac
         while live._pool.queue:
             live._pool.run_one()
     now += 1
-    tick()
+    tick_at(live, path, now)
     while live._pool.queue:
         live._pool.run_one()
     now += 1
-    tick()
+    tick_at(live, path, now)
     while live._pool.queue:
         live._pool.run_one()
 
@@ -245,18 +251,12 @@ def test_a_retried_turn_marks_its_earlier_message_interrupted_and_streams_into_a
     now = 0.0
 
     def grow(text):
-        out.execute("INSERT INTO container_state (id, stream_for, stream_text) VALUES (1, 'm1', ?) ON CONFLICT "
-                    "(id) DO UPDATE SET stream_for = 'm1', stream_text = excluded.stream_text", (text,))
+        write_stream(out, text)
 
     def tick(dt):
         nonlocal now
         now += dt
-        db = schema.connect(store.inbound_db(path))
-        store.attach_outbound(db, path)
-        try:
-            live.tick(db, path, now)
-        finally:
-            db.close()
+        tick_at(live, path, now)
         while live._pool.queue:
             live._pool.run_one()
 
