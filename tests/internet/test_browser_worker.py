@@ -56,7 +56,14 @@ class BrowserWorker:
         self._ids = iter(range(1, 10**6))
         self._cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+        self._stderr = threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True)
+        self._stderr.start()
+
+    def exited(self, timeout: float) -> int:
+        """Wait for the worker to leave, and for its last log lines to be read (the pipe may still hold them)."""
+        code = self.proc.wait(timeout)
+        self._stderr.join(10)
+        return code
 
     def _read(self):
         for line in self.proc.stdout:
@@ -102,7 +109,7 @@ def test_one_browser_at_a_time_with_max_1_no_profile_kept_and_all_gone_when_idle
         second = worker.answer(waiting)  # ... and gets the browser the first one left
         assert "remembered: nothing, cookie: none" in second["text"]  # a fresh profile, nothing carried over
 
-        worker.proc.wait(60)  # idle: the browser stops, then the worker leaves by itself
+        worker.exited(60)  # idle: the browser stops, then the worker leaves by itself
         assert worker.proc.returncode == 0 and relays_under() == 0
         assert folders and not any(f.exists() for f in folders)
         assert any("browser stopped for b/2" in line for line in worker.log)
