@@ -19,6 +19,7 @@ from .channels.base import get_adapter
 from .inbound import intake
 from .lifecycle.background import RUNTIME_RETRY_S, LOCK_RETRY_S, Background, take_lock
 from .operator import budgets, expiry, help_requests, outages, proposals, waiting  # noqa: F401  (proposals; budget and outage cards)
+from .operator.skill_offer import offer as skills_offered
 from .runtime.base import RuntimeUnavailable
 from .runtime.select import image_to_build, select_runtime
 from .runtime.switching import SwitchingRuntime
@@ -132,7 +133,8 @@ def start_jobs(app, handle=None) -> Background | None:
         runtime = select_runtime(settings, say)
         if to_build is not None:
             runtime = SwitchingRuntime(runtime)
-        return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings))
+        return SandboxManager(settings, runtime, mounts_for=mounts_for(settings), on_refused=tell_owner(settings),
+                              skills_for=skills_offered(settings))
     try:
         bg = start(app, find(), handle)
     except RuntimeUnavailable as exc:

@@ -185,6 +185,7 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", *
     from nanoclaw.reading import ops as reading_ops
     from nanoclaw.runtime.select import select_runtime
     from nanoclaw.sandboxes.manager import SandboxManager, mounts_for
+    from nanoclaw.operator.skill_offer import offer as skills_offered
     from tests.fakes.model_api import FakeModel
     from tests.fakes.telegram_api import TOKEN
 
@@ -201,7 +202,8 @@ def sandbox_service(make_settings, sqlite_url, script, runtime: str = "bwrap", *
                 require(*runtime_available("docker", settings))
             app, door = app_with_door(settings)
             sandbox_runtime = select_runtime(settings, lambda _line: None)
-            manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings))
+            manager = SandboxManager(settings, sandbox_runtime, mounts_for=mounts_for(settings),
+                                     skills_for=skills_offered(settings))
             service.start_intake(app)  # webhooks are routed after the acknowledgement, as in the service
             bg = service.start(app, manager)
             try:

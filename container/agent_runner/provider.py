@@ -23,6 +23,7 @@ from .freezer import Freezer
 from .hooks import BLOCKED_TOOLS, make_hooks
 from .mcp_tools import SERVER_NAME, ToolContext, build_server
 from .reasons import short_reason
+from .skills import approved_skills
 from .store import SDK_SESSION_KEY, SessionStore
 from .stream import Streamer
 
@@ -141,7 +142,7 @@ class ClaudeProvider:
             hooks=make_hooks(self.store, self.on_event),
             # project: the group's CLAUDE.md (cwd); user: $HOME/.claude in the session folder.
             setting_sources=["project", "user", "local"],
-            skills=[],  # only skills the owner approved (none yet: issue 66), never a SKILL.md the agent wrote
+            **approved_skills(),  # only what the owner approved and the host mounted, never a SKILL.md the agent wrote
             system_prompt={"type": "preset", "preset": "claude_code",
                            "append": system_prompt_append(self.config, self.store.destination_labels(),
                                                           self.memory_for(resume))},

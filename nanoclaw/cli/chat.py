@@ -20,6 +20,7 @@ from ..channels.events import InboundEvent, iso_utc
 from ..db import database
 from ..models import AgentGroup, MessagingGroup, User, UserRole, Wiring
 from ..sandboxes.manager import SandboxManager, mounts_for
+from ..operator.skill_offer import offer as skills_offered
 from ..proxy import ProxyServer
 from ..runtime.select import select_runtime
 
@@ -122,7 +123,7 @@ def chat(settings, folder: str, text: str, *, timeout: float, runtime=None, echo
     manager = None
     try:
         runtime = runtime or select_runtime(settings, log)
-        manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings))
+        manager = SandboxManager(settings, runtime, mounts_for=mounts_for(settings), skills_for=skills_offered(settings))
         started = time.monotonic()
         if not manager.wake(folder, session.id):
             raise ChatError(manager.last_error or "the sandbox could not start; see the log above")

@@ -7,6 +7,7 @@ Both runtimes give the agent the same view (docs/architecture.md, "Inside the sa
     /workspace/group            groups/<folder>/ (cwd)    rw
     /workspace/global           groups/global/            ro
     /workspace/extra/<name>     validated extra mounts    as declared
+    /workspace/skills           the approved skills       ro   (a plugin for the CLI; local sandboxes only)
     /opt/nanoclaw/agent_runner  container/agent_runner/   ro
     /run/nanoclaw-proxy         proxy/<folder>/           ro
 
@@ -26,6 +27,7 @@ INBOUND_TARGET = "/workspace/inbound"
 GROUP_TARGET = "/workspace/group"
 GLOBAL_TARGET = "/workspace/global"
 PACKAGES_TARGET = "/workspace/packages"  # the agent's approved pip/npm packages (read-only)
+SKILLS_TARGET = "/workspace/skills"  # the skills the owner approved, checked at this start (read-only)
 EXTRA_ROOT = "/workspace/extra"
 RUNNER_TARGET = "/opt/nanoclaw/agent_runner"
 PROXY_TARGET = "/run/nanoclaw-proxy"
@@ -65,6 +67,7 @@ class SandboxSpec:
     proxy_dir: Path
     extra_mounts: tuple[Mount, ...] = ()
     packages_dir: Path | None = None  # the host-installed prefix of approved pip/npm packages
+    skills_dir: Path | None = None  # this start's view of the approved skills (operator/skill_store.view)
     env: Mapping[str, str] = field(default_factory=dict)
     command: Sequence[str] = ("python3", "-m", "agent_runner")
     memory_mb: int = 2048

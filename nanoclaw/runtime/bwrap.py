@@ -38,7 +38,7 @@ from pathlib import Path
 
 from . import limits as limits_mod
 from . import seccomp
-from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, HOME, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, SKILLS_TARGET, HOME, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET, RUNNER_TARGET,
                    SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target, prepare_session,
                    sandbox_env)
 
@@ -165,6 +165,8 @@ def bwrap_argv(spec: SandboxSpec, *, python: str, etc_dir: Path, bwrap: str = "b
         argv += ["--ro-bind", str(spec.global_dir), GLOBAL_TARGET]
     if spec.packages_dir is not None:
         argv += ["--ro-bind", str(spec.packages_dir), PACKAGES_TARGET]
+    if spec.skills_dir is not None:
+        argv += ["--ro-bind", str(spec.skills_dir), SKILLS_TARGET]
     for m in spec.extra_mounts:
         argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), extra_target(m)]
     argv += ["--remount-ro", "/", "--chdir", GROUP_TARGET, "--", *command]

@@ -18,7 +18,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import LogConfig, Mount as DockerMount
 
 from .access import grant_to_sandbox_user
-from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET,
+from .base import (GLOBAL_TARGET, GROUP_TARGET, PACKAGES_TARGET, SKILLS_TARGET, INBOUND_TARGET, INSTALL_LABEL, PROXY_TARGET,
                    PYTHONPATH, RUNNER_TARGET, SESSION_TARGET, NameLocks, SandboxSpec, check_spec, extra_target,
                    prepare_session, sandbox_env)
 
@@ -108,6 +108,8 @@ def docker_mounts(spec: SandboxSpec) -> list[DockerMount]:
         mounts.append(bind(spec.global_dir, GLOBAL_TARGET, True))
     if spec.packages_dir is not None:
         mounts.append(bind(spec.packages_dir, PACKAGES_TARGET, True))
+    if spec.skills_dir is not None:
+        mounts.append(bind(spec.skills_dir, SKILLS_TARGET, True))
     mounts += [bind(m.host, extra_target(m), m.readonly) for m in spec.extra_mounts]
     return mounts
 

@@ -69,7 +69,8 @@ def sandbox_name(install_id: str, folder: str, session_id: str) -> str:
 
 def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mount, ...] = (),
                command: tuple[str, ...] | None = None, image: str | None = None,
-               mcp_servers: dict | None = None, withheld_tools: tuple[str, ...] = ()) -> SandboxSpec:
+               mcp_servers: dict | None = None, withheld_tools: tuple[str, ...] = (),
+               skills_dir: Path | None = None) -> SandboxSpec:
     """image / mcp_servers: what the owner approved for this agent group (agent_capabilities);
     withheld_tools: tools of ours the agent is not offered (withheld_tools())."""
     session_dir = store.session_path(settings.sessions_dir, folder, session_id)
@@ -106,6 +107,7 @@ def build_spec(settings, folder: str, session_id: str, *, extra_mounts: tuple[Mo
         proxy_dir=settings.proxy_dir / folder,
         extra_mounts=extra_mounts,
         packages_dir=packages if (packages := package_prefix(settings, folder)).is_dir() else None,
+        skills_dir=skills_dir,
         env=env,
         labels={"nanoclaw.install": settings.install_id, "nanoclaw.folder": folder,
                 "nanoclaw.session": session_id},
@@ -214,12 +216,15 @@ def _compile_runner_once() -> bool:
 class SandboxManager:
     """One per process that wakes sessions (the web program, or a `chat` command)."""
 
-    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None, capabilities_for=None):
+    def __init__(self, settings, runtime, *, mounts_for=None, on_refused=None, capabilities_for=None,
+                 skills_for=None):
         self.settings = settings
         self.on_refused = on_refused  # tell the chat (once per streak) why its sandbox does not start
         self.runtime = runtime
         self.mounts_for = mounts_for or (lambda folder: ())
         self.capabilities_for = capabilities_for or agent_capabilities
+        # (folder, sandbox name) -> this start's approved skills, checked (operator/skill_offer), or None
+        self.skills_for = skills_for or (lambda folder, name: None)
         self._lock = threading.Lock()
         self._starting: set[str] = set()
         self.queue: list[QueuedWake] = []
@@ -340,7 +345,7 @@ class SandboxManager:
             self._sync_destinations(folder, session_id)
             spec = build_spec(self.settings, folder, session_id, extra_mounts=tuple(self.mounts_for(folder)),
                               withheld_tools=withheld_tools(session_id, folder, self.settings),
-                              **self.capabilities_for(folder))
+                              skills_dir=self.skills_for(folder, name), **self.capabilities_for(folder))
             started = time.monotonic()
             self.failures.started(name, time.time())
             self.runtime.start(spec)
