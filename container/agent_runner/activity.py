@@ -16,7 +16,8 @@ _OURS = {"ask_operator": "asking the owner", "ask_user_question": "asking a ques
          "edit_message": "editing a message", "add_reaction": "reacting", "schedule_task": "scheduling a task",
          "list_tasks": "looking at its tasks", "propose_egress": "asking for network access",
          "propose_credential_route": "asking for access to an API", "install_packages": "asking to install packages",
-         "add_mcp_server": "asking for a tool", "create_agent": "asking for a new agent"}
+         "add_mcp_server": "asking for a tool", "create_agent": "asking for a new agent",
+         "propose_skill": "asking for a skill"}
 _PLAIN = {"WebSearch": "searching the web", "Glob": "looking for files", "Grep": "searching files",
           "TodoWrite": "planning", "Task": "working on a sub-task", "Agent": "working on a sub-task",
           "LS": "looking at a folder"}

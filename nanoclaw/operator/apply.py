@@ -17,7 +17,7 @@ from ..models import AgentGroup
 from ..proxy.host_secrets import HostSecrets
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, add_egress, diff_lines, load_for_edit, policy_root, put_route
 from ..proposal_rules import RuleError
-from . import checks, packages
+from . import checks, packages, skill_proposals
 from ..sandboxes.manager import package_prefix
 from ..runtime.base import PACKAGES_TARGET
 from ..approvals.common import create_agent
@@ -65,6 +65,8 @@ def current_state(settings, agent: AgentGroup, kind: str, payload: dict) -> dict
         return state
     if kind == "mcp_server":
         return {"servers": config.get("mcp_servers") or {}}
+    if kind == "skill" and payload.get("name"):
+        return skill_proposals.current(settings, agent, payload["name"])
     return {}
 
 
@@ -214,4 +216,7 @@ def apply(settings, agent: AgentGroup, kind: str, payload: dict, actor: str) -> 
         return apply_packages(settings, agent, payload)
     if kind == "mcp_server":
         return apply_mcp(settings, agent, payload)
+    if kind == "skill":
+        told, diff = skill_proposals.install(settings, agent, payload, actor)
+        return Outcome(told, diff, restart=True)
     return apply_create_agent(settings, payload, actor)

@@ -14,7 +14,9 @@ KINDS = {
     "install_packages": "Packages",
     "mcp_server": "MCP server",
     "create_agent": "New agent",
+    "skill": "Skill",
 }
+SKILL_FIELDS = ("name", "description", "hash", "files", "flags", "excerpt")  # the host's reading, never the agent's
 
 PACKAGE_MANAGERS = ("apt", "npm", "pip")
 
@@ -37,8 +39,23 @@ def check_payload(kind: str, payload) -> dict:
     if kind == "mcp_server":
         return check_mcp_server(payload.get("name"), payload.get("command"), payload.get("args"),
                                 payload.get("env"))
+    if kind == "skill":
+        return check_skill(payload)
     name, instructions = check_agent(payload.get("name"), payload.get("instructions"))
     return {"name": name, "instructions": instructions}
+
+
+def check_skill(payload: dict) -> dict:
+    """The folder the agent names (relative to its working folder); the host's reading of it is kept
+    as it is when the payload is the host's own record (it was written by skill_proposals.prepare)."""
+    folder = check_text(str(payload.get("folder") or "").removeprefix("/workspace/group/"), "folder", 200)
+    parts = folder.split("/")
+    if folder.startswith("/") or ".." in parts or "" in parts:
+        raise RuleError("folder: a path inside your working folder (e.g. skills/pdf-tools), without ..")
+    read = {k: payload[k] for k in SKILL_FIELDS if k in payload}
+    if read and (set(read) != set(SKILL_FIELDS) or not isinstance(read["files"], list)):
+        raise RuleError("the host's reading of this skill is incomplete; propose it again")
+    return {"folder": folder, **read}
 
 
 def check_reason(reason) -> str:
@@ -75,11 +92,15 @@ def granted_secret(kind: str, payload: dict) -> str | None:
 
 def owner_only(kind: str, payload: dict, delegated) -> bool:
     """Only the owner may grant a host secret that was not given to this agent's admins."""
+    if kind == "skill":  # its text becomes the agent's instructions: the owner's call (issue 66)
+        return True
     secret = granted_secret(kind, payload)
     return secret is not None and secret not in set(delegated)
 
 
 def owner_only_line(kind: str, payload: dict) -> str:
+    if kind == "skill":
+        return "Only the owner can approve a skill: its instructions become this agent's."
     return (f"Only the owner can approve this: ${granted_secret(kind, payload)} is a host secret this agent's "
             "admins were not given (flask --app app nanoclaw credentials delegate AGENT NAME gives one).")
 
@@ -95,6 +116,8 @@ def summary(kind: str, payload: dict) -> str:
         return "install " + "; ".join(parts)
     if kind == "mcp_server":
         return f"add the MCP server {payload['name']}"
+    if kind == "skill":
+        return f"add the skill {payload.get('name') or payload['folder']} (sha256:{str(payload.get('hash'))[:12]}…)"
     return f"create the agent {payload['name']!r}"
 
 
@@ -131,6 +154,9 @@ def diff(kind: str, payload: dict, current: dict) -> list[str]:
             line += f" (env from the sandbox: {', '.join(payload['env'])})"
         out = [f"- {old['name']}: {old['command']} {' '.join(old.get('args', []))}".rstrip()] if old else []
         return out + [f"+ {line}", "  (the sandbox restarts; the conversation goes on)"]
+    if kind == "skill":
+        from .skill_proposals import diff as skill_diff
+        return skill_diff(payload, current) if "hash" in payload else [f"+ the skill in {payload['folder']}"]
     text = payload["instructions"]
     short = text if len(text) <= 300 else text[:299] + "…"
     return [f"+ agent {payload['name']!r}"] + ([f"  instructions: {short}"] if short else [])

@@ -33,7 +33,7 @@ from ..models import AgentGroup, AuditLog, PendingProposal, Session, Wiring, aud
 from ..outbound.delivery import register_op
 from ..proposal_rules import RuleError
 from ..sessions.store import Target
-from . import checks
+from . import checks, skill_proposals
 from .apply import ApplyError, apply, current_state, docker_available
 from .common import card_place, connected, edit_card, replied_card, send_card, session_for, tell_agent
 from ..sessions.wake import NO_WAKE
@@ -130,6 +130,8 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
                 raise RuleError("only an admin's agent may create agents")
             if kind == "install_packages" and payload["apt"] and (why := docker_available(settings)):
                 raise RuleError(f"apt packages need the Docker runtime ({why}); npm and pip packages work here")
+            if kind == "skill":  # the host reads the folder itself; nothing the agent said about it is kept
+                payload = skill_proposals.prepare(settings, session.agent_group, payload["folder"])
         except RuleError as exc:
             audit(f"agent:{session.agent_group.folder}", "proposal.refused", f"proposal:{ref}", kind=kind,
                   error=str(exc))
@@ -202,7 +204,8 @@ def decide(ident: str, decision: str, user_id: str, settings, wake, note: str | 
         raise NotAllowed("Only the owner or an admin of all agents can add the new agent to this chat; "
                          "✅ Approve creates it without.")
     if decision == "approve" and owner_only(p) and not lookups.is_owner(user_id):
-        raise NotAllowed(f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
+        raise NotAllowed("Only the owner can approve a skill." if p.kind == "skill" else
+                         f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
                          "secret this agent's admins were not given.")
     note = (note or "").strip()[:500] or None
     state = "applying" if decision == "approve" else "rejected"
@@ -240,6 +243,8 @@ def modify(ident: str, payload: dict, user_id: str, settings, *, reason: str | N
         return False, "This proposal no longer exists."
     if p.state != "pending":
         return False, f"{earlier(p)} It can no longer be changed."
+    if p.kind == "skill":
+        return False, "A skill is approved as the bytes shown: approve or reject it (the agent can propose another version)."
     if not may_decide(user_id, p.approver_user_id or "", p.agent_group_id):
         raise NotAllowed(f"Only {display(p.approver_user_id) if p.approver_user_id else 'an owner'} or an admin "
                          "can change this.")

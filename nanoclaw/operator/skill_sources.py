@@ -14,6 +14,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import subprocess
 import tarfile
 import zipfile
@@ -207,3 +208,52 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.chmod(path, mode)
+
+
+def from_workspace(base: Path, rel: str, into: Path) -> Path:
+    """Copy the folder `rel` of the agent's workspace `base` into `into/<its name>`, opened by
+    descriptor from `base` down: a link at any level, a special file or a size past the limits is
+    refused, so what the host checks afterwards is what it copied, whatever the agent changes meanwhile."""
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+        raise SkillRefused("the folder must be a path inside your working folder, without ..")
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts:
+            try:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise SkillRefused(f"{rel} is not a folder in your working folder (or a part of it is a link): "
+                                   f"{exc.strerror}") from None
+            os.close(fd)
+            fd = nxt
+        dest = into / parts[-1]
+        dest.mkdir(parents=True)
+        _copy_dir(fd, dest, "", [0, 0])
+    finally:
+        os.close(fd)
+    return dest
+
+
+def _copy_dir(dfd: int, dest: Path, rel: str, seen: list[int]) -> None:
+    for name in sorted(os.listdir(dfd)):
+        path = f"{rel}/{name}" if rel else name
+        info = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            raise SkillRefused(f"{path} is a link")
+        if stat.S_ISDIR(info.st_mode):
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+            try:
+                (dest / name).mkdir()
+                _copy_dir(child, dest / name, path, seen)
+            finally:
+                os.close(child)
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            raise SkillRefused(f"{path} is not a plain file")
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_FILE + 1)
+        seen[0], seen[1] = seen[0] + 1, seen[1] + len(data)
+        _limits(path, len(data), seen[0], seen[1])
+        _write(dest / name, data, stat.S_IMODE(info.st_mode))

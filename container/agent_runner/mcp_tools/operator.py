@@ -137,6 +137,14 @@ def create_agent(ctx: ToolContext, name: str, instructions: str | None = None, r
                     f"create a new agent {name!r}")
 
 
+def propose_skill(ctx: ToolContext, folder: str, reason: str | None = None) -> str:
+    folder = _checked(rules.check_text, folder, "folder", 200).removeprefix("/workspace/group/").strip("/")
+    if not folder or ".." in folder.split("/") or folder.startswith("/"):
+        raise ToolError("folder: a folder inside your working folder (e.g. skills/pdf-tools), without ..")
+    return _propose(ctx, "skill", {"folder": folder}, reason,
+                    f"add the skill in {folder} (the owner sees its files and its hash, and approves those bytes)")
+
+
 _REASON = {"type": "string", "description": "Optional: why you need it, shown to the owner."}
 _HOW_TO_SEE = ("A refused HTTPS request fails with 'CONNECT tunnel failed, response 403' (curl -v shows the "
                "proxy's reason) or 'Tunnel connection failed: 403 …'.")
@@ -186,6 +194,14 @@ SPECS = [
          "args": {"type": "array", "items": {"type": "string"}},
          "env": {"type": "array", "items": {"type": "string"}}, "reason": _REASON},
       "required": ["name", "command"]}),
+    (propose_skill, "propose_skill",
+     "Ask the owner to approve a skill you wrote: a folder in your working folder holding SKILL.md (YAML front "
+     "matter with `name`, equal to the folder's name, lowercase letters, digits and hyphens, and `description`; "
+     "then the instructions) and any scripts/ or references/. The host reads and hashes it; once approved you "
+     "have it as nanoclaw:NAME from your next turn (your sandbox restarts). A SKILL.md you write yourself is "
+     "never loaded otherwise. Links, programs and archives inside are refused.",
+     {"type": "object", "properties": {"folder": {"type": "string", "description": "e.g. skills/pdf-tools"},
+                                       "reason": _REASON}, "required": ["folder"]}),
     (create_agent, "create_agent",
      "Ask the owner to create a new agent with its own instructions (only an admin's agent may do this).",
      {"type": "object", "properties": {"name": {"type": "string"}, "instructions": {"type": "string"},
