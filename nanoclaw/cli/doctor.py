@@ -137,11 +137,13 @@ def check_runtime(settings) -> list[Finding]:
     return found
 
 
-def remote_gaps(agents: dict[str, dict]) -> list[str]:
+def remote_gaps(agents: dict[str, dict], skilled: set[str] = frozenset()) -> list[str]:
     """What the agents' sandboxes would lack on another machine (pure): extra mounts, refused there
-    (approved packages come through the door). `agents`: folder -> container_config."""
-    return [f"{folder}: its extra mounts (its sandboxes are refused)" for folder in sorted(agents)
-            if (agents.get(folder) or {}).get("mounts")]
+    (approved packages come through the door), skills, not offered there. `agents`: folder ->
+    container_config; `skilled`: the folders with skills."""
+    return ([f"{folder}: its extra mounts (its sandboxes are refused)" for folder in sorted(agents)
+             if (agents.get(folder) or {}).get("mounts")]
+            + [f"{folder}: its skills (not offered there)" for folder in sorted(skilled)])
 
 
 def check_remote_sandboxes(settings) -> Finding | None:
@@ -158,7 +160,9 @@ def check_remote_sandboxes(settings) -> Finding | None:
     with database.connection_context():
         agents = {a.folder: a.container_config or {} for a in AgentGroup.select(AgentGroup.folder,
                                                                                AgentGroup.container_config)}
-    gaps = remote_gaps(agents)
+        from ..operator.skill_store import InstalledSkill
+        skilled = {s.agent_group.folder for s in InstalledSkill.select().join(AgentGroup)}
+    gaps = remote_gaps(agents, skilled)
     if not gaps:
         return Finding(True, "remote sandboxes", "every agent's sandbox has here what it has on this machine")
     return Finding(False, "remote sandboxes", "not available on another machine yet: " + "; ".join(gaps) +
@@ -342,10 +346,17 @@ def check_browser(settings) -> Finding:
     return Finding(out.returncode == 0, "browser", said)
 
 
+def check_git() -> Finding:
+    import shutil
+    if shutil.which("git"):
+        return Finding(True, "git", "found (skill add from a repository)")
+    return Finding(None, "git", "not installed: skill add takes folders and archives only (apt-get install git)")
+
+
 def findings(settings, *, service: bool = True, search: bool = False) -> list[Finding]:
     found = [check_model_key(settings), check_subscription(settings), *check_upstreams(settings),
              *check_runtime(settings), check_data_dir(settings), check_timezone(settings), check_transcriber(settings),
-             check_speech(settings), check_search(settings, search), check_browser(settings)]
+             check_speech(settings), check_search(settings, search), check_browser(settings), check_git()]
     remote = check_remote_sandboxes(settings)
     if remote is not None:
         found.append(remote)

@@ -123,8 +123,9 @@ def flags_of(path: str, data: bytes) -> list[str]:
     return [f"{path}: {why}" for pattern, why in _FLAGS if pattern.search(text)]
 
 
-def read_folder(folder: Path) -> Skill:
-    """The skill in `folder`, read without following any link; SkillRefused with the reason."""
+def read_folder(folder: Path, *, advice: bool = True) -> Skill:
+    """The skill in `folder`, read without following any link; SkillRefused with the reason.
+    advice=False: no flags (the check at each start needs only the hash)."""
     folder = Path(folder)
     if folder.is_symlink() or not folder.is_dir():
         raise SkillRefused(f"{folder} is not a folder")
@@ -152,7 +153,7 @@ def read_folder(folder: Path) -> Skill:
     problem = name_problem(meta["name"], folder.name)
     if problem:
         raise SkillRefused(problem)
-    flags = [flag for rel, _mode, data in files for flag in flags_of(rel, data)]
+    flags = [flag for rel, _mode, data in files for flag in flags_of(rel, data)] if advice else []
     return Skill(meta["name"], meta["description"], tuple(SkillFile(p, m, len(d)) for p, m, d in
                                                           sorted(files, key=lambda f: f[0].encode())),
                  content_hash(files), tuple(flags))
