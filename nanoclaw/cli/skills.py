@@ -3,14 +3,12 @@ a git commit or an archive with its sha256 (`add`), see and remove them (`list`,
 added is pinned by its content hash; the agent sees it from its next sandbox start."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import click
 
 from ..models import audit
-from ..operator import skill_sources, skill_store
+from ..operator import skill_adding, skill_sources, skill_store
 from ..operator.skill_format import Skill, SkillRefused, read_folder
 from .base import Mistake, get_agent, group, print_table, require_schema, settings
 
@@ -46,19 +44,6 @@ def skill_show(folder: Path):
     _print(skill)
 
 
-def _get(url: str, limit: int) -> bytes:
-    import requests  # only an archive source needs it
-
-    with requests.get(url, stream=True, timeout=(10, 60), allow_redirects=True) as answer:
-        answer.raise_for_status()
-        data = b""
-        for piece in answer.iter_content(64 * 1024):
-            data += piece
-            if len(data) > limit:
-                raise SkillRefused(f"the archive is larger than {limit >> 20} MB")
-    return data
-
-
 @skill_group.command("add")
 @click.argument("agent_folder", metavar="FOLDER")
 @click.argument("source")
@@ -77,38 +62,37 @@ def skill_add(agent_folder: str, source: str, sha256: str | None):
     require_schema()
     agent = get_agent(agent_folder)
     try:
-        where = skill_sources.parse(source, sha256)
+        skill_sources.parse(source, sha256)
     except SkillRefused as exc:
         raise Mistake(str(exc)) from None
-    work = Path(tempfile.mkdtemp(prefix="nanoclaw-skill-"))
     try:
-        if where.kind == "folder":
-            folder = Path(where.location).expanduser()
-            if not folder.is_dir():
-                raise Mistake(f"no folder {folder}")
-        elif where.kind == "git":
-            click.echo(f"fetching {where} …", err=True)
-            folder = skill_sources.fetch_git(where, work, owner=True)
-        else:
-            click.echo(f"fetching {where.location} …", err=True)
-            folder = skill_sources.fetch_archive(where, work, _get)
-        skill = read_folder(folder)
-        skill_store.install(settings(), agent, folder, skill, str(where), "cli")
+        skill = skill_adding.add(settings(), agent, source, sha256, "cli", owner=True,
+                                 say=lambda line: click.echo(line, err=True))
     except SkillRefused as exc:
         click.echo(f"refused: {exc}", err=True)
         raise SystemExit(1) from None
     except OSError as exc:
         raise Mistake(f"cannot read the skill: {exc.strerror or exc}") from None
-    except Exception as exc:  # requests' errors: the archive could not be fetched
-        if type(exc).__module__.startswith("requests"):
-            raise Mistake(f"could not fetch {where.location}: {exc}") from None
-        raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    audit("cli", "skill.add", f"skill:{agent.folder}/{skill.name}", hash=skill.hash, source=str(where),
-          files=len(skill.files), flags=list(skill.flags))
     _print(skill)
     click.echo(f"added to {agent.folder} as nanoclaw:{skill.name}; it is offered from the agent's next sandbox start")
+
+
+@skill_group.command("trust")
+@click.argument("prefix", required=False)
+@click.option("--remove", is_flag=True, help="Trust it no longer.")
+def skill_trust(prefix: str | None, remove: bool):
+    """Let scoped admins add skills (on the page) from sources under PREFIX, an https URL prefix matched by
+    host and whole path segments: https://github.com/acme trusts https://github.com/acme/skills, never
+    https://github.com/acme-evil. The owner adds from any source. Without PREFIX, lists them."""
+    require_schema()
+    if prefix is None:
+        click.echo("trusted sources: " + (", ".join(skill_adding.trusted(settings())) or "none"))
+        return
+    try:
+        after = skill_adding.change_trust(settings(), "cli", prefix, add=not remove)
+    except SkillRefused as exc:
+        raise Mistake(str(exc)) from None
+    click.echo("trusted sources: " + (", ".join(after) or "none"))
 
 
 @skill_group.command("list")

@@ -12,7 +12,7 @@ from .. import platforms
 from ..mounts import AllowlistError, current_allowlist, declared_mounts
 from ..models import AgentDestination, MessagingGroup, Session, Wiring
 from ..inbound import lookups
-from ..operator import capability_edits, policy_edits
+from ..operator import capability_edits, policy_edits, skill_store
 from ..operator import models as models_ops
 from ..reading import settings as internet
 from ..sessions import destinations
@@ -81,7 +81,8 @@ def agent(folder: str):
                            allowlist=allowlist, allowlist_error=allowlist_error, destinations=places,
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error,
                            internet=internet.current(a, settings().search != "none"),
-                           fetches=internet.fetches(a.folder, 10), search_provider=settings().search)
+                           fetches=internet.fetches(a.folder, 10), search_provider=settings().search,
+                           skills=skill_store.installed(a.folder))
 
 
 @bp.post("/admin/agents/<folder>/destinations")
