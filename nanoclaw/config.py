@@ -207,6 +207,7 @@ class Settings:
     door_relay_network: str = "bridge"  # the remote engine's network the door relay beside each sandbox uses
     web_allow_networks: tuple[str, ...] = ()  # private networks an agent's reads may reach (a home server)
     web_allow_ports: tuple[int, ...] = ()     # ports besides 80 and 443 its reads may use
+    skill_ca_file: str | None = None  # certificates git trusts for skill sources (a private git server)
     web_idle_s: int = 300  # the reading worker stops after this many idle seconds (and a session's browser)
     browsers: int = 2      # browsers running at once host-wide (NANOCLAW_BROWSERS; others wait)
     web_summary_model: str | None = None  # a long page is read first by this model (no tools), the agent gets its summary
@@ -326,6 +327,7 @@ class Settings:
             log_format=log_format,
             web_allow_networks=_list("NANOCLAW_WEB_ALLOW_NETWORKS", get("NANOCLAW_WEB_ALLOW_NETWORKS"), _network),
             web_allow_ports=_list("NANOCLAW_WEB_ALLOW_PORTS", get("NANOCLAW_WEB_ALLOW_PORTS"), _port),
+            skill_ca_file=get("NANOCLAW_SKILL_CA_FILE") or None,
             web_idle_s=_int("NANOCLAW_WEB_IDLE_S", get("NANOCLAW_WEB_IDLE_S", "300"), 5, 86400),
             browsers=_int("NANOCLAW_BROWSERS", get("NANOCLAW_BROWSERS", "2"), 0, 64),
             web_summary_model=get("NANOCLAW_WEB_SUMMARY_MODEL") or None,
@@ -442,8 +444,7 @@ def skip_charset_detection() -> bool:
 
 
 def lighten_program(database_url: str | None) -> None:
-    """A long-running program (the web worker, the proxy), before it imports the rest: both of the
-    above (the drivers only when the settings could be read)."""
+    """A long-running program (web worker, proxy), before importing the rest: both of the above (drivers once read)."""
     skip_charset_detection()
     if database_url is not None:
         skip_postgres_drivers(database_url)

@@ -216,6 +216,11 @@ def apply(settings, agent: AgentGroup, kind: str, payload: dict, actor: str) -> 
         return apply_packages(settings, agent, payload)
     if kind == "mcp_server":
         return apply_mcp(settings, agent, payload)
+    if kind == "skill" and "hash" not in payload:  # the owner approved fetching: the second card comes next
+        fetched = skill_proposals.fetch_for_card(settings, payload["source"])
+        return Outcome(f"The host fetched {payload['source']}; the owner now sees its files and hash on a second "
+                       "card, and nothing is installed until they approve that.",
+                       [f"+ fetched sha256:{fetched['hash']}"], extra={"fetched": fetched})
     if kind == "skill":
         told, diff = skill_proposals.install(settings, agent, payload, actor)
         return Outcome(told, diff, restart=True)

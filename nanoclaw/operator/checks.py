@@ -46,15 +46,20 @@ def check_payload(kind: str, payload) -> dict:
 
 
 def check_skill(payload: dict) -> dict:
-    """The folder the agent names (relative to its working folder); the host's reading of it is kept
-    as it is when the payload is the host's own record (it was written by skill_proposals.prepare)."""
+    """A folder of the agent's workspace, or a source it names (URL#COMMIT[:FOLDER]), exactly one; the
+    host's reading of it is kept as it is when the payload is the host's own record (written by
+    skill_proposals, never taken from the agent: the delivery replaces it)."""
+    if bool(payload.get("folder")) == bool(payload.get("source")):
+        raise RuleError("name either a folder of your working folder or a source (https://host/repo#COMMIT)")
+    read = {k: payload[k] for k in SKILL_FIELDS if k in payload}
+    if read and (set(read) != set(SKILL_FIELDS) or not isinstance(read["files"], list)):
+        raise RuleError("the host's reading of this skill is incomplete; propose it again")
+    if payload.get("source"):
+        return {"source": check_text(str(payload["source"]), "source", 500), **read}
     folder = check_text(str(payload.get("folder") or "").removeprefix("/workspace/group/"), "folder", 200)
     parts = folder.split("/")
     if folder.startswith("/") or ".." in parts or "" in parts:
         raise RuleError("folder: a path inside your working folder (e.g. skills/pdf-tools), without ..")
-    read = {k: payload[k] for k in SKILL_FIELDS if k in payload}
-    if read and (set(read) != set(SKILL_FIELDS) or not isinstance(read["files"], list)):
-        raise RuleError("the host's reading of this skill is incomplete; propose it again")
     return {"folder": folder, **read}
 
 
@@ -116,8 +121,10 @@ def summary(kind: str, payload: dict) -> str:
         return "install " + "; ".join(parts)
     if kind == "mcp_server":
         return f"add the MCP server {payload['name']}"
+    if kind == "skill" and "hash" not in payload:
+        return f"fetch a skill from {payload['source'][:200]}"
     if kind == "skill":
-        return f"add the skill {payload.get('name') or payload['folder']} (sha256:{str(payload.get('hash'))[:12]}…)"
+        return f"add the skill {payload['name']} (sha256:{payload['hash'][:12]}…)"
     return f"create the agent {payload['name']!r}"
 
 
@@ -156,7 +163,10 @@ def diff(kind: str, payload: dict, current: dict) -> list[str]:
         return out + [f"+ {line}", "  (the sandbox restarts; the conversation goes on)"]
     if kind == "skill":
         from .skill_proposals import diff as skill_diff
-        return skill_diff(payload, current) if "hash" in payload else [f"+ the skill in {payload['folder']}"]
+        if "hash" in payload:
+            return skill_diff(payload, current)
+        return [f"+ fetch {payload['source']} on the host (git over https, that commit only)",
+                "  nothing is installed yet: a second card shows its files, hash and flags"]
     text = payload["instructions"]
     short = text if len(text) <= 300 else text[:299] + "…"
     return [f"+ agent {payload['name']!r}"] + ([f"  instructions: {short}"] if short else [])

@@ -130,8 +130,10 @@ def deliver_proposal(session_path: Path, row, settings) -> str | None:
                 raise RuleError("only an admin's agent may create agents")
             if kind == "install_packages" and payload["apt"] and (why := docker_available(settings)):
                 raise RuleError(f"apt packages need the Docker runtime ({why}); npm and pip packages work here")
-            if kind == "skill":  # the host reads the folder itself; nothing the agent said about it is kept
-                payload = skill_proposals.prepare(settings, session.agent_group, payload["folder"])
+            if kind == "skill":  # the host reads the folder itself, or checks the source before any fetch
+                payload = (skill_proposals.prepare(settings, session.agent_group, payload["folder"])
+                           if payload.get("folder") else
+                           {"source": str(skill_proposals.check_source(settings, payload["source"])[0])})
         except RuleError as exc:
             audit(f"agent:{session.agent_group.folder}", "proposal.refused", f"proposal:{ref}", kind=kind,
                   error=str(exc))
@@ -329,9 +331,12 @@ def finish(p: PendingProposal, user_id: str, settings, wake, wire: bool = False)
                    message_id=f"proposal:{p.ref}:decided", wake=wake)
         return f"Approved, but applying it failed: {exc}"
     PendingProposal.update(state="approved").where(PendingProposal.id == p.id).execute()
+    fetched = outcome.extra.pop("fetched", None)  # a skill's source was fetched: its files go on a card of their own
     audit(user_id, "proposal.approve", key, kind=p.kind, summary=summary, reason=p.reason, diff=outcome.diff,
           agent=agent.folder, session=p.session_id, **({"changed": changes} if changes else {}), **outcome.extra)
     edit_card(settings, p, f"✅ Approved by {who}: {summary}\n" + "\n".join(outcome.diff))
+    if fetched is not None:
+        _files_card(settings, p, fetched)
     restarted = _restart(settings, agent, wake.manager) if outcome.restart else []
     sessions = {p.session_id: p.session, **{s.id: s for s in restarted}}
     for session in sessions.values():
@@ -340,6 +345,21 @@ def finish(p: PendingProposal, user_id: str, settings, wake, wire: bool = False)
                 f"Your sandbox was restarted: the owner approved a change for this agent ({summary}).")
         tell_agent(settings, session, text, message_id=f"proposal:{p.ref}:decided", wake=wake)
     return f"Approved: {summary}."
+
+
+def _files_card(settings, p: PendingProposal, payload: dict) -> None:
+    """After fetching a skill the agent named: the card with what was fetched, decided like any proposal."""
+    second = PendingProposal.create(session=p.session_id, agent_group=p.agent_group_id, ref=f"{p.ref[:24]}-files",
+                                    kind="skill", payload=payload, reason=p.reason, approver_user_id=p.approver_user_id,
+                                    card_channel=p.card_channel, card_chat_id=p.card_chat_id)
+    if not (p.card_channel and p.card_chat_id):
+        return  # it waits on the page
+    try:
+        message_id = send_card(settings, Target(p.card_channel, p.card_chat_id), card_for(settings, second))
+    except Exception as exc:  # the page still shows it
+        log.warning("could not send the card of the fetched skill %s: %s", second.id, exc)
+        return
+    PendingProposal.update(card_message_id=message_id).where(PendingProposal.id == second.id).execute()
 
 
 def _restart(settings, agent: AgentGroup, manager) -> list[Session]:

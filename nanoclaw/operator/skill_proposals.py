@@ -15,7 +15,10 @@ from ..models import AgentGroup
 from ..proposal_rules import RuleError
 from . import skill_store
 from .skill_format import SkillRefused, read_folder
-from .skill_sources import from_workspace
+from ..internet.addresses import Refused, Rules, parse_networks
+from ..internet.fetch import Fetcher
+from ..internet.own import own_ports
+from .skill_sources import Source, fetch_git, from_workspace, parse
 
 EXCERPT = 400
 
@@ -28,7 +31,48 @@ def prepare(settings, agent: AgentGroup, folder: str) -> dict:
     """The host's own reading of the proposed folder, as the payload the card and the approval use."""
     work = Path(tempfile.mkdtemp(prefix=".reading-", dir=_made(staging(settings))))
     try:
-        copied = from_workspace(settings.groups_dir / agent.folder, folder, work)
+        return _staged(settings, lambda: from_workspace(settings.groups_dir / agent.folder, folder, work),
+                       {"folder": folder})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_source(settings, text: str) -> tuple[Source, tuple[str, int, str]]:
+    """A source the agent names, checked before anything is fetched: a git repository at a full commit,
+    over https, at an address the host may reach for an agent (web_read's check: no loopback, private
+    or metadata address unless the owner opened it). Returns it and the (host, port, address) git is
+    pinned to."""
+    try:
+        source = parse(text)
+    except SkillRefused as exc:
+        raise RuleError(str(exc)) from None
+    if source.kind != "git":
+        raise RuleError("name a git repository at a full commit: https://host/owner/repo#COMMIT[:FOLDER]")
+    if not source.location.lower().startswith("https://"):
+        raise RuleError("a skill you name is fetched over https only")
+    rules = Rules(allow_networks=parse_networks(" ".join(settings.web_allow_networks)),
+                  allow_ports=frozenset(settings.web_allow_ports), own_ports=frozenset(own_ports(settings)))
+    try:
+        where, address = Fetcher(rules).check(source.location)
+    except Refused as exc:
+        raise RuleError(f"{source.location} is not fetched: {exc}") from None
+    return source, (where.host, where.port, address)
+
+
+def fetch_for_card(settings, text: str) -> dict:
+    """The owner approved fetching: fetch over https (pinned to the checked address), read, stage."""
+    source, pin = check_source(settings, text)
+    work = Path(tempfile.mkdtemp(prefix=".fetching-", dir=_made(staging(settings))))
+    try:
+        return _staged(settings, lambda: fetch_git(source, work, owner=False, pin=pin, ca_file=settings.skill_ca_file),
+                       {"source": str(source)})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _staged(settings, copy, origin: dict) -> dict:
+    try:
+        copied = copy()
         skill = read_folder(copied)
         kept = staging(settings) / skill.hash / skill.name
         if not kept.is_dir():
@@ -37,11 +81,9 @@ def prepare(settings, agent: AgentGroup, folder: str) -> dict:
     except SkillRefused as exc:
         raise RuleError(str(exc)) from None
     except OSError as exc:
-        raise RuleError(f"the folder {folder} could not be read: {exc.strerror or exc}") from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        raise RuleError(f"the skill could not be read: {exc.strerror or exc}") from None
     body = (kept / "SKILL.md").read_text("utf-8", "replace").split("\n---", 1)[-1].strip()
-    return {"folder": folder, "name": skill.name, "description": skill.description, "hash": skill.hash,
+    return {**origin, "name": skill.name, "description": skill.description, "hash": skill.hash,
             "files": [[f.path, f.mode, f.size, _digest(kept / f.path)] for f in skill.files],
             "flags": list(skill.flags), "excerpt": body[:EXCERPT]}
 
@@ -96,7 +138,8 @@ def install(settings, agent: AgentGroup, payload: dict, actor: str) -> tuple[str
     if skill.hash != payload["hash"]:
         raise RuleError("the staged copy no longer has the bytes that were shown; propose it again")
     pinned = current(settings, agent, skill.name)
-    skill_store.install(settings, agent, kept, skill, f"proposed by the agent (from {payload['folder']})", actor)
+    origin = payload.get("folder") or payload.get("source")
+    skill_store.install(settings, agent, kept, skill, f"proposed by the agent (from {origin})", actor)
     shutil.rmtree(kept.parent, ignore_errors=True)
     return (f"The skill {skill.name} is installed as nanoclaw:{skill.name} (sha256:{skill.hash[:16]}…); your "
             "sandbox restarts so you have it from your next turn.", diff(payload, pinned))

@@ -74,8 +74,11 @@ def _subdir(subdir: str) -> str:
     return str(path)
 
 
-def fetch_git(source: Source, into: Path, *, owner: bool) -> Path:
-    """Clone, check that the commit is the one named, and unpack its tree (or SUBDIR) into `into`."""
+def fetch_git(source: Source, into: Path, *, owner: bool, pin: tuple[str, int, str] | None = None,
+              ca_file: str | None = None) -> Path:
+    """Clone, check that the commit is the one named, and unpack its tree (or SUBDIR) into `into`.
+    pin: (host, port, address) the host's address check chose; git connects only there and follows
+    no redirect. ca_file: the certificates to trust instead of the system's (a private git server)."""
     protocols = "https,ssh,file" if owner else "https"
     if not owner and not source.location.lower().startswith("https://"):
         raise SkillRefused("an agent's source is fetched over https only")
@@ -83,9 +86,16 @@ def fetch_git(source: Source, into: Path, *, owner: bool) -> Path:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(into), "GIT_TERMINAL_PROMPT": "0",
            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ASKPASS": "/bin/false",
            "SSH_ASKPASS": "/bin/false", "GIT_SSH_COMMAND": "ssh -oBatchMode=yes"}
-    config = ["-c", "credential.helper=", "-c", "protocol.allow=never", "-c", "core.hooksPath=/dev/null"]
+    # tar.umask: the modes git records (644, 755) as a checkout with the usual umask has them, so the hash
+    # of a commit is the hash `skill show` gives of its checkout
+    config = ["-c", "credential.helper=", "-c", "protocol.allow=never", "-c", "core.hooksPath=/dev/null",
+              "-c", "tar.umask=022"]
     for proto in protocols.split(","):
         config += ["-c", f"protocol.{proto}.allow=always"]
+    if pin is not None:
+        config += ["-c", f"http.curloptResolve={pin[0]}:{pin[1]}:{pin[2]}", "-c", "http.followRedirects=false"]
+    if ca_file:
+        config += ["-c", f"http.sslCAInfo={ca_file}"]
 
     def git(*args: str, cwd: Path | None = None) -> bytes:
         try:

@@ -68,7 +68,7 @@ def git_skill(root, name: str = "zx-greeter") -> tuple[str, str]:
     repo = root / "skills-repo"
     folder = repo / "skills" / name
     (folder / "scripts").mkdir(parents=True)
-    (folder / "SKILL.md").write_text(HELLO)
+    (folder / "SKILL.md").write_text(HELLO.replace("zx-greeter", name))
     (folder / "scripts" / "hello.sh").write_text(SCRIPT)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x",
            "HOME": str(root), "PATH": "/usr/bin:/bin"}

@@ -182,3 +182,17 @@ def test_skill_add_list_remove_from_the_command_line(app, cli, tmp_path):
     assert cli("skill", "remove", "andy", "pdf-tools").exit_code == 0
     gone = cli("skill", "remove", "andy", "pdf-tools")
     assert gone.exit_code == 2 and "has no skill" in gone.output
+
+
+@pytest.mark.parametrize("source, why", [
+    (f"file:///etc#{'a' * 40}", "https only"), (f"http://example.org/r.git#{'a' * 40}", "https only"),
+    (f"ssh://git@example.org/r.git#{'a' * 40}", "https only"), ("https://example.org/r.git#main", "full commit id"),
+    (f"https://127.0.0.1/r.git#{'a' * 40}", "not a public address"),
+    (f"https://169.254.169.254/r.git#{'a' * 40}", "metadata"), ("https://example.org/x.tar.gz", "sha256"),
+])
+def test_a_source_an_agent_names_is_refused_before_any_fetch(make_settings, source, why):
+    from nanoclaw.operator.skill_proposals import check_source
+    from nanoclaw.proposal_rules import RuleError
+
+    with pytest.raises(RuleError, match=why):
+        check_source(make_settings(), source)

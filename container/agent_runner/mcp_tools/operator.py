@@ -137,7 +137,17 @@ def create_agent(ctx: ToolContext, name: str, instructions: str | None = None, r
                     f"create a new agent {name!r}")
 
 
-def propose_skill(ctx: ToolContext, folder: str, reason: str | None = None) -> str:
+def propose_skill(ctx: ToolContext, folder: str | None = None, source: str | None = None,
+                  reason: str | None = None) -> str:
+    if bool(folder) == bool(source):
+        raise ToolError("give either folder (a folder of your working folder) or source (https://host/repo#COMMIT)")
+    if source:
+        source = _checked(rules.check_text, source, "source", 500)
+        if not source.startswith("https://") or "#" not in source:
+            raise ToolError("source: a git repository over https at a full commit: https://host/owner/repo#COMMIT"
+                            "[:FOLDER] (git rev-parse BRANCH gives the commit)")
+        return _propose(ctx, "skill", {"source": source}, reason,
+                        f"fetch the skill at {source} (the owner approves the fetch, then its files and hash)")
     folder = _checked(rules.check_text, folder, "folder", 200).removeprefix("/workspace/group/").strip("/")
     if not folder or ".." in folder.split("/") or folder.startswith("/"):
         raise ToolError("folder: a folder inside your working folder (e.g. skills/pdf-tools), without ..")
@@ -199,9 +209,12 @@ SPECS = [
      "matter with `name`, equal to the folder's name, lowercase letters, digits and hyphens, and `description`; "
      "then the instructions) and any scripts/ or references/. The host reads and hashes it; once approved you "
      "have it as nanoclaw:NAME from your next turn (your sandbox restarts). A SKILL.md you write yourself is "
-     "never loaded otherwise. Links, programs and archives inside are refused.",
+     "never loaded otherwise. Links, programs and archives inside are refused. Or name a `source`, a git "
+     "repository over https at a full commit (https://github.com/acme/skills#COMMIT:pdf-tools): the owner "
+     "approves fetching it, then its files and hash.",
      {"type": "object", "properties": {"folder": {"type": "string", "description": "e.g. skills/pdf-tools"},
-                                       "reason": _REASON}, "required": ["folder"]}),
+                                       "source": {"type": "string", "description": "https://host/repo#COMMIT[:FOLDER]"},
+                                       "reason": _REASON}, "required": []}),
     (create_agent, "create_agent",
      "Ask the owner to create a new agent with its own instructions (only an admin's agent may do this).",
      {"type": "object", "properties": {"name": {"type": "string"}, "instructions": {"type": "string"},
