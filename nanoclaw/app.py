@@ -9,8 +9,9 @@ from . import logs, proposal_rules, service
 from .cli import nanoclaw_group
 from .config import Settings
 from .db import bind, database
+from .hooks.tables import secret_names as hook_secrets
 from .upstreams import registry
-from .web import health, webhooks
+from .web import health, hooks, webhooks
 from .web import chat, page
 
 log = logging.getLogger("nanoclaw")
@@ -27,7 +28,8 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = 1024 * 1024
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    proposal_rules.reserve(lambda: registry.secret_names(settings.data_dir / "policy"))  # model upstreams' keys
+    # model upstreams' keys and webhooks' secrets: no agent may ask for a route or a server with them
+    proposal_rules.reserve(lambda: (*registry.secret_names(settings.data_dir / "policy"), *hook_secrets()))
     service.build(app)  # the Wake, and the capability modules registered
     page.configure(app, settings)
     bind(settings.database_url)
@@ -48,8 +50,9 @@ def create_app(settings=None, *, start_background: bool | None = None) -> Flask:
 
     app.register_blueprint(health.bp)
     app.register_blueprint(webhooks.bp)
+    app.register_blueprint(hooks.bp)
     app.session_interface = webhooks.PageSessions()
-    page.register(app, exempt=(webhooks.bp,))  # login + CSRF for the page; webhooks are signed instead
+    page.register(app, exempt=(webhooks.bp, hooks.bp))  # login + CSRF for the page; webhooks are signed instead
 
     if settings.trusted_proxies:
         # behind Caddy or nginx every request comes from 127.0.0.1: the client's address (login

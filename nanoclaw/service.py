@@ -20,6 +20,7 @@ from .inbound import intake
 from .lifecycle.background import RUNTIME_RETRY_S, LOCK_RETRY_S, Background, take_lock
 from .operator import budgets, expiry, help_requests, outages, proposals, waiting  # noqa: F401  (proposals; budget and outage cards)
 from .operator.skill_offer import offer as skills_offered
+from .hooks import intake as hook_intake  # noqa: F401  (its housekeeping job: deliveries forgotten after 7 days)
 from .runtime.base import RuntimeUnavailable
 from .runtime.select import image_to_build, select_runtime
 from .runtime.switching import SwitchingRuntime

@@ -23,14 +23,15 @@ class WithPlatforms(Group):
             return
         self._ours = True
         from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, internet, memory,
-                       models, mounts, pairing, service, skills, tasks, usage)
+                       models, mounts, pairing, service, skills, tasks, usage, webhooks)
         for command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
                         agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
                         admin.admin_group, tasks.tasks_group,
                         credentials.credentials_group, egress.egress_group, pairing.pair_cmd, doctor.doctor_cmd,
                         destinations.destination_group, backup.backup_cmd, backup.restore_cmd, backup.prune_cmd,
                         usage.usage_cmd, usage.budget_group, models.upstream_group, models.model_group,
-                        memory.memory_group, memory.history_group, internet.internet_group, skills.skill_group):
+                        memory.memory_group, memory.history_group, internet.internet_group, skills.skill_group,
+                        webhooks.webhook_group):
             self.add_command(command)
 
     def _platforms(self) -> None:

@@ -5,7 +5,7 @@ records, never from anything the agent says.
   in the conversation and is its owner or one of its admins: their direct messages (any platform),
   the web chat as them, and `flask nanoclaw chat` (the owner);
 - chat:<channel>:<chat id>: every other chat has one memory, shared by its threads and sessions; a
-  scheduled task's run uses its chat's.
+  scheduled task's run uses its chat's; the session a webhook wakes uses its chat's, even in a DM.
 History: the owner's own conversations search everything the agent saw (the owner can read it all
 on the page anyway); every other conversation searches its own chat only.
 """
@@ -84,6 +84,8 @@ def reach_of(sessions_dir, folder: str, session_id: str) -> Reach | None:
         return None
     chat = MessagingGroup.get_or_none(MessagingGroup.id == session.messaging_group_id) \
         if session.messaging_group_id else None
+    if chat is not None and session.thread_id.startswith(store.WEBHOOK_THREAD_PREFIX):
+        return decide(chat.channel_type, chat.platform_id, "group", None, lambda _u: False, lambda _u: False)
     if chat is None:
         target = store.routing_of(store.session_path(sessions_dir, folder, session_id))
         if target is None:

@@ -35,7 +35,7 @@ class PageSessions(SecureCookieSessionInterface):
     cookie, and decoding one on every webhook is a cost with no use."""
 
     def open_session(self, app, request):
-        if request.path.startswith(PREFIX):
+        if request.path.startswith((PREFIX, "/hooks/")):
             return self.make_null_session(app)
         return super().open_session(app, request)
 log = logging.getLogger("nanoclaw.webhooks")

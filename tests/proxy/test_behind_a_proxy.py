@@ -74,7 +74,7 @@ def caddy_forwards(path: str) -> bool:
     ("/", True), ("/login", True), ("/login/link/abc", True), ("/logout", True), ("/admin", True),
     ("/admin/agents/andy", True), ("/chat", True), ("/chat/andy/messages.json", True), ("/static/app.css", True),
     ("/webhooks/telegram", True), ("/webhooks/slack/events", True), ("/webhooks/slack/actions", True),
-    ("/webhooks/whatsapp", True), ("/webhooks/discord/interactions", True),
+    ("/webhooks/whatsapp", True), ("/webhooks/discord/interactions", True), ("/hooks/gh-issues", True),
     ("/metrics", False), ("/healthz", False), ("/webhooks/telegram/poll", False), ("/webhooks/slack/socket", False),
     ("/webhooks/discord/gateway", False), ("/admin-backdoor", False), ("/static", False),
 ])
