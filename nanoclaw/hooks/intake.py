@@ -6,11 +6,11 @@ answer goes to the hook's chat. Never a 5xx: what is wrong gets its own 4xx, log
 reads and acts. The 2xx comes only once the message is in the session's inbound.db (kept)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
@@ -94,7 +94,8 @@ def receive(settings, name: str, headers, body: bytes, wake, now: float | None =
         event = headers.get("X-GitHub-Event") if hook.scheme == "github" else None
         if event == "ping":
             return Answer(200, "pong")
-        delivery = verify.delivery_id(hook.scheme, headers) or f"sha:{hashlib.sha256(body).hexdigest()}"
+        # no id from the sender (a bearer hook without Idempotency-Key): each delivery is its own
+        delivery = verify.delivery_id(hook.scheme, headers) or f"new:{uuid.uuid4().hex}"
         try:
             payload = json.loads(body)
         except (UnicodeDecodeError, ValueError) as exc:
