@@ -23,7 +23,7 @@ class WithPlatforms(Group):
             return
         self._ours = True
         from . import (admin, agents, backup, credentials, destinations, doctor, egress, image, internet, memory,
-                       models, mounts, pairing, service, skills, tasks, usage, webhooks)
+                       links, models, mounts, pairing, service, skills, tasks, usage, webhooks)  # noqa: F401  (links: agent subcommands)
         for command in (service.migrate_cmd, agents.agent_group, agents.user_group, agents.wire, agents.unwire,
                         agents.wirings, mounts.mount_group, service.proxy_cmd, service.chat_cmd, image.image_group,
                         admin.admin_group, tasks.tasks_group,

@@ -332,10 +332,10 @@ def write_message(path: Path, *, content: dict, target: Target | None, kind: str
     `completed`: the agent's tool reads it by id, no turn ever picks it up.) A row of an album
     (content["album"]) sets the album's earlier rows still waiting to its own process_after (they
     may have been held longer while it downloaded: hold_album), so the runner takes the album in one
-    turn. A chat, task or webhook row carries the providers' options."""
+    turn. A chat, task, webhook or agent row carries the providers' options."""
     message_id = message_id or uuid.uuid4().hex
     options: dict[str, str] = {}
-    if kind in ("chat", "task", "webhook"):
+    if kind in ("chat", "task", "webhook", "agent"):
         for provider in _option_providers:
             try:
                 options.update(provider(path) or {})

@@ -11,11 +11,11 @@ import inspect
 import logging
 from typing import Any
 
-from . import browser, interactive, memory, messaging, operator, scheduling, web
+from . import browser, delegation, interactive, memory, messaging, operator, scheduling, web
 from .context import ToolContext, ToolError, Turn
 
 SERVER_NAME = "nanoclaw"
-TOOL_MODULES = [messaging, interactive, scheduling, memory, operator, web, browser]
+TOOL_MODULES = [messaging, interactive, scheduling, memory, operator, web, browser, delegation]
 log = logging.getLogger("agent_runner.tools")
 
 __all__ = ["SERVER_NAME", "ToolContext", "ToolError", "Turn", "build_server", "tool_names", "call_tool"]

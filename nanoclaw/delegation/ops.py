@@ -1,0 +1,116 @@
+"""The `ask_agent` op: an agent asks another over a link (issue 65, items 2-4). Decided from the host's
+records only: the link (agent_links), the asker's chain (agent_asks of the session the asker runs in,
+written by the host when that session was asked), and the asked agent's own session for this link
+(thread `link:<asker>`, routed to the `agent` channel, so its memory is the link's own and its
+answers come back here through channel.py). The asked agent runs in its own sandbox, with its own
+tools, egress, model, memory and budget."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..db import database
+from ..models import AgentGroup, Session, utcnow
+from ..outbound import delivery
+from ..sessions import store
+from ..sessions.store import Target
+from ..sandboxes.manager import register_withholder
+from .decide import refusal, wait_seconds
+from .tables import AgentAsk, AgentLink
+
+log = logging.getLogger("nanoclaw.delegation")
+
+LINK_THREAD = "link:"
+CHANNEL = "agent"
+_wake = None  # the process's Wake, handed over when the background starts (service.start)
+
+
+def use_wake(wake) -> None:
+    global _wake
+    _wake = wake
+
+
+def wake(folder: str, session_id: str) -> None:
+    if _wake is not None:
+        _wake.session(folder, session_id)
+
+
+def answer_id(request_id: str) -> str:
+    return f"answer:{request_id}"
+
+
+def answer(session_path: Path, request_id: str, ok: bool, text: str) -> None:
+    store.write_message(session_path, content={"ok": ok, "text": text if ok else f"Error: {text}", "tool": "ask_agent"},
+                        target=None, kind="answer", trigger=False, message_id=answer_id(request_id), status="completed")
+
+
+def chain_of(session: Session) -> list[str]:
+    """The folders from the origin to this session's agent when this session was itself asked (its
+    latest ask, the host's own record); [] for a conversation with people."""
+    if not session.thread_id.startswith(LINK_THREAD):
+        return []
+    last = (AgentAsk.select().where(AgentAsk.to_session == session.id).order_by(AgentAsk.id.desc()).first())
+    return list(last.chain) if last is not None else []
+
+
+def link_session(settings, asker: str, asked: AgentGroup) -> tuple[Session, Path, Target]:
+    thread = f"{LINK_THREAD}{asker}"
+    session = Session.get_or_none(Session.agent_group == asked.id, Session.messaging_group.is_null(),
+                                  Session.thread_id == thread)
+    if session is None:
+        session = Session.create(id=store.new_session_id(), agent_group=asked.id, messaging_group=None, thread_id=thread)
+    path = store.session_path(settings.sessions_dir, asked.folder, session.id)
+    target = Target(CHANNEL, f"{asker}>{asked.folder}")
+    if not store.inbound_db(path).exists():
+        store.prepare(path, target)
+    return session, path, target
+
+
+def handle_ask(session_path: Path, row, settings) -> None:
+    op = row.op
+    request_id = str(op.get("request_id") or row.id)[:64]
+    if store.message_exists(session_path, answer_id(request_id)):
+        return None
+    asker, asker_session = session_path.parent.name, session_path.name
+    asked_name, text = str(op.get("agent") or "")[:64], str(op.get("text") or "").strip()[:8000]
+    with database.connection_context():
+        if AgentAsk.select().where(AgentAsk.request_id == request_id, AgentAsk.from_session == asker_session).exists():
+            return None  # written before a crash: the ask is on its way
+        session = Session.get_or_none(Session.id == asker_session)
+        asking = AgentGroup.get_or_none(AgentGroup.folder == asker)
+        asked = AgentGroup.get_or_none(AgentGroup.folder == asked_name)
+        if session is None or asking is None:
+            return answer(session_path, request_id, False, "this conversation is unknown to the host")
+        if asked is None:
+            return answer(session_path, request_id, False, f"there is no agent {asked_name!r}")
+        link = AgentLink.get_or_none(AgentLink.from_agent == asking.id, AgentLink.to_agent == asked.id)
+        chain = chain_of(session)
+        why = refusal(asker, asked.folder, link.mode if link else None, chain)
+        if why or not text:
+            log.info("ask from %s to %s refused: %s", asker, asked_name, why or "no text")
+            return answer(session_path, request_id, False, why or "the question is empty")
+        wait_s = wait_seconds(op.get("wait"))
+        to_session, to_path, target = link_session(settings, asker, asked)
+        AgentAsk.create(from_folder=asker, from_session=asker_session, to_folder=asked.folder, to_session=to_session.id,
+                        request_id=request_id, chain=[*chain, asker], wait_s=wait_s)
+        store.write_message(to_path, content={"text": text, "sender": f"agent:{asker}"}, target=target, kind="agent",
+                            trigger=True, message_id=f"ask:{asker_session}:{request_id}")
+        Session.update(last_active_at=utcnow()).where(Session.id == to_session.id).execute()
+    wake(asked.folder, to_session.id)
+    log.info("%s asked %s (%s)", asker, asked.folder, f"waiting up to {wait_s} s" if wait_s else "answer as a message")
+    if not wait_s:
+        answer(session_path, request_id, True, f"Asked {asked.folder}. Its answer arrives as a message from "
+                                               f"agent:{asked.folder} when it is ready.")
+    return None
+
+
+def tools_withheld(folder: str, settings) -> set[str]:
+    """ask_agent is offered only to an agent that has a link."""
+    with database.connection_context():
+        agent = AgentGroup.get_or_none(AgentGroup.folder == folder)
+        linked = agent is not None and AgentLink.select().where(AgentLink.from_agent == agent.id).exists()
+    return set() if linked else {"ask_agent"}
+
+
+delivery.register_op("ask_agent", handle_ask)
+register_withholder(tools_withheld)
