@@ -21,7 +21,7 @@ from .lifecycle.background import RUNTIME_RETRY_S, LOCK_RETRY_S, Background, tak
 from .operator import budgets, expiry, help_requests, outages, proposals, waiting  # noqa: F401  (proposals; budget and outage cards)
 from .operator.skill_offer import offer as skills_offered
 from .hooks import intake as hook_intake  # noqa: F401  (its housekeeping job: deliveries forgotten after 7 days)
-from .delegation import channel as agent_channel, ops as delegation_ops  # noqa: F401  (ask_agent; the agent channel)
+from .delegation import cards as ask_cards, channel as agent_channel, ops as delegation_ops  # noqa: F401  (ask_agent, its cards, the agent channel)
 from .runtime.base import RuntimeUnavailable
 from .runtime.select import image_to_build, select_runtime
 from .runtime.switching import SwitchingRuntime

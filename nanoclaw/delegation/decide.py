@@ -12,9 +12,6 @@ def refusal(asker: str, asked: str, link_mode: str | None, chain: list[str], max
         return "an agent cannot ask itself"
     if link_mode is None:
         return f"you have no link to {asked}; only the owner (agent link {asker} {asked}) can make one"
-    if link_mode != "allowed":
-        return (f"your link to {asked} needs the owner's approval for each ask, which is not built yet; ask the "
-                f"owner to make it --mode allowed")
     full = [*chain, asker] if not chain or chain[-1] != asker else chain
     if asked in full:
         return f"{asked} is already in this chain of asks ({' → '.join(full)} → {asked}): a loop is refused"

@@ -90,18 +90,58 @@ def handle_ask(session_path: Path, row, settings) -> None:
             log.info("ask from %s to %s refused: %s", asker, asked_name, why or "no text")
             return answer(session_path, request_id, False, why or "the question is empty")
         wait_s = wait_seconds(op.get("wait"))
-        to_session, to_path, target = link_session(settings, asker, asked)
-        AgentAsk.create(from_folder=asker, from_session=asker_session, to_folder=asked.folder, to_session=to_session.id,
-                        request_id=request_id, chain=[*chain, asker], wait_s=wait_s)
-        store.write_message(to_path, content={"text": text, "sender": f"agent:{asker}"}, target=target, kind="agent",
-                            trigger=True, message_id=f"ask:{asker_session}:{request_id}")
-        Session.update(last_active_at=utcnow()).where(Session.id == to_session.id).execute()
-    wake(asked.folder, to_session.id)
-    log.info("%s asked %s (%s)", asker, asked.folder, f"waiting up to {wait_s} s" if wait_s else "answer as a message")
+        ask = AgentAsk.create(from_folder=asker, from_session=asker_session, to_folder=asked.folder,
+                              request_id=request_id, chain=[*chain, asker], wait_s=wait_s, text=text,
+                              state="pending" if link.mode == "ask" else "open")
+        if link.mode == "ask":
+            shown = (_card(settings, ask) if _card is not None
+                     else "asks over this link need its owner's approval, which this program cannot ask for")
+            if shown is not None:
+                AgentAsk.update(state="rejected").where(AgentAsk.id == ask.id).execute()
+                return answer(session_path, request_id, False, shown)
+            if not wait_s:
+                answer(session_path, request_id, True, f"Asked {asked.folder}; its owner approves each ask first. "
+                                                       f"Its answer arrives as a message from agent:{asked.folder}.")
+            return None
+    forward(settings, ask)
     if not wait_s:
         answer(session_path, request_id, True, f"Asked {asked.folder}. Its answer arrives as a message from "
                                                f"agent:{asked.folder} when it is ready.")
     return None
+
+
+def forward(settings, ask: AgentAsk) -> None:
+    """Put the ask into the asked agent's own session for this link, and wake it."""
+    with database.connection_context():
+        asked = AgentGroup.get(AgentGroup.folder == ask.to_folder)
+        to_session, to_path, target = link_session(settings, ask.from_folder, asked)
+        AgentAsk.update(to_session=to_session.id, state="open", text="").where(AgentAsk.id == ask.id).execute()
+        store.write_message(to_path, content={"text": ask.text, "sender": f"agent:{ask.from_folder}"}, target=target,
+                            kind="agent", trigger=True, message_id=f"ask:{ask.from_session}:{ask.request_id}")
+        Session.update(last_active_at=utcnow()).where(Session.id == to_session.id).execute()
+    wake(asked.folder, to_session.id)
+    log.info("%s asked %s (%s)", ask.from_folder, asked.folder,
+             f"waiting up to {ask.wait_s} s" if ask.wait_s else "answer as a message")
+
+
+def refuse(settings, ask: AgentAsk, why: str) -> None:
+    """Tell the asker its ask will not be answered: the tool's error while it waits, else a message."""
+    path = store.session_path(settings.sessions_dir, ask.from_folder, ask.from_session)
+    if ask.wait_s:
+        answer(path, ask.request_id, False, why)
+        return
+    store.write_message(path, content={"text": f"Your ask to {ask.to_folder} was not answered: {why}",
+                                       "sender": "System"}, target=store.routing_of(path), kind="system",
+                        trigger=True, message_id=f"ask-refused:{ask.id}")
+    wake(ask.from_folder, ask.from_session)
+
+
+_card = None  # fn(settings, ask) -> None, or why no card could be shown (set by delegation/cards.py)
+
+
+def on_ask_mode(fn) -> None:
+    global _card
+    _card = fn
 
 
 def tools_withheld(folder: str, settings) -> set[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import peewee as pw
 
-from ..models import AgentGroup, Base, JSONField, utcnow
+from ..models import AgentGroup, ApproverCard, Base, JSONField, utcnow
 
 MODES = ("ask", "allowed")
 
@@ -21,15 +21,18 @@ class AgentLink(Base):
         indexes = ((("from_agent", "to_agent"), True),)
 
 
-class AgentAsk(Base):
+class AgentAsk(ApproverCard):
+    """One ask: its chain, where its answer goes, and, over an `ask` link, the card it waited on."""
     from_folder = pw.CharField()
     from_session = pw.CharField()
     to_folder = pw.CharField()
-    to_session = pw.CharField()
+    to_session = pw.CharField(null=True)  # set when it is put into the asked agent's session
     request_id = pw.CharField()      # the asking tool's request (its answer row: answer:<request_id>)
     chain = JSONField(default=list)  # the folders from the origin to the asker
     wait_s = pw.IntegerField(default=0)  # 0: the answer arrives as a message
-    state = pw.CharField(default="open")  # open | answered
+    text = pw.TextField(default="")  # kept only while it waits on the card
+    state = pw.CharField(default="open")  # pending (the card) | open | answered | rejected
+    decided_by = pw.CharField(null=True)
     asked_at = pw.DateTimeField(default=utcnow)
     answered_at = pw.DateTimeField(null=True)
 

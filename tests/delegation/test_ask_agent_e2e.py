@@ -64,3 +64,37 @@ def test_andy_asks_finance_over_a_link(make_settings, sqlite_url):
                  what="the loop refused")
         said = next(t for t in texts(svc.tg, 4242) if t.startswith("ask-loop got:"))
         assert "finance could not:" in said and "loop is refused" in said
+
+
+def test_an_ask_link_waits_on_a_card_and_approve_always_makes_it_allowed(make_settings, sqlite_url):
+    from nanoclaw.delegation.tables import AgentLink
+    from tests.tg_flow import buttons, cards, click, shown, toasts
+
+    with sandbox_service(make_settings, sqlite_url, brain) as svc:
+        for args in (*SETUP, ("agent", "create", "Finance"), ("agent", "link", "andy", "finance", "--mode", "ask"),
+                     ("egress", "add", "finance", "api.bank.example")):
+            svc.cli(*args)
+        svc.post(message(4242, ANNA, "ask-wait"))
+        svc.wait(lambda: cards(svc.tg), timeout=120, what="the card for finance's owner")
+        [first] = cards(svc.tg)
+        assert "Andy wants to ask Finance" in shown(first) and "What is the ZX-Q3 budget?" in shown(first)
+        assert "Finance can reach api.bank.example" in shown(first)
+        assert not any("agent:andy" in m.current_prompt() for m in svc.model.model_calls()), "asked before approval"
+        svc.post(click(buttons(first)["❌ Reject"], ANNA, first))
+        svc.wait(lambda: any(t.startswith("ask-wait got:") for t in texts(svc.tg, 4242)), timeout=120,
+                 what="andy told of the rejection")
+        assert "rejected" in next(t for t in texts(svc.tg, 4242) if t.startswith("ask-wait got:"))
+
+        svc.post(message(4242, ANNA, "ask-wait"))
+        svc.wait(lambda: len(cards(svc.tg)) == 2, timeout=120, what="the second card")
+        second = cards(svc.tg)[1]
+        svc.post(click(buttons(second)["✅ Approve always"], ANNA, second))
+        assert toasts(svc.tg)[-1].startswith("Approved: later asks")
+        svc.wait(lambda: sum(t.startswith("ask-wait got:") for t in texts(svc.tg, 4242)) == 2, timeout=180,
+                 what="andy's answer after the approval")
+        assert "42k" in [t for t in texts(svc.tg, 4242) if t.startswith("ask-wait got:")][-1]
+        assert AgentLink.get().mode == "allowed"
+
+        svc.post(message(4242, ANNA, "ask-later"))
+        svc.wait(lambda: "relayed: 42k" in texts(svc.tg, 4242), timeout=180, what="an ask with no card now")
+        assert len(cards(svc.tg)) == 2
