@@ -14,7 +14,7 @@ from ..models import AgentGroup, Session, utcnow
 from ..outbound import delivery
 from ..sessions import store
 from ..sessions.store import Target
-from ..sandboxes.manager import register_withholder
+from ..sandboxes.manager import has_free_model, register_withholder
 from .decide import refusal, wait_seconds
 from .tables import AgentAsk, AgentLink
 
@@ -53,6 +53,14 @@ def chain_of(session: Session) -> list[str]:
     return list(last.chain) if last is not None else []
 
 
+def budget_refusal(settings, folder: str) -> str | None:
+    """The asked agent's budget is spent (and it has no free model): say so now, not after the wait."""
+    manager = getattr(_wake, "manager", None)
+    if manager is not None and manager.budget.spent_up(folder) and not has_free_model(settings, folder):
+        return f"{folder}'s budget is spent; its owner can raise it (budget set {folder} …)"
+    return None
+
+
 def link_session(settings, asker: str, asked: AgentGroup) -> tuple[Session, Path, Target]:
     thread = f"{LINK_THREAD}{asker}"
     session = Session.get_or_none(Session.agent_group == asked.id, Session.messaging_group.is_null(),
@@ -85,7 +93,7 @@ def handle_ask(session_path: Path, row, settings) -> None:
             return answer(session_path, request_id, False, f"there is no agent {asked_name!r}")
         link = AgentLink.get_or_none(AgentLink.from_agent == asking.id, AgentLink.to_agent == asked.id)
         chain = chain_of(session)
-        why = refusal(asker, asked.folder, link.mode if link else None, chain)
+        why = refusal(asker, asked.folder, link.mode if link else None, chain) or budget_refusal(settings, asked.folder)
         if why or not text:
             log.info("ask from %s to %s refused: %s", asker, asked_name, why or "no text")
             return answer(session_path, request_id, False, why or "the question is empty")
@@ -119,6 +127,12 @@ def forward(settings, ask: AgentAsk) -> None:
         store.write_message(to_path, content={"text": ask.text, "sender": f"agent:{ask.from_folder}"}, target=target,
                             kind="agent", trigger=True, message_id=f"ask:{ask.from_session}:{ask.request_id}")
         Session.update(last_active_at=utcnow()).where(Session.id == to_session.id).execute()
+    manager = getattr(_wake, "manager", None)
+    if manager is not None:  # a waiting asker holds a sandbox: the asked one does not wait in the queue for it
+        if ask.wait_s:
+            manager.over[to_session.id] = len(ask.chain)
+        else:
+            manager.over.pop(to_session.id, None)
     wake(asked.folder, to_session.id)
     log.info("%s asked %s (%s)", ask.from_folder, asked.folder,
              f"waiting up to {ask.wait_s} s" if ask.wait_s else "answer as a message")

@@ -228,6 +228,7 @@ class SandboxManager:
         self._lock = threading.Lock()
         self._starting: set[str] = set()
         self.queue: list[QueuedWake] = []
+        self.over: dict[str, int] = {}  # session id -> how many sandboxes past capacity its start may go
         self.on_queued: Callable[[], None] = lambda: None  # the background jobs drain only while it has any
         self.held = False     # start-up: wakes queue until orphans are gone and the first sweep ran
         self.closing = False  # shutdown: no new sandboxes
@@ -245,8 +246,8 @@ class SandboxManager:
     def is_running(self, folder: str, session_id: str) -> bool:
         return self.runtime.is_running(sandbox_name(self.settings.install_id, folder, session_id))
 
-    def _at_capacity(self) -> bool:
-        return len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers
+    def _at_capacity(self, over: int = 0) -> bool:
+        return len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers + over
 
     def _enqueue(self, folder: str, session_id: str, task: bool) -> None:
         for q in self.queue:
@@ -270,7 +271,8 @@ class SandboxManager:
             # for it, not count it (else the message waited for the next sweep, 10 s)
             if not self.held and self.runtime.is_running(name):
                 return True
-            if self.held or self._at_capacity():
+            # an agent waiting on this one's answer holds a sandbox: it may start past capacity (delegation)
+            if self.held or self._at_capacity(self.over.get(session_id, 0)):
                 self._enqueue(folder, session_id, task)
                 if not self.held:
                     log.info("wake of %s/%s queued: %d sandboxes already run", folder, session_id,

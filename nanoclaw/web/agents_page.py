@@ -21,6 +21,7 @@ from .admin import agent_for_write, agent_or_404, bp, forbidden, settings
 from .changes import ChangeRefused, Forbidden, add_mount, clean_why, remove_mount
 from .scope import chat_facts, destination_refusal
 from .memory_page import changes_for, memories_for
+from .links_page import links_of
 from .spending import chart_svg, spending_of
 from ..memory.entries import MAX_CHARS
 from ..usage.budgets import usd
@@ -82,7 +83,7 @@ def agent(folder: str):
                            channels=(*platforms.names(), "web"), hosts=hosts, routes=routes, policy_error=policy_error,
                            internet=internet.current(a, settings().search != "none"),
                            fetches=internet.fetches(a.folder, 10), search_provider=settings().search,
-                           skills=skill_store.installed(a.folder))
+                           skills=skill_store.installed(a.folder), **links_of(a))
 
 
 @bp.post("/admin/agents/<folder>/destinations")

@@ -7,7 +7,7 @@ from flask import render_template
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from ..config import install_secret
-from . import admin, agents_page, auth, chat, memory_page, skills_page, spending  # noqa: F401  (agents_page, memory_page, skills_page, spending: routes of admin.bp)
+from . import admin, agents_page, auth, chat, links_page, memory_page, skills_page, spending  # noqa: F401  (routes of admin.bp)
 
 csrf = CSRFProtect()
 

@@ -98,3 +98,29 @@ def test_an_ask_link_waits_on_a_card_and_approve_always_makes_it_allowed(make_se
         svc.post(message(4242, ANNA, "ask-later"))
         svc.wait(lambda: "relayed: 42k" in texts(svc.tg, 4242), timeout=180, what="an ask with no card now")
         assert len(cards(svc.tg)) == 2
+
+
+def test_with_room_for_one_sandbox_a_waited_ask_is_still_answered_and_a_spent_budget_says_so(make_settings,
+                                                                                             sqlite_url):
+    from nanoclaw.usage import ledger, prices
+
+    with sandbox_service(make_settings, sqlite_url, brain, MAX_CONCURRENT_CONTAINERS="1") as svc:
+        for args in (*SETUP, ("agent", "create", "Finance"), ("agent", "link", "andy", "finance", "--mode", "allowed")):
+            svc.cli(*args)
+        svc.post(message(4242, ANNA, "ask-wait"))  # andy holds the one sandbox while it waits on finance
+        svc.wait(lambda: any(t.startswith("ask-wait got:") for t in texts(svc.tg, 4242)), timeout=180,
+                 what="finance's answer with capacity 1")
+        assert "42k" in next(t for t in texts(svc.tg, 4242) if t.startswith("ask-wait got:"))
+
+        svc.cli("budget", "set", "finance", "--daily", "0.50", "--why", "test")
+        ledger.record("finance", "s1", "claude-sonnet-4-5", prices.Tokens(input=400_000),
+                      prices.price_of("claude-sonnet-4-5", prices.load(None)), ledger.today(svc.settings.timezone))
+        manager = svc.app.extensions["nanoclaw.wake"].manager
+        svc.wait(lambda: manager.budget.spent_up("finance"), what="the budget change seen (its cache is told)")
+        calls = len(svc.model.model_calls())
+        svc.post(message(4242, ANNA, "ask-loop"))  # any waited ask: refused at once, finance never started
+        svc.wait(lambda: any(t.startswith("ask-loop got:") for t in texts(svc.tg, 4242)), timeout=120,
+                 what="the refusal")
+        said = next(t for t in texts(svc.tg, 4242) if t.startswith("ask-loop got:"))
+        assert "finance's budget is spent" in said
+        assert not any("agent:andy" in m.current_prompt() for m in svc.model.model_calls()[calls:])
