@@ -5,6 +5,7 @@ name, a web page's host; never the whole input, which can hold a secret (a token
 a password in a file being written). The host cleans it again before it shows it."""
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -44,6 +45,9 @@ def describe(tool: str, tool_input) -> str:
     data = tool_input if isinstance(tool_input, dict) else {}
     if tool.startswith("mcp__"):
         server, _, name = tool[5:].partition("__")
+        if server == "nanoclaw" and name == "ask_agent":
+            asked = re.sub(r"[^a-z0-9_-]", "", str(data.get("agent") or "").lower())
+            return f"asking {_cut(asked)}…" if asked else "asking another agent"
         return _OURS.get(name, f"using {_cut(name)}") if server == "nanoclaw" else f"using {_cut(server)}"
     if tool in _PLAIN:
         return _PLAIN[tool]

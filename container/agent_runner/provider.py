@@ -192,7 +192,7 @@ class ClaudeProvider:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
-            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_AUTOUPDATER": "1", "MCP_TOOL_TIMEOUT": "660000",  # ask_agent waits up to 10 minutes
             "CLAUDE_CODE_MAX_RETRIES": self.config.cli_max_retries,
             # which of the agent's sessions a call is for: the proxy counts its cost there
             **({"ANTHROPIC_CUSTOM_HEADERS": f"x-nanoclaw-session: {self.config.session_id}"}

@@ -12,6 +12,7 @@ import click
 from ..operator.budgets import BudgetRefused, clear_budget, set_budget
 from ..usage import ledger
 from ..usage.budgets import usd
+from ..models import Session
 from ..usage.tables import Budget, ModelUsage
 from .base import Mistake, command, get_agent, group, print_table, require_schema, settings
 
@@ -28,7 +29,14 @@ def usage_cmd(agent_folder, days):
         query = query.where(ModelUsage.agent_folder == get_agent(agent_folder).folder)
     totals: dict[tuple[str, str, str], list] = {}
     flagged = set()
+    # sessions an agent answers another agent in (delegation: thread link:<asker>), from the host's records
+    askers = {s.id: s.thread_id.removeprefix("link:") for s in
+              Session.select(Session.id, Session.thread_id).where(Session.thread_id.startswith("link:"))}
+    for_others: dict[tuple[str, str], int] = {}
     for row in query:
+        if row.session_id in askers:
+            key = (row.agent_folder, askers[row.session_id])
+            for_others[key] = for_others.get(key, 0) + row.cost_micro_usd
         key = (row.day, row.agent_folder, row.upstream)
         t = totals.setdefault(key, [0, 0, 0, 0, 0, 0, 0])
         for i, value in enumerate((row.calls, row.input_tokens, row.output_tokens, row.cache_write_tokens,
@@ -47,6 +55,9 @@ def usage_cmd(agent_folder, days):
     moved = sum(t[6] for t in totals.values())
     if moved:
         click.echo(f"{moved} call(s) answered by a fallback after the model before it failed (failover)")
+    if for_others:
+        click.echo("of which answering other agents: " + ", ".join(
+            f"{agent} for {asker} {usd(cost)}" for (agent, asker), cost in sorted(for_others.items())))
     if flagged:
         click.echo(f"priced at the dearest known rate (not in the price table): {', '.join(sorted(flagged))}")
 

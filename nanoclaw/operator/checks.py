@@ -97,7 +97,7 @@ def granted_secret(kind: str, payload: dict) -> str | None:
 
 def owner_only(kind: str, payload: dict, delegated) -> bool:
     """Only the owner may grant a host secret that was not given to this agent's admins."""
-    if kind == "skill":  # its text becomes the agent's instructions: the owner's call (issue 66)
+    if kind in ("skill", "create_agent"):  # instructions the agent runs on, a new agent: the owner's call
         return True
     secret = granted_secret(kind, payload)
     return secret is not None and secret not in set(delegated)
@@ -106,6 +106,8 @@ def owner_only(kind: str, payload: dict, delegated) -> bool:
 def owner_only_line(kind: str, payload: dict) -> str:
     if kind == "skill":
         return "Only the owner can approve a skill: its instructions become this agent's."
+    if kind == "create_agent":
+        return "Only the owner can approve a new agent."
     return (f"Only the owner can approve this: ${granted_secret(kind, payload)} is a host secret this agent's "
             "admins were not given (flask --app app nanoclaw credentials delegate AGENT NAME gives one).")
 

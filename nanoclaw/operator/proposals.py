@@ -206,9 +206,9 @@ def decide(ident: str, decision: str, user_id: str, settings, wake, note: str | 
         raise NotAllowed("Only the owner or an admin of all agents can add the new agent to this chat; "
                          "✅ Approve creates it without.")
     if decision == "approve" and owner_only(p) and not lookups.is_owner(user_id):
-        raise NotAllowed("Only the owner can approve a skill." if p.kind == "skill" else
-                         f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
-                         "secret this agent's admins were not given.")
+        raise NotAllowed(checks.owner_only_line(p.kind, p.payload) if checks.granted_secret(p.kind, p.payload) is None
+                         else f"Only the owner can grant ${checks.granted_secret(p.kind, p.payload)}: it is a host "
+                              "secret this agent's admins were not given.")
     note = (note or "").strip()[:500] or None
     state = "applying" if decision == "approve" else "rejected"
     claimed = (PendingProposal.update(state=state, decided_by=user_id, decided_at=utcnow(), note=note)

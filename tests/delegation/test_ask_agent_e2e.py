@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.fakes.model_api import Reply
 from tests.inbound.test_intake import ANNA, SETUP
 from tests.tg_flow import message, sandbox_service, texts
@@ -34,11 +36,13 @@ def brain(req) -> Reply:
     return Reply.say("ok")
 
 
-def test_andy_asks_finance_over_a_link(make_settings, sqlite_url):
-    with sandbox_service(make_settings, sqlite_url, brain) as svc:
+@pytest.mark.parametrize("runtime", ["bwrap", "docker"])
+def test_andy_asks_finance_over_a_link(make_settings, sqlite_url, runtime):
+    with sandbox_service(make_settings, sqlite_url, brain, runtime=runtime) as svc:
         for args in (*SETUP, ("agent", "create", "Finance")):
             svc.cli(*args)
         svc.cli("memory", "edit", "andy", "--user", "telegram:4242", "--text", f"door code {CANARY}")
+        svc.cli("memory", "edit", "finance", "--user", "telegram:4242", "--text", "salary ZX-FINANCE-PRIVATE")
         svc.post(message(4242, ANNA, "hello"))
         svc.wait(lambda: "ok" in texts(svc.tg, 4242), timeout=120, what="the first answer")
         assert TOOL not in svc.model.model_calls()[-1].tool_names(), "ask_agent offered without a link"
@@ -54,6 +58,8 @@ def test_andy_asks_finance_over_a_link(make_settings, sqlite_url):
         assert "42k" in said and "UNTRUSTED DATA" in said and "END UNTRUSTED DATA" in said
         asked = [m for m in svc.model.model_calls() if "agent:andy" in m.current_prompt()]
         assert asked and all(CANARY not in json.dumps(m.body) for m in asked), "finance saw the owner's memory"
+        assert not any("ZX-FINANCE-PRIVATE" in json.dumps(m.body) for m in svc.model.model_calls()), \
+            "finance's memory with the owner reached a conversation between agents"
 
         svc.post(message(4242, ANNA, "ask-later"))
         svc.wait(lambda: "relayed: 42k" in texts(svc.tg, 4242), timeout=180, what="the answer relayed later")

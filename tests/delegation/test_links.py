@@ -68,3 +68,17 @@ def test_the_op_forced_without_a_link_is_refused_and_writes_nothing(app, cli):
 @pytest.mark.parametrize("mode", ["sideways", ""])
 def test_a_bad_mode_is_a_usage_error(app, cli, mode):
     assert cli("agent", "link", "a", "b", "--mode", mode).exit_code == 2
+
+
+def test_usage_shows_what_an_agent_spent_answering_others(app, cli):
+    from nanoclaw.models import AgentGroup
+    from nanoclaw.usage import ledger, prices
+    assert cli("agent", "create", "Finance").exit_code == 0
+    finance = AgentGroup.get(AgentGroup.folder == "finance")
+    Session.create(id="s-link", agent_group=finance, messaging_group=None, thread_id="link:andy")
+    day = ledger.today(app.config["NANOCLAW"].timezone)
+    price = prices.price_of("claude-sonnet-4-5", prices.load(None))
+    ledger.record("finance", "s-link", "claude-sonnet-4-5", prices.Tokens(input=100_000), price, day)
+    ledger.record("finance", "s-own", "claude-sonnet-4-5", prices.Tokens(input=100_000), price, day)
+    out = cli("usage").output
+    assert "of which answering other agents: finance for andy $0.30" in out, out

@@ -231,6 +231,8 @@ def test_only_the_owner_or_a_global_admin_adds_the_new_agent_to_a_chat(app, tg):
     [card] = cards(tg)
     post(app, click(list(buttons(card).values())[1], person(222, "Bob"), card))
     assert toasts(tg)[-1].startswith("Only the owner or an admin of all agents can add the new agent")
+    post(app, click(buttons(card)["✅ Approve"], person(222, "Bob"), card))  # a new agent is the owner's call
+    assert toasts(tg)[-1] == "Only the owner can approve a new agent."
     assert not AgentGroup.select().where(AgentGroup.folder == "scout").exists()
     assert PendingProposal.get(PendingProposal.ref == "r6").state == "pending"
 
@@ -252,13 +254,13 @@ def test_create_agent_is_offered_only_to_an_admins_agent(app):
 
 
 def test_create_agent_is_checked_again_when_it_is_applied(app, tg):
-    """Queued from the owner's DM; the owner's role is taken away before another admin approves."""
+    """Queued from the owner's DM; that owner's role is taken away before another owner approves."""
     from nanoclaw.models import UserRole
     dm_path = session_path(app)
     propose(app, dm_path, "create_agent", {"name": "Scout", "instructions": "Find things."}, ref="r7")
     [card] = cards(tg)
     runner = app.test_cli_runner()
-    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:222", "--role", "admin"]).exit_code == 0
+    assert runner.invoke(args=["nanoclaw", "user", "add", "telegram:222", "--role", "owner"]).exit_code == 0
     UserRole.delete().where(UserRole.user == "telegram:111").execute()
     post(app, click(buttons(card)["✅ Approve"], person(222, "Bob"), card))
     assert not AgentGroup.select().where(AgentGroup.folder == "scout").exists()

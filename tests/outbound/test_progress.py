@@ -45,6 +45,8 @@ def test_the_runner_describes_a_tool_call_without_its_input():
     assert describe("mcp__github__create_issue", {"body": "..."}) == "using github"
     assert describe("Bash", {"command": "'unterminated"}) == "running `'unterminated`"
     assert describe("Write", "not a dict") == "writing a file"
+    assert describe("mcp__nanoclaw__ask_agent", {"agent": "finance", "text": "the key is sk-ant"}) == "asking finance…"
+    assert describe("mcp__nanoclaw__ask_agent", {"agent": "<b>Fin ance</b>"}) == "asking bfinanceb…"
 
 
 def test_progress_follows_the_chats_wiring_and_what_its_platform_can_do(tmp_path):
