@@ -5,11 +5,9 @@ from pathlib import Path
 
 import click
 
-from ..hooks.render import TemplateRefused, check_template
+from ..hooks import registry
 from ..hooks.tables import Webhook
-from ..models import MessagingGroup, Wiring, audit
-from ..proposal_rules import RuleError, check_secret_name
-from ..security import folder_problem
+from ..models import audit
 from .base import Mistake, channel_names, get_agent, group, print_table, require_schema, settings
 
 
@@ -39,38 +37,21 @@ def webhook_add(name, folder, chat, template_file, github_env, standard_env, bea
           --template issue.j2 --github GITHUB_HOOK_SECRET --events issues
     """
     require_schema()
-    if folder_problem(name) or len(name) > 64:
-        raise Mistake(f"the name {name!r} must be letters, digits, '-' and '_' (at most 64)")
     schemes = [(s, env) for s, env in (("github", github_env), ("standard", standard_env), ("bearer", bearer_env)) if env]
     if len(schemes) != 1:
         raise Mistake("say how deliveries are signed: exactly one of --github, --standard, --bearer SECRET_ENV")
     scheme, secret_env = schemes[0]
-    try:
-        secret_env = check_secret_name(secret_env)
-    except RuleError as exc:
-        raise Mistake(str(exc)) from None
     agent = get_agent(folder)
     channel, chat_id = chat
     if channel not in channel_names():
         raise Mistake(f"unknown channel {channel!r} (one of: {', '.join(channel_names())})")
-    mg = MessagingGroup.get_or_none(MessagingGroup.channel_type == channel, MessagingGroup.platform_id == chat_id)
-    if mg is None or not Wiring.select().where(Wiring.messaging_group == mg.id, Wiring.agent_group == agent.id).exists():
-        raise Mistake(f"{agent.folder} is not wired to {channel} {chat_id}; wire it first (wire {channel} {chat_id} "
-                      f"{agent.folder})")
     if not template_file.is_file():
         raise Mistake(f"no template file {template_file}")
-    template = template_file.read_text()
     try:
-        check_template(template)
-    except TemplateRefused as exc:
+        registry.add("cli", name, agent, channel, chat_id, template_file.read_text(), scheme, secret_env,
+                     [e.strip() for e in events.split(",") if e.strip()])
+    except registry.HookRefused as exc:
         raise Mistake(str(exc)) from None
-    if Webhook.get_or_none(Webhook.name == name):
-        raise Mistake(f"a hook named {name} exists; remove it first (webhook remove {name})")
-    wanted = [e.strip() for e in events.split(",") if e.strip()]
-    Webhook.create(name=name, agent_group=agent.id, messaging_group=mg.id, template=template, scheme=scheme,
-                   secret_env=secret_env, events=wanted, created_by="cli")
-    audit("cli", "webhook.add", f"hook:{name}", agent=agent.folder, chat=f"{channel}:{chat_id}", scheme=scheme,
-          secret=secret_env, events=wanted)
     base = (settings().public_url or "https://YOUR-HOST").rstrip("/")
     click.echo(f"added: POST {base}/hooks/{name} ({scheme}, secret ${secret_env}) wakes {agent.folder} in "
                f"{channel} {chat_id}")

@@ -9,6 +9,7 @@ from ..approvals.actions import NOT_HERE, NotAllowed, on_card, register_action
 from ..approvals.common import display, edit_card, may_decide, pick_approver, send_card
 from ..channels.base import Card
 from ..db import database
+from ..inbound import router
 from ..models import AgentGroup, audit
 from ..proxy.policy_files import EGRESS_FILE, ROUTES_FILE, group_file, policy_root, read_policy_file
 from ..proposal_rules import RuleError
@@ -76,33 +77,58 @@ def on_click(action, ident: str, value: str, settings, wake) -> str:
         return "This ask no longer exists."
     if not on_card(action, ask.card_channel, ask.card_chat_id):
         raise NotAllowed(NOT_HERE)
+    return decide(ask, value, action.user_id, settings)
+
+
+def decide(ask: AgentAsk, value: str, user_id: str, settings, reason: str | None = None) -> str:
     asked = AgentGroup.get_or_none(AgentGroup.folder == ask.to_folder)
-    if asked is None or not may_decide(action.user_id, ask.approver_user_id or "", asked.id):
+    if asked is None or not may_decide(user_id, ask.approver_user_id or "", asked.id):
         raise NotAllowed(f"Only {display(ask.approver_user_id)} or an admin of {ask.to_folder} can decide this.")
     if value not in ("approve", "always", "reject"):
         return "Unknown choice."
     state = "rejected" if value == "reject" else "open"
     with database.atomic():
-        claimed = AgentAsk.update(state=state, decided_by=action.user_id).where(
+        claimed = AgentAsk.update(state=state, decided_by=user_id).where(
             AgentAsk.id == ask.id, AgentAsk.state == "pending").execute()
     if claimed != 1:
         return f"Already decided by {display(AgentAsk.get_by_id(ask.id).decided_by)}."
-    who, key = display(action.user_id), f"{PREFIX}-{ask.token}"
+    who, key = display(user_id), f"{PREFIX}-{ask.token}"
     if value == "reject":
-        audit(action.user_id, "agent.ask.reject", key, to=ask.to_folder, asker=ask.from_folder)
-        edit_card(settings, ask, f"❌ Rejected by {who}: {ask.from_folder} asking {ask.to_folder}.")
-        ops.refuse(settings, ask, f"{ask.to_folder}'s owner rejected the ask")
+        audit(user_id, "agent.ask.reject", key, to=ask.to_folder, asker=ask.from_folder, reason=reason)
+        edit_card(settings, ask, f"❌ Rejected by {who}: {ask.from_folder} asking {ask.to_folder}."
+                                 + (f"\nReason: {reason}" if reason else ""))
+        ops.refuse(settings, ask, f"{ask.to_folder}'s owner rejected the ask" + (f": {reason}" if reason else ""))
         return "Rejected."
     if value == "always":
         asking = AgentGroup.get(AgentGroup.folder == ask.from_folder)
         AgentLink.update(mode="allowed").where(AgentLink.from_agent == asking.id, AgentLink.to_agent == asked.id).execute()
-        audit(action.user_id, "agent.link", f"link:{ask.from_folder}>{ask.to_folder}", mode="allowed", before="ask",
-              via=key)
-    audit(action.user_id, "agent.ask.approve", key, to=ask.to_folder, asker=ask.from_folder, always=value == "always")
+        audit(user_id, "agent.link", f"link:{ask.from_folder}>{ask.to_folder}", mode="allowed", before="ask", via=key)
+    audit(user_id, "agent.ask.approve", key, to=ask.to_folder, asker=ask.from_folder, always=value == "always")
     edit_card(settings, ask, f"✅ Approved by {who}{' (always)' if value == 'always' else ''}: {ask.from_folder} "
                              f"asking {ask.to_folder}.")
     ops.forward(settings, AgentAsk.get_by_id(ask.id))
     return "Approved" + (": later asks go through without a card." if value == "always" else ".")
+
+
+@router.register_gate("before")
+def reply_to_ask_card(event, settings, wake):
+    """A reply to the card: "yes" (and the like) approves once; anything else rejects, with the reply as
+    the reason the asking agent is told."""
+    if event.reply_to is None or not event.reply_to.message_id:
+        return None
+    ask = AgentAsk.get_or_none(AgentAsk.card_channel == event.channel, AgentAsk.card_chat_id == str(event.chat_id),
+                               AgentAsk.card_message_id == event.reply_to.message_id)
+    if ask is None:
+        return None
+    text = " ".join((event.text or "").split())
+    approve = text.lower().rstrip(".!") in ("approve", "approved", "yes", "ok", "okay", "allow", "go")
+    try:
+        answer = decide(ask, "approve" if approve else "reject", event.user_id, settings,
+                        reason=None if approve else text[:500])
+    except NotAllowed as exc:
+        answer = str(exc)
+    router.tell(event, settings, answer)
+    return router.RouteResult(handled="ask_reply")
 
 
 ops.on_ask_mode(show)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from flask import abort, flash, g, redirect, request, url_for
 
 from ..delegation.tables import MODES, AgentLink
+from ..hooks import registry
 from ..hooks.tables import Webhook
-from ..models import AgentGroup, audit
+from ..models import AgentGroup, Wiring, audit
 from . import auth
 from .admin import agent_for_write, bp
 
@@ -19,7 +20,9 @@ def links_of(agent: AgentGroup) -> dict:
     into = list(AgentLink.select().where(AgentLink.to_agent == agent.id).order_by(AgentLink.id))
     others = [a for a in AgentGroup.select().order_by(AgentGroup.folder) if a.id != agent.id]
     hooks = list(Webhook.select().where(Webhook.agent_group == agent.id).order_by(Webhook.name))
-    return {"links_out": out, "links_in": into, "link_targets": others, "link_modes": MODES, "hooks": hooks}
+    chats = [w.messaging_group for w in Wiring.select().where(Wiring.agent_group == agent.id)]
+    return {"links_out": out, "links_in": into, "link_targets": others, "link_modes": MODES, "hooks": hooks,
+            "hook_chats": chats, "hook_schemes": registry.SCHEMES}
 
 
 def _both(asker: AgentGroup, asked: AgentGroup) -> None:
@@ -57,6 +60,24 @@ def link_remove(folder: str, to: str):
     if AgentLink.delete().where(AgentLink.from_agent == asker.id, AgentLink.to_agent == asked.id).execute():
         audit(g.user_id, "agent.unlink", f"link:{asker.folder}>{asked.folder}")
         flash(f"{asker.folder} can no longer ask {asked.folder}.", "ok")
+    return redirect(url_for("admin.agent", folder=folder) + "#links")
+
+
+@bp.post("/admin/agents/<folder>/hooks")
+def hook_add(folder: str):
+    agent = agent_for_write(folder)
+    if not auth.is_owner(g.user_id):
+        abort(403)
+    form = request.form
+    channel, _, chat_id = (form.get("chat") or "").partition(" ")
+    try:
+        registry.add(g.user_id, (form.get("name") or "").strip(), agent, channel, chat_id, form.get("template") or "",
+                     form.get("scheme") or "", (form.get("secret_env") or "").strip(),
+                     [e.strip() for e in (form.get("events") or "").split(",") if e.strip()])
+    except registry.HookRefused as exc:
+        flash(f"Not added: {exc}", "error")
+    else:
+        flash(f"Added: POST /hooks/{form.get('name')} wakes {agent.folder}.", "ok")
     return redirect(url_for("admin.agent", folder=folder) + "#links")
 
 

@@ -74,6 +74,7 @@ def test_andy_asks_finance_over_a_link(make_settings, sqlite_url, runtime):
 
 def test_an_ask_link_waits_on_a_card_and_approve_always_makes_it_allowed(make_settings, sqlite_url):
     from nanoclaw.delegation.tables import AgentLink
+    from tests.operator.test_operator_e2e import reply_to
     from tests.tg_flow import buttons, cards, click, shown, toasts
 
     with sandbox_service(make_settings, sqlite_url, brain) as svc:
@@ -86,10 +87,11 @@ def test_an_ask_link_waits_on_a_card_and_approve_always_makes_it_allowed(make_se
         assert "Andy wants to ask Finance" in shown(first) and "What is the ZX-Q3 budget?" in shown(first)
         assert "Finance can reach api.bank.example" in shown(first)
         assert not any("agent:andy" in m.current_prompt() for m in svc.model.model_calls()), "asked before approval"
-        svc.post(click(buttons(first)["❌ Reject"], ANNA, first))
+        svc.post(reply_to(first, ANNA, "not the budget, not today"))  # a reply rejects, with its reason
         svc.wait(lambda: any(t.startswith("ask-wait got:") for t in texts(svc.tg, 4242)), timeout=120,
                  what="andy told of the rejection")
-        assert "rejected" in next(t for t in texts(svc.tg, 4242) if t.startswith("ask-wait got:"))
+        said = next(t for t in texts(svc.tg, 4242) if t.startswith("ask-wait got:"))
+        assert "finance's owner rejected the ask: not the budget, not today" in said
 
         svc.post(message(4242, ANNA, "ask-wait"))
         svc.wait(lambda: len(cards(svc.tg)) == 2, timeout=120, what="the second card")

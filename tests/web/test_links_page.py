@@ -61,3 +61,23 @@ def test_only_the_owner_disables_a_hook(site, cli, owner, tmp_path):
     token = csrf_of(owner.get("/admin/agents/andy").get_data(as_text=True))
     assert owner.post("/admin/agents/andy/hooks/gh/disable", data={"csrf_token": token}).status_code == 302
     assert not Webhook.get().enabled
+
+
+def test_the_owner_adds_a_hook_on_the_page_and_an_admin_cannot(site, cli, owner):
+    cli("user", "add", "telegram:42", "--role", "owner")
+    cli("wire", "telegram", "42", "andy")
+    form = {"name": "gh", "chat": "telegram 42", "scheme": "github", "secret_env": "GH_HOOK_SECRET",
+            "events": "issues", "template": "Issue: {{ payload.issue.title }}"}
+    client = admin_of(site, cli, "andy")
+    token = csrf_of(client.get("/admin/agents/andy").get_data(as_text=True))
+    assert client.post("/admin/agents/andy/hooks", data={**form, "csrf_token": token}).status_code == 403
+    page = owner.get("/admin/agents/andy").get_data(as_text=True)
+    assert "Add webhook" in page
+    bad = owner.post("/admin/agents/andy/hooks", data={**form, "template": "{% if %}", "csrf_token": csrf_of(page)},
+                     follow_redirects=True).get_data(as_text=True)
+    assert "Not added: the template does not compile" in bad and Webhook.select().count() == 0
+    done = owner.post("/admin/agents/andy/hooks", data={**form, "csrf_token": csrf_of(page)}, follow_redirects=True)
+    assert "Added: POST /hooks/gh" in done.get_data(as_text=True)
+    hook = Webhook.get()
+    assert (hook.scheme, hook.secret_env, hook.events, hook.created_by) == ("github", "GH_HOOK_SECRET", ["issues"],
+                                                                          "telegram:42")
