@@ -51,6 +51,21 @@ def listener_env(settings, sqlite_url, path: str, rpc_url: str, web_port: int, t
             "NANOCLAW_MOUNT_ALLOWLIST": str(settings.mount_allowlist)}
 
 
+def sends_settled(svc) -> bool:
+    """No row of any session is being sent or waiting for a retry (the host's own record, inbound.db)."""
+    from nanoclaw.sessions import store
+    for path in Path(svc.settings.sessions_dir).glob("*/*"):
+        conn = store.open_session_readonly(path)
+        if conn is None:
+            continue
+        try:
+            if conn.execute("SELECT 1 FROM delivered WHERE status IN ('sending', 'retry') LIMIT 1").fetchone():
+                return False
+        finally:
+            conn.close()
+    return True
+
+
 def test_the_listener_owns_signal_cli_and_a_kill_loses_nothing_sent_while_it_was_down(make_settings, sqlite_url,
                                                                                        tmp_path):
     from werkzeug.serving import make_server
@@ -74,6 +89,9 @@ def test_the_listener_owns_signal_cli_and_a_kill_loses_nothing_sent_while_it_was
                 for n in (1, 2, 3):
                     daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
                 svc.wait(lambda: {"m1", "m2", "m3"} <= set(marks()), what="the first three answered")
+                # and the web program heard back for each send: a kill between signal-cli's send and its
+                # reply reaching the web program leaves a row to retry (at least once), not a lost answer
+                svc.wait(lambda: sends_settled(svc), what="every send acknowledged to the web program")
                 listener.kill()
                 for n in (4, 5):  # with Signal's servers: the listener's signal-cli died with it
                     daemon.message(alice, f"m{n}", number=OWNER_NO, name="Olivia")
