@@ -22,7 +22,7 @@ from ..proxy.headers import OAUTH_BETA, credential_headers
 from ..runtime import bwrap
 from ..platforms import Finding
 from ..runtime.image import image_source, source_digest
-from .base import command, settings as current_settings
+from .base import command, require_schema, settings as current_settings
 
 MIN_FREE_BYTES = 1 << 30   # 1 GiB: sessions, transcripts, images being built
 TIMEOUT = (5, 15)
@@ -380,6 +380,7 @@ def doctor_cmd(no_service, search):
     blank page in its sandbox when an agent has it on), the running
     service and an owner; with sandboxes on another machine, what an agent has here that they would lack. Exit 0 when nothing
     failed."""
+    require_schema()  # an install not migrated yet is told so in one line, not with a traceback
     results = findings(current_settings(), service=not no_service, search=search)
     for finding in results:
         click.echo(finding.line())

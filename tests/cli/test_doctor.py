@@ -176,3 +176,15 @@ def test_the_browser_is_checked_with_a_blank_page_in_its_sandbox_once_an_agent_m
                     lines(used)["browser"])
     off = lines(doctor(make_settings, sqlite_url, model, tg, NANOCLAW_BROWSERS="0"))["browser"]
     assert "NANOCLAW_BROWSERS=0" in off
+
+
+def test_doctor_on_a_database_not_migrated_yet_says_what_to_run(make_settings, tmp_path):
+    """Before `migrate`, doctor used to end in a traceback (no such table); now one line and exit 2."""
+    from nanoclaw.app import create_app
+    app = create_app(make_settings(DATABASE_URL=f"sqlite:///{tmp_path / 'fresh.db'}"))
+    try:
+        result = app.test_cli_runner().invoke(args=["nanoclaw", "doctor", "--no-service"])
+    finally:
+        database.close()
+    assert result.exit_code == 2 and "migration(s) pending; run: flask --app app nanoclaw migrate" in result.output
+    assert "Traceback" not in result.output
