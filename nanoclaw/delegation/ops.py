@@ -111,23 +111,30 @@ def handle_ask(session_path: Path, row, settings) -> None:
                 answer(session_path, request_id, True, f"Asked {asked.folder}; its owner approves each ask first. "
                                                        f"Its answer arrives as a message from agent:{asked.folder}.")
             return None
-    forward(settings, ask)
+    if not forward(settings, ask):
+        return None
     if not wait_s:
         answer(session_path, request_id, True, f"Asked {asked.folder}. Its answer arrives as a message from "
                                                f"agent:{asked.folder} when it is ready.")
     return None
 
 
-def forward(settings, ask: AgentAsk) -> None:
-    """Put the ask into the asked agent's own session for this link, and wake it."""
+def forward(settings, ask: AgentAsk) -> bool:
+    """Put the ask into the asked agent's own session for this link, and wake it. A waited ask whose
+    agent could not start even past the capacity limit is refused at once ("busy"): False."""
+    manager = getattr(_wake, "manager", None)
     with database.connection_context():
         asked = AgentGroup.get(AgentGroup.folder == ask.to_folder)
         to_session, to_path, target = link_session(settings, ask.from_folder, asked)
+        if ask.wait_s and manager is not None and manager.would_queue(asked.folder, to_session.id, len(ask.chain)):
+            AgentAsk.update(state="rejected", text="").where(AgentAsk.id == ask.id).execute()
+            refuse(settings, ask, f"{asked.folder} is busy: every sandbox is in use; try again later, or ask "
+                                  "without waiting (its answer then comes as a message)")
+            return False
         AgentAsk.update(to_session=to_session.id, state="open", text="").where(AgentAsk.id == ask.id).execute()
         store.write_message(to_path, content={"text": ask.text, "sender": f"agent:{ask.from_folder}"}, target=target,
                             kind="agent", trigger=True, message_id=f"ask:{ask.from_session}:{ask.request_id}")
         Session.update(last_active_at=utcnow()).where(Session.id == to_session.id).execute()
-    manager = getattr(_wake, "manager", None)
     if manager is not None:  # a waiting asker holds a sandbox: the asked one does not wait in the queue for it
         if ask.wait_s:
             manager.over[to_session.id] = len(ask.chain)
@@ -136,6 +143,7 @@ def forward(settings, ask: AgentAsk) -> None:
     wake(asked.folder, to_session.id)
     log.info("%s asked %s (%s)", ask.from_folder, asked.folder,
              f"waiting up to {ask.wait_s} s" if ask.wait_s else "answer as a message")
+    return True
 
 
 def refuse(settings, ask: AgentAsk, why: str) -> None:

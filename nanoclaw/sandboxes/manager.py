@@ -249,6 +249,11 @@ class SandboxManager:
     def _at_capacity(self, over: int = 0) -> bool:
         return len(self.running()) + len(self._starting) >= self.settings.max_concurrent_containers + over
 
+    def would_queue(self, folder: str, session_id: str, over: int = 0) -> bool:
+        """Whether a wake of this session would wait in the queue now (not running, no room even `over` past)."""
+        with self._lock:
+            return not self.is_running(folder, session_id) and (self.held or self._at_capacity(over))
+
     def _enqueue(self, folder: str, session_id: str, task: bool) -> None:
         for q in self.queue:
             if (q.folder, q.session_id) == (folder, session_id):

@@ -82,3 +82,45 @@ def test_usage_shows_what_an_agent_spent_answering_others(app, cli):
     ledger.record("finance", "s-own", "claude-sonnet-4-5", prices.Tokens(input=100_000), price, day)
     out = cli("usage").output
     assert "of which answering other agents: finance for andy $0.30" in out, out
+
+
+def test_a_waited_ask_past_even_the_allowance_is_told_busy_at_once(app, cli, monkeypatch):
+    """Capacity 1 and two sandboxes running already (the asker's, and one let past the limit): a waited
+    ask would wait in the queue behind the asker itself, so the asker hears "busy" now; without waiting,
+    the ask is queued and its answer comes later."""
+    from dataclasses import replace
+
+    from nanoclaw.models import AgentGroup, MessagingGroup
+    from nanoclaw.sandboxes.manager import SandboxManager
+    from nanoclaw.sessions.wake import Wake
+    from tests.sandboxes.test_sandbox_queue import MemoryRuntime
+
+    settings = replace(app.config["NANOCLAW"], max_concurrent_containers=1)
+    for args in (("agent", "create", "Andy"), ("agent", "create", "Finance"), ("user", "add", "telegram:42", "--role",
+                 "owner"), ("wire", "telegram", "42", "andy"), ("agent", "link", "andy", "finance", "--mode", "allowed")):
+        assert cli(*args).exit_code == 0
+    manager = SandboxManager(settings, MemoryRuntime())
+    for name in ("s-andy", "s-other"):
+        manager.runtime.running.append(manager.name_of("andy", name))
+    wake = Wake()
+    wake.connect(lambda folder, session_id: manager.wake(folder, session_id), manager)
+    monkeypatch.setattr(ops, "_wake", wake)
+    andy = AgentGroup.get(AgentGroup.folder == "andy")
+    session = Session.create(id="s-andy", agent_group=andy, messaging_group=MessagingGroup.get())
+    path = store.session_path(settings.sessions_dir, "andy", session.id)
+    store.prepare(path, Target("telegram", "42"))
+
+    def ask(request_id: str, wait) -> str:
+        row = SimpleNamespace(id=request_id, op={"op": "ask_agent", "request_id": request_id, "agent": "finance",
+                                                 "text": "the budget?", "wait": wait})
+        ops.handle_ask(path, row, settings)
+        conn = store.open_session_readonly(path)
+        try:
+            return conn.execute("SELECT content FROM messages_in WHERE id = ?", (f"answer:{request_id}",)).fetchone()[0]
+        finally:
+            conn.close()
+
+    assert "finance is busy" in ask("w1", True)
+    assert manager.runtime.started == []
+    assert "Its answer arrives as a message" in ask("w2", False)
+    assert [q.folder for q in manager.queue] == ["finance"]
