@@ -84,21 +84,22 @@ def webhook_remove(name):
     click.echo(f"removed {name}")
 
 
+def _switch(name: str, enabled: bool) -> None:
+    require_schema()
+    Webhook.update(enabled=enabled).where(Webhook.id == _hook(name).id).execute()
+    audit("cli", "webhook.enable" if enabled else "webhook.disable", f"hook:{name}")
+    click.echo(f"{name} is {'enabled' if enabled else 'disabled'}")
+
+
 @webhook_group.command("disable")
 @click.argument("name")
 def webhook_disable(name):
     """Refuse NAME's deliveries (410) without forgetting it."""
-    require_schema()
-    Webhook.update(enabled=False).where(Webhook.id == _hook(name).id).execute()
-    audit("cli", "webhook.disable", f"hook:{name}")
-    click.echo(f"{name} is disabled")
+    _switch(name, False)
 
 
 @webhook_group.command("enable")
 @click.argument("name")
 def webhook_enable(name):
     """Take NAME's deliveries again."""
-    require_schema()
-    Webhook.update(enabled=True).where(Webhook.id == _hook(name).id).execute()
-    audit("cli", "webhook.enable", f"hook:{name}")
-    click.echo(f"{name} is enabled")
+    _switch(name, True)

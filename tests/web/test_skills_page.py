@@ -9,19 +9,12 @@ from nanoclaw.models import AgentGroup, AuditLog
 from nanoclaw.operator import skill_store
 from nanoclaw.operator.skill_adding import matches, normal_prefix
 from tests.operator.test_skill_sources import GOOD, repo_with
-from tests.web.test_admin import csrf_of, login, owner, site  # noqa: F401  (fixtures)
-
-ADMIN, PASSWORD = "slack:U1", "bea admin password"
-
+from tests.web.test_admin import csrf_of, owner, site  # noqa: F401  (fixtures)
+from tests.web.test_links_page import admin_of
 
 def add_admin(site, cli, agent: str) -> object:
     assert cli("agent", "create", agent.title()).exit_code == 0 or agent == "andy"
-    assert cli("user", "add", ADMIN, "--role", "admin", "--agent", agent).exit_code == 0
-    site.test_cli_runner().invoke(args=["nanoclaw", "admin", "set-password", ADMIN, "--password-stdin"],
-                                  input=PASSWORD + "\n")
-    client = site.test_client()
-    assert login(client, ADMIN, PASSWORD).status_code == 302
-    return client
+    return admin_of(site, cli, agent)
 
 
 def post_add(client, source: str, folder: str = "andy"):
