@@ -58,6 +58,8 @@ def test_andy_asks_finance_over_a_link(make_settings, sqlite_url, runtime):
         assert "42k" in said and "UNTRUSTED DATA" in said and "END UNTRUSTED DATA" in said
         asked = [m for m in svc.model.model_calls() if "agent:andy" in m.current_prompt()]
         assert asked and all(CANARY not in json.dumps(m.body) for m in asked), "finance saw the owner's memory"
+        assert all("question from another agent" in m.current_prompt() and "UNTRUSTED DATA" in m.current_prompt()
+                   for m in asked), "andy's words reached finance outside the envelope"
         assert not any("ZX-FINANCE-PRIVATE" in json.dumps(m.body) for m in svc.model.model_calls()), \
             "finance's memory with the owner reached a conversation between agents"
 
